@@ -1,0 +1,53 @@
+# The two commands a newcomer needs are `make serve` and `make test`; both set up what they need.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+BUF := node_modules/.bin/buf
+PROTOS := $(shell find protos -name '*.proto' | sort)
+
+.PHONY: setup serve test lint gen check-gen wheel-check clean
+
+# The stamp is rebuilt whenever the declared dependencies change, so a pull that adds one
+# installs it without anybody deleting .venv by hand.
+$(VENV)/.stamp: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+node_modules/.stamp: package.json package-lock.json
+	npm ci --no-audit --no-fund --silent
+	touch $@
+
+setup: $(VENV)/.stamp
+
+serve: $(VENV)/.stamp
+	$(BIN)/agentrt serve
+
+test: $(VENV)/.stamp
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# One pinned command produces generated/: protoc from grpcio-tools with the mypy-protobuf plugins.
+gen: $(VENV)/.stamp
+	rm -rf generated/agentrt
+	mkdir -p generated
+	PATH="$(abspath $(BIN)):$$PATH" $(PY) -m grpc_tools.protoc -Iprotos \
+	  --python_out=generated --grpc_python_out=generated \
+	  --mypy_out=quiet:generated --mypy_grpc_out=quiet:generated $(PROTOS)
+	find generated/agentrt -type d -exec touch {}/__init__.py \;
+
+check-gen: gen
+	@git add -N generated && git diff --exit-code --stat -- generated \
+	  || { echo "generated/ is stale: run 'make gen' and commit the result"; exit 1; }
+
+lint: $(VENV)/.stamp node_modules/.stamp
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy agentrt_base registry runtime_service
+	$(BUF) lint
+	$(BUF) format --diff --exit-code
+
+clean:
+	rm -rf $(VENV) node_modules build dist .mypy_cache .pytest_cache .ruff_cache
