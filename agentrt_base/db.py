@@ -1,0 +1,205 @@
+"""The storage base both services share: declarative base, engine factory, session runners.
+
+One schema serves SQLite and PostgreSQL. gRPC handlers run on an asyncio loop, so blocking
+SQLAlchemy work is handed to executors here rather than done on the loop:
+
+* SQLite has one write lock per file. All writes go through **one connection on one thread**
+  (connections fighting over the lock is what pushes p99 into the 100 ms range, see
+  ``shared/PERFORMANCE.md``), and each write transaction starts with ``BEGIN IMMEDIATE`` so the
+  lock is taken up front instead of being upgraded (and possibly refused) mid-transaction.
+  Reads use a small pool of other connections; WAL lets them proceed beside the writer.
+* PostgreSQL takes concurrent writers; row locks (``FOR UPDATE SKIP LOCKED``) and guarded
+  updates do the fencing, so a few writer threads share a connection pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Dialect, Engine, make_url
+from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+
+T = TypeVar("T")
+
+#: Constraint names are spelled out so Alembic migrations are identical on both engines and a
+#: constraint can be dropped by name later (SQLite has no names of its own to fall back on).
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(sa.types.TypeDecorator[dt.datetime]):
+    """A timestamp stored in UTC and always returned timezone-aware.
+
+    SQLite has no timezone-aware type and hands back naive values; normalising here keeps the
+    rest of the code from ever comparing naive and aware datetimes.
+    """
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(dt.UTC)
+
+    def process_result_value(
+        self, value: dt.datetime | None, dialect: Dialect
+    ) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=dt.UTC)
+        return value.astimezone(dt.UTC)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every table of agentrt (registry and runtime)."""
+
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dt.datetime: UTCDateTime()}  # noqa: RUF012 (SQLAlchemy reads it)
+
+
+def utcnow() -> dt.datetime:
+    """The current time, timezone-aware UTC (the only kind stored)."""
+    return dt.datetime.now(dt.UTC)
+
+
+class DatabaseUnavailable(Exception):
+    """The database cannot be reached or opened; the message is one line, fit for an operator."""
+
+
+def normalise_url(url: str) -> URL:
+    """Parse a database URL, selecting psycopg 3 for a bare ``postgresql://`` URL."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise DatabaseUnavailable(
+            f"unsupported database {parsed.get_backend_name()!r}: use sqlite:/// or postgresql://"
+        )
+    return parsed
+
+
+def _sqlite_engine(url: URL, *, pool_size: int, immediate: bool) -> Engine:
+    engine = sa.create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=0,
+        # Connections are used from executor threads, never concurrently (the pool hands each
+        # to one thread at a time), so the driver's same-thread check only gets in the way.
+        connect_args={"check_same_thread": False, "timeout": 30},
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take transaction control away from the sqlite3 driver: its legacy mode issues BEGIN
+        # lazily, only before DML, which silently breaks savepoints and BEGIN IMMEDIATE.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        # FULL: a commit is on disk before it is acknowledged (NORMAL in WAL mode may lose the
+        # last transactions on power loss, and we promise nothing acknowledged is lost).
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+def _postgres_engine(url: URL, *, pool_size: int) -> Engine:
+    return sa.create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        connect_args={"connect_timeout": 5},
+    )
+
+
+class Database:
+    """Engines, sessions and executors for one database URL.
+
+    Built explicitly by the server or a CLI command (never at import time), and disposed by
+    whoever built it.
+    """
+
+    def __init__(self, url: str, *, read_pool_size: int = 4) -> None:
+        self.url = normalise_url(url)
+        self.dialect_name = self.url.get_backend_name()
+        if self.is_sqlite:
+            self.write_engine = _sqlite_engine(self.url, pool_size=1, immediate=True)
+            self.read_engine = _sqlite_engine(self.url, pool_size=read_pool_size, immediate=False)
+            writer_threads = 1
+        else:
+            self.write_engine = _postgres_engine(self.url, pool_size=read_pool_size + 4)
+            self.read_engine = self.write_engine
+            writer_threads = 4
+        self._write_sessions = sessionmaker(self.write_engine, expire_on_commit=False)
+        self._read_sessions = sessionmaker(self.read_engine, expire_on_commit=False)
+        self._write_executor = ThreadPoolExecutor(writer_threads, "agentrt-db-write")
+        self._read_executor = ThreadPoolExecutor(read_pool_size, "agentrt-db-read")
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.dialect_name == "sqlite"
+
+    def display_url(self) -> str:
+        """The URL with any password masked, for logs and error messages."""
+        return self.url.render_as_string(hide_password=True)
+
+    def check(self) -> None:
+        """Open one connection, or raise :class:`DatabaseUnavailable` with a one-line reason."""
+        try:
+            with self.write_engine.connect() as conn:
+                conn.exec_driver_sql("SELECT 1")
+        except sa.exc.DBAPIError as exc:
+            reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+            raise DatabaseUnavailable(
+                f"cannot open database {self.display_url()}: {reason}"
+            ) from exc
+
+    def write_sync(self, fn: Callable[[Session], T]) -> T:
+        """Run ``fn`` in one write transaction on the calling thread; commit, or roll back."""
+        with self._write_sessions.begin() as session:
+            return fn(session)
+
+    def read_sync(self, fn: Callable[[Session], T]) -> T:
+        """Run ``fn`` in one read-only transaction on the calling thread."""
+        with self._read_sessions.begin() as session:
+            return fn(session)
+
+    async def write(self, fn: Callable[[Session], T]) -> T:
+        """Run ``fn`` in one write transaction on the writer thread; returns after commit."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._write_executor, self.write_sync, fn)
+
+    async def read(self, fn: Callable[[Session], T]) -> T:
+        """Run ``fn`` in one read transaction on a reader thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._read_executor, self.read_sync, fn)
+
+    def dispose(self) -> None:
+        """Stop the executors and close every pooled connection."""
+        self._write_executor.shutdown(wait=True)
+        self._read_executor.shutdown(wait=True)
+        self.write_engine.dispose()
+        if self.read_engine is not self.write_engine:
+            self.read_engine.dispose()

@@ -1,0 +1,160 @@
+"""Domain errors shared by the registry and the runtime.
+
+Domain and storage code raise these; they never import gRPC. The transport maps each class to a
+canonical status code with ``google.rpc`` details in exactly one place
+(:mod:`agentrt_base.grpc_errors`), so what a caller sees for a given failure is the same for
+every RPC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+#: The ``google.rpc.ErrorInfo.domain`` of every error agentrt reports.
+ERROR_DOMAIN = "agentrt"
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One bad field of a request, named by its path (``definition.tools[2]``)."""
+
+    field: str
+    description: str
+
+
+class AgentrtError(Exception):
+    """Base of every error a caller can cause; carries an ``ErrorInfo`` reason and metadata."""
+
+    #: Machine-readable reason (``google.rpc.ErrorInfo.reason``), UPPER_SNAKE_CASE.
+    reason: str = "ERROR"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if reason is not None:
+            self.reason = reason
+        self.metadata: dict[str, str] = dict(metadata or {})
+
+
+class InvalidArgument(AgentrtError):
+    """The request is malformed; ``violations`` name each bad field (``BadRequest``)."""
+
+    reason = "INVALID_ARGUMENT"
+
+    def __init__(
+        self,
+        message: str,
+        violations: Iterable[FieldViolation] = (),
+        *,
+        reason: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message, reason=reason, metadata=metadata)
+        self.violations: list[FieldViolation] = list(violations)
+
+    @classmethod
+    def for_field(cls, field_path: str, description: str) -> InvalidArgument:
+        """Shorthand for the common case of one bad field."""
+        return cls(f"{field_path}: {description}", [FieldViolation(field_path, description)])
+
+
+class NotFound(AgentrtError):
+    """A named resource does not exist; ``resource_type``/``resource_name`` say which."""
+
+    reason = "NOT_FOUND"
+
+    def __init__(self, resource_type: str, resource_name: str, message: str | None = None) -> None:
+        super().__init__(message or f"{resource_type} {resource_name!r} not found")
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+
+
+class AlreadyExists(AgentrtError):
+    """Creating something whose identity is taken by different content."""
+
+    reason = "ALREADY_EXISTS"
+
+    def __init__(
+        self,
+        resource_type: str,
+        resource_name: str,
+        message: str | None = None,
+        *,
+        reason: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(
+            message or f"{resource_type} {resource_name!r} already exists",
+            reason=reason,
+            metadata=metadata,
+        )
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+
+
+class FailedPrecondition(AgentrtError):
+    """The system is not in the state the request needs (an illegal transition, say)."""
+
+    reason = "FAILED_PRECONDITION"
+
+
+class Aborted(AgentrtError):
+    """A concurrency conflict: a lost compare-and-swap or a stale lease fence."""
+
+    reason = "ABORTED"
+
+
+class LeaseLost(Aborted):
+    """A worker wrote with a fence that is no longer current; nothing was changed."""
+
+    reason = "LEASE_LOST"
+
+
+class ResourceExhausted(AgentrtError):
+    """A budget or a size limit would be exceeded."""
+
+    reason = "RESOURCE_EXHAUSTED"
+
+
+class PermissionDenied(AgentrtError):
+    """The caller (or the agent acting through a worker) may not do this."""
+
+    reason = "PERMISSION_DENIED"
+
+
+class Unauthenticated(AgentrtError):
+    """The caller did not prove who it is."""
+
+    reason = "UNAUTHENTICATED"
+
+
+class Unimplemented(AgentrtError):
+    """The RPC exists in the contract but this server does not provide it yet."""
+
+    reason = "UNIMPLEMENTED"
+
+
+@dataclass
+class ViolationCollector:
+    """Gathers every field violation of a request before refusing it once, so a caller fixes
+    all of them in one round trip instead of one per call."""
+
+    violations: list[FieldViolation] = field(default_factory=list)
+
+    def add(self, field_path: str, description: str) -> None:
+        self.violations.append(FieldViolation(field_path, description))
+
+    def raise_if_any(self, message: str = "invalid request") -> None:
+        if self.violations:
+            first = self.violations[0]
+            summary = f"{message}: {first.field}: {first.description}"
+            if len(self.violations) > 1:
+                summary += f" (and {len(self.violations) - 1} more)"
+            raise InvalidArgument(summary, self.violations)

@@ -1,0 +1,216 @@
+"""Domain errors → gRPC status with ``google.rpc`` details, in one place.
+
+A server interceptor wraps every handler of every service: servicers raise
+:class:`agentrt_base.errors.AgentrtError` subclasses and never touch status codes themselves.
+Details follow https://google.aip.dev/193: ``ErrorInfo`` (reason, domain, metadata) on every
+error, plus ``BadRequest`` field violations or ``ResourceInfo`` where they apply. They travel in
+the ``grpc-status-details-bin`` trailer, which every official gRPC client library decodes
+(Go ``status.FromError(err).Details()``, Java ``StatusProto.fromThrowable``, Node
+``@grpc/grpc-js`` + ``google-rpc`` protos, Python ``grpc_status.rpc_status.from_call``).
+
+An exception that is not an ``AgentrtError`` is a bug of ours: it is logged with a fresh error
+id and answered ``INTERNAL`` with that id only — never a traceback on the wire.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+
+from agentrt_base import errors
+from agentrt_base.ids import new_id
+
+log = logging.getLogger("agentrt.errors")
+
+_CODES: list[tuple[type[errors.AgentrtError], grpc.StatusCode]] = [
+    # Order matters: subclasses before their bases.
+    (errors.LeaseLost, grpc.StatusCode.ABORTED),
+    (errors.Aborted, grpc.StatusCode.ABORTED),
+    (errors.InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.NotFound, grpc.StatusCode.NOT_FOUND),
+    (errors.AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
+    (errors.FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (errors.Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (errors.Unimplemented, grpc.StatusCode.UNIMPLEMENTED),
+]
+
+
+def status_code_for(error: errors.AgentrtError) -> grpc.StatusCode:
+    """The canonical code for a domain error (``FAILED_PRECONDITION`` for an unknown subclass
+    would hide a bug, so an unmapped class is treated as a programming error: INTERNAL)."""
+    for cls, code in _CODES:
+        if isinstance(error, cls):
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+def _pack(message: Any) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)
+    return packed
+
+
+def to_status(error: errors.AgentrtError) -> tuple[grpc.StatusCode, status_pb2.Status]:
+    """Build the ``google.rpc.Status`` (with details) for a domain error."""
+    code = status_code_for(error)
+    details = [
+        _pack(
+            error_details_pb2.ErrorInfo(
+                reason=error.reason, domain=errors.ERROR_DOMAIN, metadata=error.metadata
+            )
+        )
+    ]
+    if isinstance(error, errors.InvalidArgument) and error.violations:
+        details.append(
+            _pack(
+                error_details_pb2.BadRequest(
+                    field_violations=[
+                        error_details_pb2.BadRequest.FieldViolation(
+                            field=v.field, description=v.description
+                        )
+                        for v in error.violations
+                    ]
+                )
+            )
+        )
+    if isinstance(error, errors.NotFound | errors.AlreadyExists):
+        details.append(
+            _pack(
+                error_details_pb2.ResourceInfo(
+                    resource_type=error.resource_type,
+                    resource_name=error.resource_name,
+                    description=error.message,
+                )
+            )
+        )
+    status = status_pb2.Status(code=code.value[0], message=error.message, details=details)
+    return code, status
+
+
+def _internal_status(error_id: str) -> status_pb2.Status:
+    return status_pb2.Status(
+        code=code_pb2.INTERNAL,
+        message=f"internal error (id {error_id}); the server log has the details",
+        details=[
+            _pack(
+                error_details_pb2.ErrorInfo(
+                    reason="INTERNAL", domain=errors.ERROR_DOMAIN, metadata={"error_id": error_id}
+                )
+            )
+        ],
+    )
+
+
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], status: status_pb2.Status) -> None:
+    await context.abort(
+        grpc.StatusCode(next(c for c in grpc.StatusCode if c.value[0] == status.code)),
+        status.message,
+        trailing_metadata=(("grpc-status-details-bin", status.SerializeToString()),),
+    )
+
+
+async def _handle(
+    exc: BaseException, method: str, context: grpc.aio.ServicerContext[Any, Any]
+) -> None:
+    """Turn an exception escaping a handler into the right status; re-raise what is not ours."""
+    if isinstance(exc, errors.AgentrtError):
+        _, status = to_status(exc)
+        await _abort(context, status)
+    elif isinstance(exc, NotImplementedError):
+        # The generated base servicer raises this for RPCs whose issue has not landed.
+        await _abort(
+            context,
+            to_status(errors.Unimplemented(f"{method} is not implemented by this server yet"))[1],
+        )
+    else:
+        error_id = new_id("err")
+        log.error("unhandled error in %s (id %s)", method, error_id, exc_info=exc)
+        await _abort(context, _internal_status(error_id))
+
+
+def _is_control_flow(exc: BaseException) -> bool:
+    # context.abort() raises AbortError to unwind the handler: it must pass through untouched,
+    # as must cancellation of the call (client gone, server shutting down).
+    return isinstance(exc, grpc.aio.AbortError | grpc.aio.BaseError)
+
+
+# Handlers are typed loosely on purpose: the aio server calls them with aio contexts, while
+# grpc's stubs describe RpcMethodHandler's behaviours with the sync context type.
+Handler = Callable[[Any, Any], Any]
+_Req = TypeVar("_Req")
+_Resp = TypeVar("_Resp")
+
+
+def _wrap_unary(method: str, behavior: Handler) -> Handler:
+    async def wrapper(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            return await behavior(request, context)
+        except Exception as exc:
+            if _is_control_flow(exc):
+                raise
+            await _handle(exc, method, context)
+
+    return wrapper
+
+
+def _wrap_stream(method: str, behavior: Handler) -> Handler:
+    async def wrapper(
+        request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
+        try:
+            async for response in behavior(request, context):
+                yield response
+        except Exception as exc:
+            if _is_control_flow(exc):
+                raise
+            await _handle(exc, method, context)
+
+    return wrapper
+
+
+class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
+    """Applies the mapping above to every RPC of every service mounted on the server."""
+
+    # The stub's method is generic over request/response types the same way; mypy still
+    # reports the identical signature as an override mismatch, hence the ignore.
+    async def intercept_service(  # type: ignore[override]
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        # Only agentrt's own services: health and reflection have their own conventions
+        # (health's Watch writes through the context rather than yielding).
+        if handler is None or not method.startswith("/agentrt."):
+            return handler
+        kwargs = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                _wrap_unary(method, handler.unary_unary), **kwargs
+            )
+        if handler.stream_unary:
+            return grpc.stream_unary_rpc_method_handler(
+                _wrap_unary(method, handler.stream_unary), **kwargs
+            )
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                _wrap_stream(method, handler.unary_stream), **kwargs
+            )
+        if handler.stream_stream:
+            return grpc.stream_stream_rpc_method_handler(
+                _wrap_stream(method, handler.stream_stream), **kwargs
+            )
+        return handler

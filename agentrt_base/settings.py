@@ -1,0 +1,49 @@
+"""Server settings: command-line flag, then environment variable, then default.
+
+Read once by the CLI and passed down explicitly; nothing reads the environment at import time.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+DEFAULT_LISTEN = "127.0.0.1:50051"
+DEFAULT_DATABASE_URL = "sqlite:///./agentrt.db"
+DEFAULT_TARGET = "127.0.0.1:50051"
+
+ENV_LISTEN = "AGENTRT_LISTEN"
+ENV_DATABASE_URL = "AGENTRT_DATABASE_URL"
+ENV_TARGET = "AGENTRT_TARGET"
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """What ``agentrt serve`` needs to start."""
+
+    listen: str = DEFAULT_LISTEN
+    database_url: str = DEFAULT_DATABASE_URL
+    #: Seconds in-flight calls get to finish after SIGTERM before they are cancelled.
+    shutdown_grace_seconds: float = 3.0
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        listen: str | None,
+        database_url: str | None,
+        environ: Mapping[str, str] | None = None,
+    ) -> ServerSettings:
+        """Combine flags (which win) with the environment and the defaults."""
+        env = os.environ if environ is None else environ
+        return cls(
+            listen=listen or env.get(ENV_LISTEN) or DEFAULT_LISTEN,
+            database_url=database_url or env.get(ENV_DATABASE_URL) or DEFAULT_DATABASE_URL,
+        )
+
+
+def resolve_target(target: str | None, environ: Mapping[str, str] | None = None) -> str:
+    """The server address a client command talks to: ``--target``, ``AGENTRT_TARGET``, default."""
+    env = os.environ if environ is None else environ
+    return target or env.get(ENV_TARGET) or DEFAULT_TARGET

@@ -1,0 +1,1 @@
+"""The agentrt registry: immutable, content-addressed agent definitions and their components."""

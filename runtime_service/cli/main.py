@@ -1,0 +1,150 @@
+"""The ``agentrt`` command: ``serve``, ``db upgrade``, ``health``; later issues add their own.
+
+Errors an operator can act on (unreachable database, port in use) end the process with one
+line on stderr and a non-zero exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agentrt_base.db import Database, DatabaseUnavailable
+from agentrt_base.settings import (
+    DEFAULT_DATABASE_URL,
+    DEFAULT_LISTEN,
+    ENV_DATABASE_URL,
+    ENV_LISTEN,
+    ENV_TARGET,
+    ServerSettings,
+    resolve_target,
+)
+from runtime_service import __version__
+
+#: Exit codes: 1 = the command failed, 2 = bad usage (argparse's own), 3 = cannot start.
+EXIT_FAILED = 1
+EXIT_CANNOT_START = 3
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # Alembic narrates every step at INFO; the server's own ready line is what operators need.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"agentrt: {message}", file=sys.stderr)
+    return code
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from runtime_service.server import StartupError, serve
+
+    settings = ServerSettings.resolve(listen=args.listen, database_url=args.database_url)
+    _configure_logging()
+    try:
+        asyncio.run(serve(settings))
+    except (DatabaseUnavailable, StartupError) as exc:
+        return _fail(str(exc), EXIT_CANNOT_START)
+    return 0
+
+
+def _cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from runtime_service import migrate
+
+    settings = ServerSettings.resolve(listen=None, database_url=args.database_url)
+    try:
+        database = Database(settings.database_url)
+    except DatabaseUnavailable as exc:
+        return _fail(str(exc), EXIT_CANNOT_START)
+    try:
+        database.check()
+        installation = migrate.upgrade(database)
+        revision = migrate.current_revision(database)
+    except DatabaseUnavailable as exc:
+        return _fail(str(exc), EXIT_CANNOT_START)
+    finally:
+        database.dispose()
+    print(f"database {database.display_url()} at revision {revision} (installation {installation})")
+    return 0
+
+
+def _cmd_health(args: argparse.Namespace) -> int:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    target = resolve_target(args.target)
+    with grpc.insecure_channel(target) as channel:
+        stub: Any = health_pb2_grpc.HealthStub(channel)  # its stub types lack the methods
+        try:
+            response = stub.Check(
+                health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
+            )
+        except grpc.RpcError as exc:
+            return _fail(f"{target}: {exc.code().name}: {exc.details()}", EXIT_FAILED)
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+    print(status)
+    return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else EXIT_FAILED
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every ``agentrt`` command."""
+    parser = argparse.ArgumentParser(
+        prog="agentrt",
+        description="agentrt: agent registry and run ledger over gRPC.",
+    )
+    parser.add_argument("--version", action="version", version=f"agentrt {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    database_help = f"database URL (env {ENV_DATABASE_URL}; default {DEFAULT_DATABASE_URL})"
+    serve = commands.add_parser("serve", help="run the gRPC server")
+    serve.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help=f"address (env {ENV_LISTEN}; default {DEFAULT_LISTEN})",
+    )
+    serve.add_argument("--database-url", metavar="URL", help=database_help)
+    serve.set_defaults(handler=_cmd_serve)
+
+    db = commands.add_parser("db", help="database maintenance")
+    db_commands = db.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
+    upgrade = db_commands.add_parser("upgrade", help="apply migrations, then exit")
+    upgrade.add_argument("--database-url", metavar="URL", help=database_help)
+    upgrade.set_defaults(handler=_cmd_db_upgrade)
+
+    health = commands.add_parser("health", help="ask a server whether it is serving")
+    add_target_argument(health)
+    health.add_argument("--service", default="", help="one service's name (default: the server)")
+    health.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
+    health.set_defaults(handler=_cmd_health)
+    return parser
+
+
+def add_target_argument(parser: argparse.ArgumentParser) -> None:
+    """The ``--target`` flag every client command shares."""
+    parser.add_argument(
+        "--target",
+        metavar="HOST:PORT",
+        help=f"server address (env {ENV_TARGET}; default {DEFAULT_LISTEN})",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``agentrt`` console script."""
+    args = build_parser().parse_args(argv)
+    handler: Command = args.handler
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,15 @@
+"""Every table of agentrt, gathered on one ``MetaData`` for Alembic.
+
+Importing this module imports each storage module, so ``Base.metadata`` is complete: the
+migration environment compares against it and a test checks that migrating an empty database
+yields exactly this schema.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+import agentrt_base.installation  # noqa: F401  (registers its table)
+from agentrt_base.db import Base
+
+metadata: sa.MetaData = Base.metadata

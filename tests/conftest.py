@@ -1,0 +1,108 @@
+"""Fixtures: one suite, two engines.
+
+Every test that takes ``database_url`` runs twice, on a fresh SQLite file and on PostgreSQL.
+PostgreSQL is found through ``AGENTRT_TEST_POSTGRES_URL`` (then it is *required*: a failure to
+connect fails the suite, as CI wants) or, when that is unset, on 127.0.0.1:5432 if something
+answers there; otherwise the PostgreSQL variants are skipped with the reason shown.
+A fresh database is created for the test session and dropped at its end.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from agentrt_base.db import normalise_url
+from tests.support import running_server
+
+ENV_POSTGRES = "AGENTRT_TEST_POSTGRES_URL"
+DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def _postgres_admin_url() -> tuple[str | None, str]:
+    url = os.environ.get(ENV_POSTGRES)
+    if url:
+        return url, ""
+    try:
+        with socket.create_connection(("127.0.0.1", 5432), timeout=1):
+            return DEFAULT_POSTGRES, ""
+    except OSError:
+        return None, f"PostgreSQL not reachable on 127.0.0.1:5432 and {ENV_POSTGRES} is unset"
+
+
+def create_postgres_database(admin_url: str, name: str) -> str:
+    """Create database ``name`` beside the admin URL's; return its URL."""
+    admin = sa.create_engine(normalise_url(admin_url), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    finally:
+        admin.dispose()
+    return normalise_url(admin_url).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_postgres_database(admin_url: str, name: str) -> None:
+    admin = sa.create_engine(normalise_url(admin_url), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_url() -> str:
+    url, reason = _postgres_admin_url()
+    if url is None:
+        pytest.skip(reason)
+    return url
+
+
+@pytest.fixture(scope="session")
+def postgres_session_url(postgres_admin_url: str) -> Iterator[str]:
+    name = f"agentrt_test_{uuid.uuid4().hex[:12]}"
+    url = create_postgres_database(postgres_admin_url, name)
+    yield url
+    drop_postgres_database(postgres_admin_url, name)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def engine(request: pytest.FixtureRequest) -> str:
+    """The engine a test runs on; every test that uses a database runs on both."""
+    return str(request.param)
+
+
+@pytest.fixture
+def database_url(engine: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database for one test: a new SQLite file, or the session's PostgreSQL database."""
+    if engine == "sqlite":
+        return f"sqlite:///{tmp_path / 'agentrt.db'}"
+    return str(request.getfixturevalue("postgres_session_url"))
+
+
+@pytest.fixture
+def empty_database_url(
+    engine: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[str]:
+    """A database guaranteed empty (for migration tests)."""
+    if engine == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    admin: str = request.getfixturevalue("postgres_admin_url")
+    name = f"agentrt_empty_{uuid.uuid4().hex[:12]}"
+    url = create_postgres_database(admin, name)
+    yield url
+    drop_postgres_database(admin, name)
+
+
+@pytest.fixture
+def server_address(database_url: str) -> Iterator[str]:
+    """Address of a real agentrt server started in-process on an ephemeral port."""
+    with running_server(database_url) as address:
+        yield address

@@ -1,0 +1,126 @@
+"""Domain errors reach the caller as canonical codes with google.rpc details; a bug answers
+INTERNAL with an opaque id and never a traceback. Exercised through a real aio server with
+the production interceptor."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from agentrt.registry.v1 import registry_service_pb2, registry_service_pb2_grpc
+from agentrt_base import errors
+from agentrt_base.grpc_errors import ErrorMappingInterceptor
+from tests.support import error_details
+
+RAISES: dict[str, BaseException] = {
+    "bad": errors.InvalidArgument(
+        "definition.tools[0]: unknown tool",
+        [
+            errors.FieldViolation("definition.tools[0]", "unknown tool"),
+            errors.FieldViolation("definition.agent_id", "must not be empty"),
+        ],
+    ),
+    "missing": errors.NotFound("component", "read_file@9"),
+    "taken": errors.AlreadyExists(
+        "agent version",
+        "coding_agent@agent_v7",
+        reason="VERSION_CONFLICT",
+        metadata={"existing_digest": "sha256:" + "a" * 64},
+    ),
+    "fence": errors.LeaseLost("lease epoch 3 is stale", metadata={"current_epoch": "4"}),
+    "budget": errors.ResourceExhausted("max_steps exceeded", reason="BUDGET_EXCEEDED"),
+    "state": errors.FailedPrecondition("run is COMPLETED"),
+    "bug": ZeroDivisionError("secret internal detail"),
+}
+
+
+class FailingRegistry(registry_service_pb2_grpc.RegistryServiceServicer):
+    async def GetComponent(self, request: Any, context: Any) -> Any:
+        raise RAISES[request.ref]
+
+
+@pytest.fixture(scope="module")
+def stub() -> Iterator[registry_service_pb2_grpc.RegistryServiceStub]:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def start() -> tuple[grpc.aio.Server, int]:
+        server = grpc.aio.server(interceptors=[ErrorMappingInterceptor()])
+        registry_service_pb2_grpc.add_RegistryServiceServicer_to_server(FailingRegistry(), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        return server, port
+
+    server, port = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        yield registry_service_pb2_grpc.RegistryServiceStub(channel)
+    asyncio.run_coroutine_threadsafe(server.stop(0), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+
+
+def _fail(stub: Any, key: str) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as info:
+        stub.GetComponent(registry_service_pb2.GetComponentRequest(ref=key), timeout=5)
+    return info.value
+
+
+def test_invalid_argument_names_every_field(stub: Any) -> None:
+    error = _fail(stub, "bad")
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    violations = error_details(error)["BadRequest"].field_violations
+    assert [v.field for v in violations] == ["definition.tools[0]", "definition.agent_id"]
+
+
+def test_not_found_names_the_resource(stub: Any) -> None:
+    error = _fail(stub, "missing")
+    assert error.code() == grpc.StatusCode.NOT_FOUND
+    info = error_details(error)["ResourceInfo"]
+    assert (info.resource_type, info.resource_name) == ("component", "read_file@9")
+
+
+def test_already_exists_carries_reason_and_metadata(stub: Any) -> None:
+    error = _fail(stub, "taken")
+    assert error.code() == grpc.StatusCode.ALREADY_EXISTS
+    info = error_details(error)["ErrorInfo"]
+    assert info.reason == "VERSION_CONFLICT"
+    assert info.metadata["existing_digest"] == "sha256:" + "a" * 64
+
+
+def test_stale_fence_is_aborted_lease_lost(stub: Any) -> None:
+    error = _fail(stub, "fence")
+    assert error.code() == grpc.StatusCode.ABORTED
+    assert error_details(error)["ErrorInfo"].reason == "LEASE_LOST"
+
+
+@pytest.mark.parametrize(
+    ("key", "code", "reason"),
+    [
+        ("budget", grpc.StatusCode.RESOURCE_EXHAUSTED, "BUDGET_EXCEEDED"),
+        ("state", grpc.StatusCode.FAILED_PRECONDITION, "FAILED_PRECONDITION"),
+    ],
+)
+def test_other_codes(stub: Any, key: str, code: grpc.StatusCode, reason: str) -> None:
+    error = _fail(stub, key)
+    assert error.code() == code
+    assert error_details(error)["ErrorInfo"].reason == reason
+
+
+def test_bug_is_internal_with_opaque_id_and_no_traceback(
+    stub: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    error = _fail(stub, "bug")
+    assert error.code() == grpc.StatusCode.INTERNAL
+    assert "secret internal detail" not in error.details()
+    assert "Traceback" not in error.details()
+    error_id = error_details(error)["ErrorInfo"].metadata["error_id"]
+    assert error_id.startswith("err_")
+    assert error_id in error.details()
+    # The operator, unlike the caller, gets the whole story under the same id.
+    logged = [r for r in caplog.records if error_id in r.getMessage()]
+    assert logged and logged[0].exc_info is not None

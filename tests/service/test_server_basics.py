@@ -1,0 +1,77 @@
+"""The server as a client sees it: health, reflection, UNIMPLEMENTED for unbuilt RPCs."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from runtime_service.server import SERVICE_NAMES
+from tests.support import error_details
+
+AGENTRT_SERVICES = {
+    "agentrt.registry.v1.RegistryService",
+    "agentrt.runtime.v1.RuntimeService",
+    "agentrt.runtime.v1.WorkerService",
+    "agentrt.audit.v1.AuditService",
+}
+
+
+def test_service_names_are_the_contracts() -> None:
+    assert set(SERVICE_NAMES) == AGENTRT_SERVICES
+
+
+def test_health_serving_for_server_and_each_service(server_address: str) -> None:
+    with grpc.insecure_channel(server_address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for service in ("", *sorted(AGENTRT_SERVICES)):
+            response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            assert response.status == health_pb2.HealthCheckResponse.SERVING, service
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=5)
+        assert info.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_reflection_lists_the_four_services(server_address: str) -> None:
+    with grpc.insecure_channel(server_address) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        responses = stub.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
+        )
+        listed = {s.name for r in responses for s in r.list_services_response.service}
+    assert listed >= AGENTRT_SERVICES
+    assert "grpc.health.v1.Health" in listed
+
+
+def test_reflection_serves_file_descriptors(server_address: str) -> None:
+    """A client without the protos (grpcurl, Postman) can fetch the contract itself."""
+    with grpc.insecure_channel(server_address) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        responses = list(
+            stub.ServerReflectionInfo(
+                iter(
+                    [
+                        reflection_pb2.ServerReflectionRequest(
+                            file_containing_symbol="agentrt.runtime.v1.WorkerService"
+                        )
+                    ]
+                ),
+                timeout=5,
+            )
+        )
+    assert responses[0].file_descriptor_response.file_descriptor_proto
+
+
+def test_unbuilt_rpc_answers_unimplemented(server_address: str) -> None:
+    method = "/agentrt.audit.v1.AuditService/VerifyRun"
+    with grpc.insecure_channel(server_address) as channel:
+        call = channel.unary_unary(method)
+        with pytest.raises(grpc.RpcError) as info:
+            call(b"", timeout=5)
+    error = info.value
+    assert error.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "VerifyRun" in error.details()
+    details = error_details(error)
+    assert details["ErrorInfo"].reason == "UNIMPLEMENTED"
+    assert details["ErrorInfo"].domain == "agentrt"

@@ -1,0 +1,76 @@
+"""Helpers the test suites share: an in-process server on its own loop, error-detail readers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from agentrt_base.settings import ServerSettings
+from runtime_service.server import AgentrtServer
+
+
+class ServerThread:
+    """Runs :class:`AgentrtServer` (the production composition) on an event loop in a thread,
+    so tests can use plain blocking stubs against a real server on an ephemeral port."""
+
+    def __init__(self, database_url: str) -> None:
+        self.settings = ServerSettings(listen="127.0.0.1:0", database_url=database_url)
+        self.server = AgentrtServer(self.settings)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    def start(self) -> str:
+        self._thread.start()
+        port = asyncio.run_coroutine_threadsafe(self.server.start(), self._loop).result(60)
+        return f"127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self.server.stop(0.5), self._loop).result(30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+
+@contextlib.contextmanager
+def running_server(database_url: str) -> Iterator[str]:
+    thread = ServerThread(database_url)
+    address = thread.start()
+    try:
+        yield address
+    finally:
+        thread.stop()
+
+
+def error_details(error: grpc.RpcError) -> dict[str, Any]:
+    """Decode the ``google.rpc`` details of a failed call into a dict keyed by type name."""
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    found: dict[str, Any] = {}
+    if status is None:
+        return found
+    for detail in status.details:
+        for cls in (
+            error_details_pb2.ErrorInfo,
+            error_details_pb2.BadRequest,
+            error_details_pb2.ResourceInfo,
+            error_details_pb2.PreconditionFailure,
+        ):
+            if detail.Is(cls.DESCRIPTOR):
+                message = cls()
+                detail.Unpack(message)
+                found[cls.DESCRIPTOR.name] = message
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
