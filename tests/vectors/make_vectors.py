@@ -1,0 +1,351 @@
+"""Regenerate the digest test vectors in this directory.
+
+Run from the repository root::
+
+    PYTHONPATH=. .venv/bin/python tests/vectors/make_vectors.py
+
+Each vector is ``{"description", "kind", "input", "canonical", "digest"}`` where ``input`` holds
+the arguments of the document function (written *un-normalised* on purpose: members out of
+order, sets shuffled, defaults present) and ``canonical`` is the exact JCS text. The vectors are
+the contract for other implementations, so a change here is a change of the digest rules:
+review the diff of the JSON files, not just this script. ``tests/unit/test_vectors.py`` checks
+every file independently (``hashlib`` on the ``canonical`` text, the ``rfc8785`` library on it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from registry.canonical import (
+    AgentClosure,
+    agent_document,
+    canonical_bytes,
+    component_document,
+    digest_bytes,
+    schema_digest,
+)
+
+HERE = Path(__file__).parent
+
+READ_FILE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["path"],
+    "properties": {
+        "path": {"type": "string", "description": "Path relative to the workspace root."},
+        "max_bytes": {"type": "integer", "minimum": 1, "maximum": 1048576, "default": 65536},
+    },
+    "additionalProperties": False,
+}
+
+COMPONENTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "prompt": (
+        "A PROMPT: kind, name, version, description and spec are all in the document; an "
+        'empty description stays as "" (always present); the text is hashed byte-exact '
+        "(quotes, tabs and newlines escaped by JCS).",
+        {
+            "kind": "PROMPT",
+            "name": "repo-assistant",
+            "version": "1.0.0",
+            "description": "",
+            "spec": {"text": 'You are a careful engineer.\n\tQuote: "measure twice".\n'},
+        },
+    ),
+    "skill_set_ordering": (
+        "A SKILL: files are a set, sorted by path in UTF-16 code-unit order (U+1F600, stored "
+        "as the surrogate pair D83D DE00, sorts before U+FB33); a default member "
+        '(content "") is omitted.',
+        {
+            "kind": "SKILL",
+            "name": "repo-debug",
+            "version": "2.1.0",
+            "description": "Reproduce, bisect, fix.",
+            "spec": {
+                "instructions": "Reproduce first, then bisect.",
+                "files": [
+                    {"path": "scripts/run.sh", "content": "#!/bin/sh\nexec make test\n"},
+                    {"path": "\ufb33.md", "content": "dalet with dagesh"},
+                    {"path": "README.md", "content": "# repo-debug\n"},
+                    {"path": "\U0001f600.md", "content": ""},
+                ],
+                "description": "Debug a failing test in a repository.",
+            },
+        },
+    ),
+    "tool": (
+        "A TOOL: input_schema and output_schema are free-form JSON, kept verbatim (keys "
+        "sorted); side_effects false would be omitted, true is kept.",
+        {
+            "kind": "TOOL",
+            "name": "read_file",
+            "version": "1",
+            "description": "Reads workspace files.",
+            "spec": {
+                "side_effects": False,
+                "input_schema": READ_FILE_SCHEMA,
+                "output_schema": {"type": "string"},
+                "description": "Read a UTF-8 text file from the workspace.",
+            },
+        },
+    ),
+    "tool_defaults": (
+        "Absent equals default in spec structures (empty description, side_effects false "
+        "omitted), but free-form JSON keeps its empty values: output_schema {} stays.",
+        {
+            "kind": "TOOL",
+            "name": "noop",
+            "version": "0.1.0-rc.1+build.5",
+            "description": "",
+            "spec": {
+                "description": "",
+                "side_effects": False,
+                "input_schema": {"type": "object", "properties": {}, "required": []},
+                "output_schema": {},
+            },
+        },
+    ),
+    "model_policy": (
+        "A MODEL_POLICY: candidate order is kept (first = primary); fallback_on is a set "
+        "(sorted, deduplicated); parameters are free-form JSON; 8192.0 is the number 8192.",
+        {
+            "kind": "MODEL_POLICY",
+            "name": "coding-balanced",
+            "version": "3",
+            "description": "Sonnet first; GPT-4.1 when rate limited.",
+            "spec": {
+                "candidates": [
+                    {
+                        "name": "primary",
+                        "provider": "anthropic",
+                        "model_id": "claude-sonnet-4-5",
+                        "parameters": {"temperature": 0.2, "max_tokens": 4096},
+                        "max_context_tokens": 200000,
+                        "fallback_on": ["RATE_LIMITED", "UNAVAILABLE", "RATE_LIMITED"],
+                    },
+                    {
+                        "name": "fallback",
+                        "provider": "openai",
+                        "model_id": "gpt-4.1",
+                        "parameters": {"temperature": 0.2},
+                        "max_context_tokens": 8192.0,
+                    },
+                ]
+            },
+        },
+    ),
+    "permission_policy": (
+        "A PERMISSION_POLICY: rules are a set keyed by tool, sorted by tool name.",
+        {
+            "kind": "PERMISSION_POLICY",
+            "name": "workspace-safe",
+            "version": "4",
+            "description": "Writes need approval; deletes are denied.",
+            "spec": {
+                "rules": [
+                    {"tool": "write_file", "decision": "REQUIRE_APPROVAL"},
+                    {"tool": "read_file", "decision": "ALLOW"},
+                    {"tool": "delete_file", "decision": "DENY"},
+                ],
+                "default_decision": "REQUIRE_APPROVAL",
+            },
+        },
+    ),
+    "completion_policy": (
+        "A COMPLETION_POLICY: checks are a set keyed by name, sorted by name.",
+        {
+            "kind": "COMPLETION_POLICY",
+            "name": "test-and-diff",
+            "version": "3",
+            "description": "Tests pass and a diff exists.",
+            "spec": {
+                "checks": [
+                    {"name": "tests-pass", "description": "The test suite passes."},
+                    {"name": "diff-reviewed", "description": "A diff artifact exists."},
+                ]
+            },
+        },
+    ),
+    "numbers": (
+        "Numbers are IEEE-754 doubles written as ECMAScript Number.toString (RFC 8785 "
+        "§3.2.2.3): 1.0 is 1, -0.0 is 0, 1e21 is 1e+21, 1e20 is written out, 1e-7 is 1e-7, "
+        "0.000001 is written out, 2**53-1 is the largest integer accepted.",
+        {
+            "kind": "TOOL",
+            "name": "numbers",
+            "version": "1",
+            "description": "",
+            "spec": {
+                "input_schema": {
+                    "one": 1,
+                    "one_point_zero": 1.0,
+                    "minus_zero": -0.0,
+                    "e21": 1e21,
+                    "e20": 1e20,
+                    "e_minus_7": 1e-7,
+                    "micro": 0.000001,
+                    "tenth": 0.1,
+                    "third": 1 / 3,
+                    "max_safe": 2**53 - 1,
+                    "min_safe": -(2**53 - 1),
+                    "two_pow_60": float(2**60),
+                    "tiny": 5e-324,
+                    "huge": 1.7976931348623157e308,
+                    "list": [1.5, -2.25, 333333333.3333333, 4.0],
+                }
+            },
+        },
+    ),
+    "unicode": (
+        "Strings are not Unicode-normalised (e + U+0301 stays distinct from U+00E9), non-BMP "
+        "characters are written as UTF-8, controls are escaped, and object keys sort by "
+        "UTF-16 code units (the RFC 8785 §3.2.3 example keys). The component description is "
+        "byte-exact text too (e + U+0301, U+1F600).",
+        {
+            "kind": "TOOL",
+            "name": "unicode",
+            "version": "1.0.0",
+            "description": "cafe\u0301 \U0001f600",
+            "spec": {
+                "description": "caf\u00e9 / cafe\u0301 \U0001d11e \U0001f600 \u2028 \x7f \x1f",
+                "input_schema": {
+                    "\u20ac": "Euro Sign",
+                    "\r": "Carriage Return",
+                    "\ufb33": "Hebrew Letter Dalet With Dagesh",
+                    "1": "One",
+                    "\U0001f600": "Emoji: Grinning Face",
+                    "\u0080": "Control",
+                    "\u00f6": "Latin Small Letter O With Diaeresis",
+                },
+            },
+        },
+    ),
+    "prompt_inline": (
+        "An inline system prompt is stored as an anonymous PROMPT: empty name and version, "
+        "so the document has no name and no version member.",
+        {
+            "kind": "PROMPT",
+            "name": "",
+            "version": "",
+            "description": "",
+            "spec": {"text": "You are coding_agent. Keep changes small."},
+        },
+    ),
+}
+
+
+def _write(name: str, vector: dict[str, Any]) -> None:
+    text = json.dumps(vector, ensure_ascii=False, indent=2) + "\n"
+    (HERE / f"{name}.json").write_text(text, encoding="utf-8")
+
+
+def _vector(description: str, kind: str, inputs: dict[str, Any], doc: Any) -> dict[str, Any]:
+    canonical = canonical_bytes(doc)
+    return {
+        "description": description,
+        "kind": kind,
+        "input": inputs,
+        "canonical": canonical.decode("utf-8"),
+        "digest": digest_bytes(canonical),
+    }
+
+
+def main() -> None:
+    """Write every vector file."""
+    digests: dict[str, str] = {}
+    for name, (description, inputs) in COMPONENTS.items():
+        vector = _vector(description, "component", inputs, component_document(**inputs))
+        digests[name] = vector["digest"]
+        _write(name, vector)
+
+    schema_inputs = {"schema": READ_FILE_SCHEMA}
+    _write(
+        "schema",
+        _vector(
+            "A tool's input schema digested alone: JCS of the object as given. It equals the "
+            "schema_digest of the read_file tool in the agent vectors.",
+            "schema",
+            schema_inputs,
+            READ_FILE_SCHEMA,
+        ),
+    )
+    read_file_schema = schema_digest(READ_FILE_SCHEMA)
+
+    def entry(key: str, **extra: str) -> dict[str, Any]:
+        """The closure entry of a component vector: its name, version and digest."""
+        component = COMPONENTS[key][1]
+        if component["name"] == "":  # an anonymous (inline) prompt: the digest alone
+            return {"digest": digests[key]}
+        # Members out of order on purpose: the document sorts them.
+        return {
+            "digest": digests[key],
+            **extra,
+            "version": component["version"],
+            "name": component["name"],
+        }
+
+    def tool_entry(key: str) -> dict[str, Any]:
+        schema = COMPONENTS[key][1]["spec"]["input_schema"]
+        return entry(key, schema_digest=schema_digest(schema))
+
+    agent_inputs: dict[str, Any] = {
+        "agent_id": "coding_agent",
+        "version_label": "agent_v7",
+        "description": "Fixes failing tests.",
+        "closure": {
+            "system_prompt": entry("prompt"),
+            "model_policy": entry("model_policy"),
+            "tools": [tool_entry("tool"), tool_entry("tool_defaults")],
+            "skills": [entry("skill_set_ordering")],
+            "permission_policy": entry("permission_policy"),
+            "completion_policy": entry("completion_policy"),
+        },
+    }
+    assert agent_inputs["closure"]["tools"][0]["schema_digest"] == read_file_schema
+    _write(
+        "agent",
+        _vector(
+            "An agent: agent_id, version_label, description and the entries of the resolved "
+            "components (name, version, digest; tools add schema_digest), skills and tools "
+            "sorted by name. The requested references (ranges such as ^2.1) and publish "
+            "metadata are not part of it.",
+            "agent",
+            agent_inputs,
+            agent_document(
+                agent_inputs["agent_id"],
+                agent_inputs["version_label"],
+                agent_inputs["description"],
+                AgentClosure.from_mapping(agent_inputs["closure"]),
+            ),
+        ),
+    )
+
+    minimal_inputs: dict[str, Any] = {
+        "agent_id": "coding_agent",
+        "version_label": "1",
+        "description": "",
+        "closure": {
+            "system_prompt": entry("prompt_inline"),
+            "model_policy": entry("model_policy"),
+        },
+    }
+    _write(
+        "agent_inline_prompt",
+        _vector(
+            "A minimal agent with an inline system prompt: its entry is the anonymous PROMPT's "
+            "digest alone (no name, no version); empty skills and tools stay as [], absent "
+            "policies are omitted. The label '1' is a label here, not a component version.",
+            "agent",
+            minimal_inputs,
+            agent_document(
+                minimal_inputs["agent_id"],
+                minimal_inputs["version_label"],
+                minimal_inputs["description"],
+                AgentClosure.from_mapping(minimal_inputs["closure"]),
+            ),
+        ),
+    )
+
+
+if __name__ == "__main__":
+    main()
