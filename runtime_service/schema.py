@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 import agentrt_base.installation  # noqa: F401  (registers its table)
+import registry.store  # noqa: F401
 from agentrt_base.db import Base
 
 metadata: sa.MetaData = Base.metadata

@@ -115,7 +115,7 @@ class AgentrtServer:
         # which raises NotImplementedError (answered UNIMPLEMENTED); mypy-protobuf's stubs
         # declare those methods abstract, hence the ignores until every RPC is built.
         registry_service_pb2_grpc.add_RegistryServiceServicer_to_server(
-            RegistryServicer(database),  # type: ignore[abstract]
+            RegistryServicer(database),
             server,
         )
         runtime_service_pb2_grpc.add_RuntimeServiceServicer_to_server(

@@ -79,11 +79,33 @@ def engine(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def database_url(engine: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A database for one test: a new SQLite file, or the session's PostgreSQL database."""
+def database_url(engine: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database for one test: a new SQLite file, or the session's PostgreSQL database,
+    emptied after the test (truncating is ~100x cheaper than a database per test)."""
     if engine == "sqlite":
-        return f"sqlite:///{tmp_path / 'agentrt.db'}"
-    return str(request.getfixturevalue("postgres_session_url"))
+        yield f"sqlite:///{tmp_path / 'agentrt.db'}"
+        return
+    url = str(request.getfixturevalue("postgres_session_url"))
+    yield url
+    _truncate(url)
+
+
+def _truncate(url: str) -> None:
+    from runtime_service.schema import metadata
+
+    engine = sa.create_engine(normalise_url(url))
+    try:
+        with engine.begin() as conn:
+            existing = set(sa.inspect(conn).get_table_names())
+            names = [
+                f'"{t.name}"'
+                for t in metadata.sorted_tables
+                if t.name in existing and t.name != "installation"
+            ]
+            if names:
+                conn.exec_driver_sql(f"TRUNCATE {', '.join(names)} CASCADE")
+    finally:
+        engine.dispose()
 
 
 @pytest.fixture

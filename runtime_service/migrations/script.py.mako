@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+
+import agentrt_base.db
 ${imports if imports else ""}
 
 revision = ${repr(up_revision)}

@@ -222,7 +222,8 @@ class SkillSpec(_message.Message):
     @_builtins.property
     def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___SkillFile]:
         """Supporting files, inline. Paths are unique within the skill. Over the size
-        limits (per file and in total) the publish fails with RESOURCE_EXHAUSTED.
+        limits (docs/digest.md, "Limits") the publish fails with INVALID_ARGUMENT
+        naming the file.
         """
 
     def __init__(
@@ -621,8 +622,9 @@ class AgentDefinition(_message.Message):
     agent_id: _builtins.str
     """Required. Name grammar as for components."""
     version_label: _builtins.str
-    """Required. The human version label (`agent_v7`): 1-64 characters of
-    `A-Z a-z 0-9 . _ -`, not starting with `sha256`. Bound to one digest forever.
+    """Required. The human version label (`agent_v7`): 1-128 characters of
+    `A-Z a-z 0-9 . _ -`, not starting with `.` or `-`, and not 64 hex digits.
+    Bound to one digest forever.
     """
     description: _builtins.str
     model_policy: _builtins.str
@@ -901,8 +903,8 @@ class Tag(_message.Message):
     EVENT_SEQUENCE_FIELD_NUMBER: _builtins.int
     agent_id: _builtins.str
     name: _builtins.str
-    """The tag name: 1-63 characters of `a-z 0-9 . _ -`, starting with a letter or
-    digit, not starting with `sha256`.
+    """The tag name: 1-128 characters of `A-Z a-z 0-9 . _ -`, not starting with
+    `.` or `-`, and not 64 hex digits (the OCI tag grammar).
     """
     digest: _builtins.str
     """The digest of the agent version it points at."""

@@ -36,7 +36,8 @@ class RegistryServiceStub:
     content is idempotent, and different content under a taken label fails with
     ALREADY_EXISTS and ErrorInfo(reason="VERSION_CONFLICT", metadata
     "existing_digest"). Malformed input fails with INVALID_ARGUMENT and BadRequest
-    field violations; content over the size limits with RESOURCE_EXHAUSTED.
+    field violations, also for content over the size limits (docs/digest.md,
+    "Limits").
     """
 
     def __init__(self, channel):
@@ -118,7 +119,8 @@ class RegistryServiceServicer:
     content is idempotent, and different content under a taken label fails with
     ALREADY_EXISTS and ErrorInfo(reason="VERSION_CONFLICT", metadata
     "existing_digest"). Malformed input fails with INVALID_ARGUMENT and BadRequest
-    field violations; content over the size limits with RESOURCE_EXHAUSTED.
+    field violations, also for content over the size limits (docs/digest.md,
+    "Limits").
     """
 
     def PublishComponent(self, request, context):
@@ -144,9 +146,9 @@ class RegistryServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListComponents(self, request, context):
-        """ListComponents lists component versions, ordered by name, then newest
-        version first. Anonymous prompts (stored from inline system prompts) are
-        not listed.
+        """ListComponents lists component versions, ordered by name, then most
+        recently published first. Anonymous prompts (stored from inline system
+        prompts) are not listed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -328,7 +330,8 @@ class RegistryService:
     content is idempotent, and different content under a taken label fails with
     ALREADY_EXISTS and ErrorInfo(reason="VERSION_CONFLICT", metadata
     "existing_digest"). Malformed input fails with INVALID_ARGUMENT and BadRequest
-    field violations; content over the size limits with RESOURCE_EXHAUSTED.
+    field violations, also for content over the size limits (docs/digest.md,
+    "Limits").
     """
 
     @staticmethod

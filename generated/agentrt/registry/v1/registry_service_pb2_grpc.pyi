@@ -37,7 +37,8 @@ class RegistryServiceStub:
     content is idempotent, and different content under a taken label fails with
     ALREADY_EXISTS and ErrorInfo(reason="VERSION_CONFLICT", metadata
     "existing_digest"). Malformed input fails with INVALID_ARGUMENT and BadRequest
-    field violations; content over the size limits with RESOURCE_EXHAUSTED.
+    field violations, also for content over the size limits (docs/digest.md,
+    "Limits").
     """
 
     @_typing.overload
@@ -59,9 +60,9 @@ class RegistryServiceStub:
     for a malformed reference, a range or a tag (components have no tags).
     """
     ListComponents: _grpc.UnaryUnaryMultiCallable[_registry_service_pb2.ListComponentsRequest, _registry_service_pb2.ListComponentsResponse]
-    """ListComponents lists component versions, ordered by name, then newest
-    version first. Anonymous prompts (stored from inline system prompts) are
-    not listed.
+    """ListComponents lists component versions, ordered by name, then most
+    recently published first. Anonymous prompts (stored from inline system
+    prompts) are not listed.
     """
     PublishAgentVersion: _grpc.UnaryUnaryMultiCallable[_registry_service_pb2.PublishAgentVersionRequest, _registry_service_pb2.PublishAgentVersionResponse]
     """PublishAgentVersion resolves every reference of a definition to one
@@ -133,7 +134,8 @@ class RegistryServiceAsyncStub(RegistryServiceStub):
     content is idempotent, and different content under a taken label fails with
     ALREADY_EXISTS and ErrorInfo(reason="VERSION_CONFLICT", metadata
     "existing_digest"). Malformed input fails with INVALID_ARGUMENT and BadRequest
-    field violations; content over the size limits with RESOURCE_EXHAUSTED.
+    field violations, also for content over the size limits (docs/digest.md,
+    "Limits").
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -152,9 +154,9 @@ class RegistryServiceAsyncStub(RegistryServiceStub):
     for a malformed reference, a range or a tag (components have no tags).
     """
     ListComponents: _aio.UnaryUnaryMultiCallable[_registry_service_pb2.ListComponentsRequest, _registry_service_pb2.ListComponentsResponse]  # type: ignore[assignment]
-    """ListComponents lists component versions, ordered by name, then newest
-    version first. Anonymous prompts (stored from inline system prompts) are
-    not listed.
+    """ListComponents lists component versions, ordered by name, then most
+    recently published first. Anonymous prompts (stored from inline system
+    prompts) are not listed.
     """
     PublishAgentVersion: _aio.UnaryUnaryMultiCallable[_registry_service_pb2.PublishAgentVersionRequest, _registry_service_pb2.PublishAgentVersionResponse]  # type: ignore[assignment]
     """PublishAgentVersion resolves every reference of a definition to one
@@ -225,7 +227,8 @@ class RegistryServiceServicer(metaclass=_abc_1.ABCMeta):
     content is idempotent, and different content under a taken label fails with
     ALREADY_EXISTS and ErrorInfo(reason="VERSION_CONFLICT", metadata
     "existing_digest"). Malformed input fails with INVALID_ARGUMENT and BadRequest
-    field violations; content over the size limits with RESOURCE_EXHAUSTED.
+    field violations, also for content over the size limits (docs/digest.md,
+    "Limits").
     """
 
     @_abc_1.abstractmethod
@@ -260,9 +263,9 @@ class RegistryServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _registry_service_pb2.ListComponentsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_registry_service_pb2.ListComponentsResponse, _abc.Awaitable[_registry_service_pb2.ListComponentsResponse]]:
-        """ListComponents lists component versions, ordered by name, then newest
-        version first. Anonymous prompts (stored from inline system prompts) are
-        not listed.
+        """ListComponents lists component versions, ordered by name, then most
+        recently published first. Anonymous prompts (stored from inline system
+        prompts) are not listed.
         """
 
     @_abc_1.abstractmethod
