@@ -23,6 +23,7 @@ from agentrt_base.settings import (
     ServerSettings,
     resolve_target,
 )
+from registry import cli as registry_cli
 from runtime_service import __version__
 
 #: Exit codes: 1 = the command failed, 2 = bad usage (argparse's own), 3 = cannot start.
@@ -127,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--service", default="", help="one service's name (default: the server)")
     health.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
     health.set_defaults(handler=_cmd_health)
+
+    registry_cli.add_commands(commands, add_target_argument)
     return parser
 
 

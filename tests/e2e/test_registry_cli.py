@@ -1,0 +1,235 @@
+"""The registry commands as a CI job runs them: ``agentrt`` subprocesses against a real server.
+
+The server runs in-process (``server_address``, on SQLite and PostgreSQL); every command is a
+separate process, so exit codes, stdout and the one-line stderr contract are what is tested.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+V7 = str(EXAMPLES / "coding_agent.yaml")
+V8 = str(EXAMPLES / "coding_agent_v8.yaml")
+AGENTRT = [sys.executable, "-m", "runtime_service.cli.main"]
+ABSENT = "sha256:" + "0" * 64
+
+# CI variables of the machine running the tests would leak into the provenance under test.
+_CI_PREFIXES = ("GITHUB_", "GITLAB_", "CI_", "AGENTRT_")
+
+
+def _env(target: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_CI_PREFIXES)}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "generated")])
+    env["AGENTRT_TARGET"] = target
+    env.update(extra)
+    return env
+
+
+def run(target: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*AGENTRT, *args],
+        env=_env(target, **env),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def ok(target: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    result = run(target, *args, **env)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def failure(target: str, *args: str, code: int = 1) -> str:
+    """Run a command that must fail; return its single stderr line."""
+    result = run(target, *args)
+    assert result.returncode == code, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("agentrt: ")
+    return lines[0]
+
+
+def digest_of(result: subprocess.CompletedProcess[str]) -> str:
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("sha256:") and len(first) == 71, result.stdout
+    return first
+
+
+def test_offline_digest_equals_published_digest_and_republish_is_idempotent(
+    server_address: str,
+) -> None:
+    offline = digest_of(ok(server_address, "digest", V7))
+    first = ok(server_address, "publish", V7)
+    assert digest_of(first) == offline
+    assert first.stdout.strip() == offline  # the digest alone, for $(agentrt publish …)
+    assert first.stderr.strip().splitlines()[-1] == "created coding_agent@agent_v7"
+    again = ok(server_address, "publish", V7, "--verbose")
+    assert digest_of(again) == offline
+    stderr = again.stderr.strip().splitlines()
+    assert stderr[-1] == "unchanged coding_agent@agent_v7"
+    assert "read_file@1  sha256:" in again.stderr and "unchanged" in stderr[0]
+    # v8 only declares apply_patch@3: offline it needs the v7 file, online the server.
+    v8_offline = digest_of(ok(server_address, "digest", V8, "--with", V7))
+    assert digest_of(ok(server_address, "digest", V8, "--target", server_address)) == v8_offline
+    assert digest_of(ok(server_address, "publish", V8)) == v8_offline
+
+
+def test_digest_without_the_referenced_components_names_the_reference(
+    server_address: str,
+) -> None:
+    line = failure(server_address, "digest", V8)
+    assert "agent.model_policy: 'coding-balanced@3'" in line
+    assert "--with" in line and "agentrt publish" in line
+
+
+def test_different_content_under_a_taken_label_fails_naming_the_existing_digest(
+    server_address: str, tmp_path: Path
+) -> None:
+    published = digest_of(ok(server_address, "publish", V7))
+    changed = tmp_path / "changed.yaml"
+    text = Path(V7).read_text()
+    changed.write_text(text.replace("hands back a reviewed diff", "hands back a diff"))
+    line = failure(server_address, "publish", str(changed))
+    assert line.startswith("agentrt: ALREADY_EXISTS: ")
+    assert "coding_agent@agent_v7" in line and published in line
+    component = tmp_path / "component.yaml"
+    component.write_text(text.replace("maximum: 3600", "maximum: 7200"))
+    line = failure(server_address, "publish", str(component))
+    assert line.startswith("agentrt: ALREADY_EXISTS: ") and "run_tests@1" in line
+
+
+def test_tags_move_by_compare_and_swap(server_address: str) -> None:
+    v7 = digest_of(ok(server_address, "publish", V7))
+    created = ok(server_address, "tag", "coding_agent", "prod", v7, "--expect-absent")
+    assert created.stdout.strip() == f"coding_agent:prod -> {v7} (event 1)"
+    # Already there: a retry succeeds whatever the expectation, and writes nothing.
+    again = ok(server_address, "tag", "coding_agent", "prod", v7, "--expect-absent")
+    assert again.stdout.strip() == f"coding_agent:prod -> {v7} (unchanged, event 1)"
+    v8 = digest_of(ok(server_address, "publish", V8))
+    line = failure(server_address, "tag", "coding_agent", "prod", v8, "--expect-absent")
+    assert line.startswith("agentrt: FAILED_PRECONDITION: ") and v7 in line
+    line = failure(server_address, "tag", "coding_agent", "prod", v8, "--expect", ABSENT)
+    assert line.startswith("agentrt: FAILED_PRECONDITION: ") and v7 in line
+    moved = ok(server_address, "tag", "coding_agent", "prod", "agent_v8", "--expect", v7)
+    assert moved.stdout.strip() == f"coding_agent:prod -> {v8} (event 2)"
+    retried = ok(server_address, "tag", "coding_agent", "prod", v8, "--expect", v7)
+    assert retried.stdout.strip() == f"coding_agent:prod -> {v8} (unchanged, event 2)"
+    # publish --tag: the version is published even when the tag expectation fails.
+    result = run(server_address, "publish", V7, "--tag", "prod", "--expect", v7)
+    assert result.returncode == 1
+    assert result.stdout.strip() == v7
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith("agentrt: coding_agent@agent_v7 is published")
+    )
+    canary = ok(server_address, "publish", V7, "--tag", "canary", "--expect-absent")
+    assert f"coding_agent:canary -> {v7} (event 3)" in canary.stderr
+    # A tag reference as DIGEST copies where it points.
+    copied = ok(server_address, "tag", "coding_agent", "stable", "coding_agent:canary")
+    assert copied.stdout.strip() == f"coding_agent:stable -> {v7} (event 4)"
+
+
+def test_show_diff_and_versions(server_address: str) -> None:
+    v7 = digest_of(
+        ok(
+            server_address,
+            "publish",
+            V7,
+            "--tag",
+            "prod",
+            "--label",
+            "build=17",
+            GITHUB_REPOSITORY="acme/agents",
+            GITHUB_SHA="abc123",
+            GITHUB_RUN_ID="99",
+            GITHUB_ACTOR="release-bot",
+        )
+    )
+    v8 = digest_of(ok(server_address, "publish", V8, "--publisher", "alice", "--commit", "def"))
+
+    shown = ok(server_address, "show", "coding_agent:prod").stdout
+    assert f"digest       {v7}" in shown
+    assert "resolved     coding_agent:prod (tag prod, event 1)" in shown
+    assert "published" in shown and "by release-bot" in shown
+    assert "source       https://github.com/acme/agents" in shown
+    assert "pipeline     https://github.com/acme/agents/actions/runs/99" in shown
+    assert "labels       build=17" in shown
+    lines = shown.splitlines()
+    read_file = next(line for line in lines if "tools[read_file]" in line).split()
+    assert read_file[:2] == ["tools[read_file]", "read_file@1"]
+    assert read_file[2].startswith("sha256:") and read_file[3:4] == ["schema"]
+    assert any("(requested repo-debug@^2.1)" in line for line in lines)
+
+    as_json = json.loads(ok(server_address, "show", "coding_agent@agent_v8", "--json").stdout)
+    assert as_json["agent_version"]["digest"] == v8
+    assert as_json["agent_version"]["publish"]["provenance"]["publisher"] == "alice"
+    assert as_json["resolution"]["kind"] == "REFERENCE_KIND_LABEL"
+    assert ok(server_address, "show", v8, "--digest").stdout.strip() == v8
+
+    diff = ok(server_address, "diff", "coding_agent@agent_v7", "coding_agent@agent_v8").stdout
+    changes = diff.strip().splitlines()
+    assert len(changes) == 1
+    assert changes[0].startswith("MODIFIED tools[apply_patch]  apply_patch@2 sha256:")
+    assert " -> apply_patch@3 sha256:" in changes[0] and "(schema sha256:" in changes[0]
+    same = ok(server_address, "diff", "coding_agent:prod", "coding_agent@agent_v7")
+    assert same.stdout.strip() == "identical"
+    diff_json = json.loads(ok(server_address, "diff", v7, v8, "--json").stdout)
+    assert [c["path"] for c in diff_json["changes"]] == ["tools[apply_patch]"]
+
+    versions = ok(server_address, "versions", "coding_agent").stdout.strip().splitlines()
+    assert [line.split()[:2] for line in versions] == [["agent_v8", v8], ["agent_v7", v7]]
+    assert versions[1].split()[-1] == "prod" and versions[0].split()[-1] == "-"
+    listed = json.loads(ok(server_address, "versions", "coding_agent", "--json").stdout)
+    assert [v["version_label"] for v in listed["agent_versions"]] == ["agent_v8", "agent_v7"]
+
+
+def test_failures_are_one_line(server_address: str, tmp_path: Path) -> None:
+    assert "NOT_FOUND" in failure(server_address, "show", "coding_agent@agent_v99")
+    assert "INVALID_ARGUMENT" in failure(server_address, "show", "coding_agent")
+    line = failure(server_address, "publish", str(tmp_path / "missing.yaml"), code=2)
+    assert "cannot read" in line
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("components:\n  - {kind: TOOL, name: t, version: 2.1, spec: {}}\n")
+    assert "quote the version" in failure(server_address, "digest", str(bad), code=2)
+    line = failure("127.0.0.1:1", "versions", "coding_agent")
+    assert line.startswith("agentrt: UNAVAILABLE: cannot reach 127.0.0.1:1")
+    line = failure(server_address, "publish", V7, "--expect-absent", code=2)
+    assert "--tag" in line
+
+
+def test_ci_publish_script_end_to_end_and_again(server_address: str, tmp_path: Path) -> None:
+    shim = tmp_path / "bin" / "agentrt"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m runtime_service.cli.main "$@"\n')
+    shim.chmod(0o755)
+    env = _env(server_address)
+    env["PATH"] = f"{shim.parent}{os.pathsep}{env['PATH']}"
+    for attempt in ("fresh database", "re-run"):
+        result = subprocess.run(
+            ["bash", str(EXAMPLES / "ci_publish.sh")],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, f"{attempt}:\n{result.stdout}\n{result.stderr}"
+        assert "MODIFIED tools[apply_patch]" in result.stdout
+        assert "== done: coding_agent:prod is sha256:" in result.stdout
+    v8 = ok(server_address, "show", "coding_agent@agent_v8", "--digest").stdout.strip()
+    assert ok(server_address, "show", "coding_agent:prod", "--digest").stdout.strip() == v8
