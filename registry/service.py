@@ -245,6 +245,7 @@ def resolve_agent(
     digest: str | None
     agent_id: str | None = None
     tag_name, tag_sequence, kind = "", 0, ReferenceKind.DIGEST
+    tags: list[str] | None = None
     match parsed:
         case refs.VersionRef(name=agent_id, version=label):
             digest = store.agent_digest_by_label(session, agent_id, label)
@@ -254,17 +255,17 @@ def resolve_agent(
         case refs.DigestRef(digest=digest):
             pass
         case refs.TagRef(name=agent_id, tag=tag_name):
-            target = store.tag_target(session, agent_id, tag_name)
-            digest, tag_sequence = target if target else (None, 0)
+            target = store.resolve_tag(session, agent_id, tag_name)
+            digest, tag_sequence, tags = target if target else (None, 0, None)
             kind = ReferenceKind.TAG
         case _:
             raise InvalidArgument.for_field(field_path, f"{ref!r} does not name an agent version")
     version = _load_agent_version(session, digest, cache) if digest else None
     if version is None or (agent_id is not None and version.agent_id != agent_id):
         raise NotFound("agent version", ref)
-    version = dataclasses.replace(
-        version, tags=tuple(store.tags_pointing_at(session, version.digest))
-    )
+    if tags is None:
+        tags = store.tags_pointing_at(session, version.digest)
+    version = dataclasses.replace(version, tags=tuple(tags))
     resolution = Resolution(ref, kind, "", now, tag_name, tag_sequence)
     return version, Resolution(
         resolution.requested_ref,
