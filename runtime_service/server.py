@@ -31,9 +31,11 @@ from agentrt_base.grpc_errors import ErrorMappingInterceptor
 from agentrt_base.settings import ServerSettings
 from registry.servicer import RegistryServicer
 from runtime_service import migrate
+from runtime_service.notify import Notifier
 from runtime_service.servicers.audit import AuditServicer
 from runtime_service.servicers.runtime import RuntimeServicer
 from runtime_service.servicers.worker import WorkerServicer
+from runtime_service.services.context import Runtime, RuntimeSettings
 
 log = logging.getLogger("agentrt.server")
 
@@ -50,6 +52,11 @@ _MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 
 class StartupError(Exception):
     """The server cannot start; the message is one line for the operator."""
+
+
+def _libpq_conninfo(database: Database) -> str:
+    """The database URL as libpq understands it (for the LISTEN connection)."""
+    return database.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 def _check_bindable(listen: str) -> None:
@@ -89,6 +96,10 @@ class AgentrtServer:
     port: int = 0
     _server: grpc.aio.Server | None = field(default=None, repr=False)
     _health: health.aio.HealthServicer | None = field(default=None, repr=False)
+    runtime_settings: RuntimeSettings = field(default_factory=RuntimeSettings)
+    _notifier: Notifier | None = field(default=None, repr=False)
+    _reaper: asyncio.Task[None] | None = field(default=None, repr=False)
+    _stop_background: asyncio.Event | None = field(default=None, repr=False)
 
     async def start(self) -> int:
         """Open and migrate the database, bind, start serving; return the bound port."""
@@ -118,14 +129,14 @@ class AgentrtServer:
             RegistryServicer(database),
             server,
         )
+        notifier = Notifier()
+        runtime = Runtime(database, notifier, self.runtime_settings)
+        worker = WorkerServicer(runtime)  # type: ignore[abstract]
         runtime_service_pb2_grpc.add_RuntimeServiceServicer_to_server(
-            RuntimeServicer(database),  # type: ignore[abstract]
+            RuntimeServicer(runtime),  # type: ignore[abstract]
             server,
         )
-        worker_service_pb2_grpc.add_WorkerServiceServicer_to_server(
-            WorkerServicer(database),  # type: ignore[abstract]
-            server,
-        )
+        worker_service_pb2_grpc.add_WorkerServiceServicer_to_server(worker, server)
         audit_service_pb2_grpc.add_AuditServiceServicer_to_server(
             AuditServicer(database),  # type: ignore[abstract]
             server,
@@ -148,6 +159,13 @@ class AgentrtServer:
             database.dispose()
             raise StartupError(f"cannot listen on {self.settings.listen}: address unavailable")
         await server.start()
+        if not database.is_sqlite:
+            notifier.start_listening(_libpq_conninfo(database))
+        self._notifier = notifier
+        self._stop_background = asyncio.Event()
+        self._reaper = asyncio.create_task(
+            worker.leases.run_reaper(self._stop_background), name="agentrt-reaper"
+        )
         for name in ("", *SERVICE_NAMES):
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._server, self._health, self.port = server, health_servicer, port
@@ -162,10 +180,18 @@ class AgentrtServer:
         """Report NOT_SERVING, let in-flight calls finish within ``grace``, release the DB."""
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
+        if self._stop_background is not None:
+            self._stop_background.set()
         if self._server is not None:
             await self._server.stop(
                 self.settings.shutdown_grace_seconds if grace is None else grace
             )
+        if self._reaper is not None:
+            await self._reaper
+            self._reaper = None
+        if self._notifier is not None:
+            await self._notifier.stop()
+            self._notifier = None
         if self.database is not None:
             await asyncio.to_thread(self.database.dispose)
         self._server = self._health = self.database = None

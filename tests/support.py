@@ -15,15 +15,18 @@ from grpc_status import rpc_status
 
 from agentrt_base.settings import ServerSettings
 from runtime_service.server import AgentrtServer
+from runtime_service.services.context import RuntimeSettings
 
 
 class ServerThread:
     """Runs :class:`AgentrtServer` (the production composition) on an event loop in a thread,
     so tests can use plain blocking stubs against a real server on an ephemeral port."""
 
-    def __init__(self, database_url: str) -> None:
+    def __init__(self, database_url: str, runtime_settings: RuntimeSettings | None = None) -> None:
         self.settings = ServerSettings(listen="127.0.0.1:0", database_url=database_url)
         self.server = AgentrtServer(self.settings)
+        if runtime_settings is not None:
+            self.server.runtime_settings = runtime_settings
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
@@ -41,8 +44,10 @@ class ServerThread:
 
 
 @contextlib.contextmanager
-def running_server(database_url: str) -> Iterator[str]:
-    thread = ServerThread(database_url)
+def running_server(
+    database_url: str, runtime_settings: RuntimeSettings | None = None
+) -> Iterator[str]:
+    thread = ServerThread(database_url, runtime_settings)
     address = thread.start()
     try:
         yield address

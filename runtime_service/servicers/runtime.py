@@ -1,17 +1,197 @@
 """gRPC adapter of ``agentrt.runtime.v1.RuntimeService``: proto in, use case, proto out.
 
-RPCs not implemented here fall through to the generated base class, which the error
-interceptor turns into ``UNIMPLEMENTED``.
+RPCs of later issues (inputs, approvals, steps, artifacts, blobs) fall through to the
+generated base class and answer UNIMPLEMENTED.
 """
 
 from __future__ import annotations
 
-from agentrt.runtime.v1 import runtime_service_pb2_grpc
-from agentrt_base.db import Database
+from collections.abc import AsyncIterator
+from typing import Any
+
+from agentrt.runtime.v1 import enum_pb2, runtime_service_pb2_grpc
+from agentrt.runtime.v1 import runtime_service_pb2 as pb
+from agentrt_base.errors import InvalidArgument
+from runtime_service import proto_map as pm
+from runtime_service.servicers.convert import enum_name, message_json, struct_json, time_or_none
+from runtime_service.services.context import Runtime
+from runtime_service.services.runs import RunSpec, RunsService
+from runtime_service.services.watch import WatchService
+
+Context = Any
 
 
 class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
-    """``agentrt.runtime.v1.RuntimeService``."""
+    def __init__(self, runtime: Runtime) -> None:
+        self._runs = RunsService(runtime)
+        self._watch = WatchService(runtime)
 
-    def __init__(self, database: Database) -> None:
-        self._database = database
+    async def CreateThread(
+        self, request: pb.CreateThreadRequest, context: Context
+    ) -> pb.CreateThreadResponse:
+        thread = await self._runs.create_thread(
+            request.title,
+            dict(request.metadata),
+            enum_name(
+                enum_pb2.ConcurrencyPolicy,
+                "CONCURRENCY_POLICY_",
+                request.concurrency_policy,
+                "concurrency_policy",
+            ),
+            request.request_id,
+        )
+        return pb.CreateThreadResponse(thread=pm.thread(thread))
+
+    async def GetThread(
+        self, request: pb.GetThreadRequest, context: Context
+    ) -> pb.GetThreadResponse:
+        return pb.GetThreadResponse(
+            thread=pm.thread(await self._runs.get_thread(request.thread_id))
+        )
+
+    async def ListThreads(
+        self, request: pb.ListThreadsRequest, context: Context
+    ) -> pb.ListThreadsResponse:
+        threads, token = await self._runs.list_threads(
+            dict(request.metadata), request.page_size, request.page_token
+        )
+        return pb.ListThreadsResponse(
+            threads=[pm.thread(t) for t in threads], next_page_token=token
+        )
+
+    async def AppendMessage(
+        self, request: pb.AppendMessageRequest, context: Context
+    ) -> pb.AppendMessageResponse:
+        message = await self._runs.append_message(
+            request.thread_id,
+            enum_name(enum_pb2.MessageRole, "MESSAGE_ROLE_", request.role, "role", required=True),
+            request.content,
+            struct_json(request.data),
+            request.run_id,
+        )
+        return pb.AppendMessageResponse(message=pm.message(message))
+
+    async def ListMessages(
+        self, request: pb.ListMessagesRequest, context: Context
+    ) -> pb.ListMessagesResponse:
+        messages, token = await self._runs.list_messages(
+            request.thread_id,
+            request.run_id,
+            request.newest_first,
+            request.page_size,
+            request.page_token,
+        )
+        return pb.ListMessagesResponse(
+            messages=[pm.message(m) for m in messages], next_page_token=token
+        )
+
+    async def CreateRun(
+        self, request: pb.CreateRunRequest, context: Context
+    ) -> pb.CreateRunResponse:
+        spec = RunSpec(
+            thread_id=request.thread_id,
+            agent_ref=request.agent_ref,
+            goal=message_json(request.goal),
+            max_steps=request.budget.max_steps,
+            max_model_tokens=request.budget.max_model_tokens,
+            max_cost_usd=request.budget.max_cost_usd,
+            deadline_time=time_or_none(request, "deadline_time"),
+            priority=request.priority,
+            max_attempts=request.max_attempts,
+            parent_run_id=request.parent_run_id,
+            derived_from_run_id=request.derived_from_run_id,
+            permission_ceiling=enum_name(
+                enum_pb2.PermissionCeiling,
+                "PERMISSION_CEILING_",
+                request.permission_ceiling,
+                "permission_ceiling",
+            ),
+            concurrency_policy=enum_name(
+                enum_pb2.ConcurrencyPolicy,
+                "CONCURRENCY_POLICY_",
+                request.concurrency_policy,
+                "concurrency_policy",
+            ),
+            labels=dict(request.labels),
+            request_id=request.request_id,
+        )
+        return pb.CreateRunResponse(run=pm.run(await self._runs.create_run(spec)))
+
+    async def GetRun(self, request: pb.GetRunRequest, context: Context) -> pb.GetRunResponse:
+        return pb.GetRunResponse(run=pm.run(await self._runs.get_run(request.run_id)))
+
+    async def ListRuns(self, request: pb.ListRunsRequest, context: Context) -> pb.ListRunsResponse:
+        statuses = [
+            enum_name(enum_pb2.RunStatus, "RUN_STATUS_", s, f"statuses[{i}]", required=True)
+            for i, s in enumerate(request.statuses)
+        ]
+        runs, token = await self._runs.list_runs(
+            request.thread_id, statuses, request.agent_id, request.page_size, request.page_token
+        )
+        return pb.ListRunsResponse(runs=[pm.run(r) for r in runs], next_page_token=token)
+
+    async def CancelRun(
+        self, request: pb.CancelRunRequest, context: Context
+    ) -> pb.CancelRunResponse:
+        run = await self._runs.cancel_run(request.run_id, request.reason, request.actor)
+        return pb.CancelRunResponse(run=pm.run(run))
+
+    async def PauseRun(self, request: pb.PauseRunRequest, context: Context) -> pb.PauseRunResponse:
+        run = await self._runs.pause_run(request.run_id, request.reason, request.actor)
+        return pb.PauseRunResponse(run=pm.run(run))
+
+    async def ResumeRun(
+        self, request: pb.ResumeRunRequest, context: Context
+    ) -> pb.ResumeRunResponse:
+        run = await self._runs.resume_run(request.run_id, request.reason, request.actor)
+        return pb.ResumeRunResponse(run=pm.run(run))
+
+    async def AmendRun(self, request: pb.AmendRunRequest, context: Context) -> pb.AmendRunResponse:
+        amendment = message_json(request.amendment)
+        for server_side in ("input_revision", "actor", "create_time"):
+            amendment.pop(server_side, None)
+        run = await self._runs.amend_run(
+            request.run_id, amendment, request.expected_input_revision, request.actor
+        )
+        return pb.AmendRunResponse(run=pm.run(run))
+
+    async def ListAttempts(
+        self, request: pb.ListAttemptsRequest, context: Context
+    ) -> pb.ListAttemptsResponse:
+        attempts, token = await self._runs.list_attempts(
+            request.run_id, request.page_size, request.page_token
+        )
+        return pb.ListAttemptsResponse(
+            attempts=[pm.attempt(a) for a in attempts], next_page_token=token
+        )
+
+    async def WatchRun(
+        self, request: pb.WatchRunRequest, context: Context
+    ) -> AsyncIterator[pb.WatchRunResponse]:
+        if request.after_sequence < 0:
+            raise InvalidArgument.for_field("after_sequence", "must not be negative")
+        types = _event_types(request.event_types)
+        async for event in self._watch.watch_run(request.run_id, request.after_sequence):
+            if not types or event.event_type in types:
+                yield pb.WatchRunResponse(event=pm.event(event))
+
+    async def WatchThread(
+        self, request: pb.WatchThreadRequest, context: Context
+    ) -> AsyncIterator[pb.WatchThreadResponse]:
+        types = _event_types(request.event_types)
+        async for event in self._watch.watch_thread(
+            request.thread_id, request.after_cursor, request.live_only
+        ):
+            if not types or event.event_type in types:
+                yield pb.WatchThreadResponse(event=pm.event(event), cursor=str(event.thread_cursor))
+
+
+def _event_types(values: Any) -> set[str]:
+    names = set()
+    for i, value in enumerate(values):
+        name = enum_name(
+            enum_pb2.EventType, "EVENT_TYPE_", value, f"event_types[{i}]", required=True
+        )
+        head, _, tail = name.lower().partition("_")
+        names.add(f"{head}.{tail}")
+    return names

@@ -1,0 +1,200 @@
+"""The event log: append in the caller's transaction, hash-chained per run.
+
+A chain is ``(thread_id, run_id)``: a run's events, or (``run_id == ""``) the thread's own
+events. Each event's hash is SHA-256 over the RFC 8785 canonical JSON of the event (its id,
+chain, sequence, type, time, attributes and the previous event's hash), so rewriting any
+stored event, or dropping one, breaks every later link; ``docs/lifecycle.md`` has the exact
+form so an auditor can recompute it offline.
+
+Attributes are stored as the proto3 JSON mapping of the event's attributes message (field
+names as in the proto), which is also what watchers receive: the stored form is the wire
+form.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import sqlalchemy as sa
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from agentrt_base.ids import new_id
+from registry import canonical
+from runtime_service.store.tables import EventRow, ThreadRow
+
+# Core tables for the hot path (the ORM classes' __table__ is typed as a generic FromClause).
+_EVENTS = cast(sa.Table, EventRow.__table__)
+_THREADS = cast(sa.Table, ThreadRow.__table__)
+
+
+def event_type_name(attributes: Message) -> str:
+    """``run.created`` for ``RunCreatedAttributes`` (the dotted form used in the log)."""
+    name = attributes.DESCRIPTOR.name.removesuffix("Attributes")
+    words: list[str] = []
+    for ch in name:
+        if ch.isupper() and words:
+            words.append("_")
+        words.append(ch.lower())
+    snake = "".join(words)
+    head, _, tail = snake.partition("_")
+    return f"{head}.{tail}"
+
+
+def format_time(value: dt.datetime) -> str:
+    """RFC 3339 in UTC with microseconds: the one spelling of a time inside a hash."""
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def event_hash(
+    *,
+    event_id: str,
+    thread_id: str,
+    run_id: str,
+    sequence: int,
+    event_type: str,
+    event_time: str,
+    attributes: Any,
+    prev_hash: str,
+) -> str:
+    document = {
+        "attributes": attributes,
+        "event_time": event_time,
+        "event_type": event_type,
+        "id": event_id,
+        "prev_hash": prev_hash,
+        "run_id": run_id,
+        "sequence": sequence,
+        "thread_id": thread_id,
+        "type": "agentrt.event.v1",
+    }
+    return canonical.digest_bytes(canonical.canonical_bytes(document))
+
+
+@dataclass
+class Chain:
+    """The head of one chain, carried through a transaction that appends to it."""
+
+    thread_id: str
+    run_id: str
+    last_sequence: int
+    last_hash: str
+    #: (thread cursor, run id) of each event appended, for wake-ups after commit.
+    appended: list[tuple[int, str]] = field(default_factory=list)
+
+
+def append(
+    conn: sa.Connection, chain: Chain, attributes: Message, now: dt.datetime
+) -> tuple[int, str]:
+    """Append one event to ``chain`` in the current transaction; return (sequence, hash).
+
+    The caller holds the lock on the chain's owner (the run row, or the thread row for a
+    thread's own events) and writes ``chain.last_sequence``/``last_hash`` back to it. The
+    thread's event cursor is taken here with an ``UPDATE … RETURNING``, which also locks the
+    thread row, so cursors are handed out in commit order.
+    """
+    cursor = conn.execute(
+        sa.update(_THREADS)
+        .where(_THREADS.c.id == chain.thread_id)
+        .values(event_cursor=_THREADS.c.event_cursor + 1)
+        .returning(_THREADS.c.event_cursor)
+    ).scalar_one()
+    sequence = chain.last_sequence + 1
+    event_id = new_id("evt")
+    event_type = event_type_name(attributes)
+    attrs = json_format.MessageToDict(attributes, preserving_proto_field_name=True)
+    digest = event_hash(
+        event_id=event_id,
+        thread_id=chain.thread_id,
+        run_id=chain.run_id,
+        sequence=sequence,
+        event_type=event_type,
+        event_time=format_time(now),
+        attributes=attrs,
+        prev_hash=chain.last_hash,
+    )
+    conn.execute(
+        sa.insert(_EVENTS).values(
+            id=event_id,
+            thread_id=chain.thread_id,
+            run_id=chain.run_id,
+            sequence=sequence,
+            thread_cursor=cursor,
+            event_type=event_type,
+            event_time=now,
+            attributes_json=json.dumps(attrs, separators=(",", ":"), ensure_ascii=False),
+            prev_hash=chain.last_hash,
+            hash=digest,
+        )
+    )
+    chain.last_sequence, chain.last_hash = sequence, digest
+    chain.appended.append((cursor, chain.run_id))
+    return sequence, digest
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    id: str
+    thread_id: str
+    run_id: str
+    sequence: int
+    thread_cursor: int
+    event_type: str
+    event_time: dt.datetime
+    attributes: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+    def recomputed_hash(self) -> str:
+        return event_hash(
+            event_id=self.id,
+            thread_id=self.thread_id,
+            run_id=self.run_id,
+            sequence=self.sequence,
+            event_type=self.event_type,
+            event_time=format_time(self.event_time),
+            attributes=self.attributes,
+            prev_hash=self.prev_hash,
+        )
+
+
+def _stored(row: sa.Row[Any]) -> StoredEvent:
+    return StoredEvent(
+        id=row.id,
+        thread_id=row.thread_id,
+        run_id=row.run_id,
+        sequence=row.sequence,
+        thread_cursor=row.thread_cursor,
+        event_type=row.event_type,
+        event_time=row.event_time,
+        attributes=json.loads(row.attributes_json),
+        prev_hash=row.prev_hash,
+        hash=row.hash,
+    )
+
+
+def run_events_after(
+    conn: sa.Connection, run_id: str, after_sequence: int, limit: int
+) -> list[StoredEvent]:
+    rows = conn.execute(
+        sa.select(_EVENTS)
+        .where(_EVENTS.c.run_id == run_id, _EVENTS.c.sequence > after_sequence)
+        .order_by(_EVENTS.c.sequence)
+        .limit(limit)
+    ).all()
+    return [_stored(r) for r in rows]
+
+
+def thread_events_after(
+    conn: sa.Connection, thread_id: str, after_cursor: int, limit: int
+) -> list[StoredEvent]:
+    rows = conn.execute(
+        sa.select(_EVENTS)
+        .where(_EVENTS.c.thread_id == thread_id, _EVENTS.c.thread_cursor > after_cursor)
+        .order_by(_EVENTS.c.thread_cursor)
+        .limit(limit)
+    ).all()
+    return [_stored(r) for r in rows]

@@ -1,0 +1,127 @@
+"""Wake-ups after commit: in-process, and across replicas through PostgreSQL LISTEN/NOTIFY.
+
+Waiters (watch streams, long-polling AcquireRun) never poll the database while idle: they
+sleep on a key (``run:<id>``, ``thread:<id>``, ``work``) and re-read from their cursor when
+woken. A wake-up carries no data, so a duplicate or a spurious one costs one query and loses
+nothing; that is what lets the PostgreSQL path be simple: every replica (this one included)
+hears every NOTIFY and wakes its local waiters.
+
+On PostgreSQL the NOTIFY is issued inside the writing transaction, so it is delivered only if
+that transaction commits (PostgreSQL queues notifications until commit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+
+import sqlalchemy as sa
+
+log = logging.getLogger("agentrt.notify")
+
+CHANNEL = "agentrt_events"
+WORK = "work"
+
+
+def run_key(run_id: str) -> str:
+    return f"run:{run_id}"
+
+
+def thread_key(thread_id: str) -> str:
+    return f"thread:{thread_id}"
+
+
+class Notifier:
+    """Local waiters by key; woken by :meth:`wake` (same process) or by the listener task."""
+
+    def __init__(self) -> None:
+        self._waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self._listener: asyncio.Task[None] | None = None
+
+    def wake(self, keys: Iterable[str]) -> None:
+        """Wake every local waiter on any of ``keys``. Call on the event loop."""
+        for key in keys:
+            for event in self._waiters.get(key, ()):
+                event.set()
+
+    async def wait(self, keys: Iterable[str], timeout: float | None) -> bool:  # noqa: ASYNC109
+        """Sleep until one of ``keys`` is woken or ``timeout`` passes; True if woken.
+
+        Callers register *before* reading the database (see :meth:`subscribe`) so a commit
+        between their read and their sleep cannot be missed.
+        """
+        with self.subscribe(keys) as event:
+            return await self.sleep(event, timeout)
+
+    @contextlib.contextmanager
+    def subscribe(self, keys: Iterable[str]) -> Iterator[asyncio.Event]:
+        event = asyncio.Event()
+        registered = list(keys)
+        for key in registered:
+            self._waiters[key].add(event)
+        try:
+            yield event
+        finally:
+            for key in registered:
+                waiters = self._waiters.get(key)
+                if waiters is not None:
+                    waiters.discard(event)
+                    if not waiters:
+                        del self._waiters[key]
+
+    @staticmethod
+    async def sleep(event: asyncio.Event, timeout: float | None) -> bool:  # noqa: ASYNC109
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def waiting(self) -> int:
+        """Number of keys with at least one waiter (for tests and metrics)."""
+        return len(self._waiters)
+
+    # -- PostgreSQL ------------------------------------------------------------------------
+
+    def start_listening(self, conninfo: str) -> None:
+        """Listen on :data:`CHANNEL` in the background (PostgreSQL only)."""
+        self._listener = asyncio.create_task(self._listen(conninfo), name="agentrt-listen")
+
+    async def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._listener
+            self._listener = None
+
+    async def _listen(self, conninfo: str) -> None:
+        import psycopg
+
+        delay = 0.5
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    delay = 0.5
+                    # A (re)connect may have missed notifications: wake everyone to re-read.
+                    self.wake(list(self._waiters))
+                    async for note in conn.notifies():
+                        self.wake(note.payload.split(" "))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the connection dropped: retry, waiters re-read on return
+                log.warning("LISTEN connection lost (%s); reconnecting", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+
+def notify_in_transaction(conn: sa.Connection, keys: Iterable[str]) -> None:
+    """On PostgreSQL, queue a NOTIFY for ``keys``; it is delivered if the transaction commits."""
+    if conn.dialect.name != "postgresql":
+        return
+    payload = " ".join(sorted(set(keys)))
+    if payload:
+        conn.execute(sa.select(sa.func.pg_notify(CHANNEL, payload)))

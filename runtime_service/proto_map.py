@@ -1,0 +1,171 @@
+"""Runtime rows → protos (transport only)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from google.protobuf import json_format, timestamp_pb2
+
+from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
+from runtime_service.events import StoredEvent
+from runtime_service.store.tables import AttemptRow, MessageRow, RunRow, ThreadRow
+
+
+def timestamp(value: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
+    if value is None:
+        return None
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(value)
+    return stamp
+
+
+def _enum(enum: Any, prefix: str, value: str) -> Any:
+    return enum.Value(prefix + value) if value else 0
+
+
+def thread(row: ThreadRow) -> message_pb2.Thread:
+    return message_pb2.Thread(
+        id=row.id,
+        title=row.title,
+        metadata=json.loads(row.metadata_json),
+        concurrency_policy=_enum(
+            enum_pb2.ConcurrencyPolicy, "CONCURRENCY_POLICY_", row.concurrency_policy
+        ),
+        create_time=timestamp(row.create_time),
+    )
+
+
+def message(row: MessageRow) -> message_pb2.Message:
+    out = message_pb2.Message(
+        id=row.id,
+        thread_id=row.thread_id,
+        role=_enum(enum_pb2.MessageRole, "MESSAGE_ROLE_", row.role),
+        content=row.content,
+        run_id=row.run_id,
+        create_time=timestamp(row.create_time),
+    )
+    data = json.loads(row.data_json)
+    if data:
+        out.data.update(data)
+    return out
+
+
+def binding(run: RunRow) -> message_pb2.AgentBinding:
+    return message_pb2.AgentBinding(
+        requested_ref=run.agent_requested_ref,
+        agent_digest=run.agent_digest,
+        agent_id=run.agent_id,
+        version_label=run.agent_version_label,
+        resolved_via_tag=run.agent_resolved_via_tag,
+        resolve_time=timestamp(run.agent_resolve_time),
+    )
+
+
+def goal(run: RunRow) -> message_pb2.Goal:
+    return json_format.ParseDict(json.loads(run.goal_json), message_pb2.Goal())
+
+
+def budget(run: RunRow) -> message_pb2.Budget:
+    return message_pb2.Budget(
+        max_steps=run.max_steps,
+        max_model_tokens=run.max_model_tokens,
+        max_cost_usd=run.max_cost_usd,
+    )
+
+
+def amendment(record: dict[str, Any]) -> message_pb2.Amendment:
+    return json_format.ParseDict(record, message_pb2.Amendment(), ignore_unknown_fields=True)
+
+
+def run(row: RunRow) -> message_pb2.Run:
+    return message_pb2.Run(
+        id=row.id,
+        thread_id=row.thread_id,
+        agent=binding(row),
+        goal=goal(row),
+        amendments=[amendment(a) for a in json.loads(row.amendments_json)],
+        input_revision=row.input_revision,
+        budget=budget(row),
+        deadline_time=timestamp(row.deadline_time),
+        priority=row.priority,
+        max_attempts=row.max_attempts,
+        parent_run_id=row.parent_run_id,
+        derived_from_run_id=row.derived_from_run_id,
+        permission_ceiling=_enum(
+            enum_pb2.PermissionCeiling, "PERMISSION_CEILING_", row.permission_ceiling
+        ),
+        concurrency_policy=_enum(
+            enum_pb2.ConcurrencyPolicy, "CONCURRENCY_POLICY_", row.concurrency_policy
+        ),
+        labels=json.loads(row.labels_json),
+        runtime_version=row.runtime_version,
+        status=_enum(enum_pb2.RunStatus, "RUN_STATUS_", row.status),
+        terminal_reason=_enum(enum_pb2.TerminalReason, "TERMINAL_REASON_", row.terminal_reason),
+        terminal_message=row.terminal_message,
+        cancel_requested=row.cancel_requested,
+        pause_requested=row.pause_requested,
+        latest_checkpoint_id=row.latest_checkpoint_id,
+        usage=message_pb2.Usage(
+            input_tokens=row.input_tokens, output_tokens=row.output_tokens, cost_usd=row.cost_usd
+        ),
+        step_count=row.step_count,
+        attempt_count=row.attempt_count,
+        current_attempt_id=row.current_attempt_id,
+        result_summary=row.result_summary,
+        output_ref=row.output_ref,
+        create_time=timestamp(row.create_time),
+        start_time=timestamp(row.start_time),
+        end_time=timestamp(row.end_time),
+        update_time=timestamp(row.update_time),
+        last_event_sequence=row.last_event_sequence,
+    )
+
+
+def attempt(row: AttemptRow) -> message_pb2.Attempt:
+    out = message_pb2.Attempt(
+        id=row.id,
+        run_id=row.run_id,
+        number=row.number,
+        reason=_enum(enum_pb2.AttemptReason, "ATTEMPT_REASON_", row.reason),
+        worker_id=row.worker_id,
+        lease_epoch=row.lease_epoch,
+        resume_from_checkpoint_id=row.resume_from_checkpoint_id,
+        status=_enum(enum_pb2.AttemptStatus, "ATTEMPT_STATUS_", row.status),
+        start_time=timestamp(row.start_time),
+        end_time=timestamp(row.end_time),
+        lease_expire_time=timestamp(row.lease_expire_time),
+        usage=message_pb2.Usage(
+            input_tokens=row.input_tokens, output_tokens=row.output_tokens, cost_usd=row.cost_usd
+        ),
+        result_summary=row.result_summary,
+        output_ref=row.output_ref,
+    )
+    if row.error_class or row.error_message:
+        out.error.CopyFrom(
+            message_pb2.AttemptError(
+                error_class=_enum(enum_pb2.ErrorClass, "ERROR_CLASS_", row.error_class),
+                message=row.error_message,
+                retryable=row.retryable,
+            )
+        )
+    return out
+
+
+def event(stored: StoredEvent) -> event_pb2.Event:
+    out = event_pb2.Event(
+        id=stored.id,
+        run_id=stored.run_id,
+        thread_id=stored.thread_id,
+        sequence=stored.sequence,
+        event_time=timestamp(stored.event_time),
+        event_type=enum_pb2.EventType.Value(
+            "EVENT_TYPE_" + stored.event_type.replace(".", "_").upper()
+        ),
+        prev_hash=stored.prev_hash,
+        hash=stored.hash,
+    )
+    field = stored.event_type.replace(".", "_") + "_attributes"
+    json_format.ParseDict(stored.attributes, getattr(out, field))
+    return out

@@ -1,0 +1,1 @@
+"""The runtime's use cases (threads, runs, leases), over storage, without transport."""

@@ -1,0 +1,67 @@
+"""What every runtime use case needs: the database, the notifier, the runtime's settings,
+and the one way to write (commit, then wake whoever waits on what changed)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from sqlalchemy.orm import Session
+
+from agentrt_base.db import Database
+from runtime_service import notify
+from runtime_service.notify import Notifier
+
+T = TypeVar("T")
+
+#: Session.info key under which a transaction collects the keys to wake after commit.
+WAKE = "agentrt.wake"
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    default_lease_ttl: dt.timedelta = dt.timedelta(seconds=30)
+    max_lease_ttl: dt.timedelta = dt.timedelta(minutes=10)
+    min_lease_ttl: dt.timedelta = dt.timedelta(seconds=1)
+    default_wait: dt.timedelta = dt.timedelta(seconds=30)
+    max_wait: dt.timedelta = dt.timedelta(seconds=60)
+    #: How long a worker has to acknowledge a cancel or pause before the runtime ends the
+    #: attempt itself (and bumps the epoch so late writes bounce).
+    stop_grace: dt.timedelta = dt.timedelta(seconds=10)
+    #: How often the reaper looks for expired leases, stop deadlines and run deadlines.
+    reaper_interval: float = 1.0
+    default_max_attempts: int = 3
+
+
+@dataclass
+class Runtime:
+    database: Database
+    notifier: Notifier
+    settings: RuntimeSettings = field(default_factory=RuntimeSettings)
+
+    async def write(self, fn: Callable[[Session], T]) -> T:
+        """Run ``fn`` in one write transaction; after it commits, wake the keys it touched.
+
+        The wake-up happens only after commit, so a woken waiter always finds what woke it.
+        """
+        keys: list[str] = []
+
+        def run(session: Session) -> T:
+            session.info[WAKE] = keys
+            result = fn(session)
+            notify.notify_in_transaction(session.connection(), keys)
+            return result
+
+        result = await self.database.write(run)
+        self.notifier.wake(keys)
+        return result
+
+    async def read(self, fn: Callable[[Session], T]) -> T:
+        return await self.database.read(fn)
+
+
+def wake(session: Session, *keys: str) -> None:
+    """Ask for ``keys`` to be woken once the current transaction commits."""
+    session.info.setdefault(WAKE, []).extend(keys)

@@ -1,0 +1,461 @@
+"""Workers' side of the lifecycle: acquire under a lease, heartbeat, finish; and the reaper.
+
+The fence is ``(attempt_id, lease_epoch)``. A write is accepted only while the run's
+``current_attempt_id`` and ``lease_epoch`` still equal it (checked under the run's row lock),
+so a worker that lost its lease, or whose attempt the runtime ended, changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import logging
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from agentrt.runtime.v1 import enum_pb2, event_pb2
+from agentrt_base.db import utcnow
+from agentrt_base.errors import FailedPrecondition, InvalidArgument, LeaseLost
+from agentrt_base.ids import new_id
+from agentrt_base.lru import LruCache
+from registry import service as registry_service
+from registry import store as registry_store
+from runtime_service import notify
+from runtime_service.lifecycle import TERMINAL, Actor, RunStatus, Trigger
+from runtime_service.services import transitions
+from runtime_service.services.context import Runtime
+from runtime_service.services.runs import active_attempt, run_for_update
+from runtime_service.store.tables import AttemptRow, RunRow
+
+log = logging.getLogger("agentrt.leases")
+
+OUTCOMES = (
+    "SUCCEEDED_COMPLETE_RUN",
+    "FAILED_RETRYABLE",
+    "FAILED_PERMANENT",
+    "CANCELLED",
+    "PAUSED",
+    "WAITING_APPROVAL",
+)
+#: The attempt status each outcome leaves behind (for recognising a repeated FinishAttempt).
+_OUTCOME_STATUS = {
+    "SUCCEEDED_COMPLETE_RUN": "SUCCEEDED",
+    "FAILED_RETRYABLE": "FAILED",
+    "FAILED_PERMANENT": "FAILED",
+    "CANCELLED": "CANCELLED",
+    "PAUSED": "PAUSED",
+    "WAITING_APPROVAL": "ENDED_FOR_APPROVAL",
+}
+
+
+@dataclass(frozen=True)
+class Acquired:
+    run: RunRow
+    attempt: AttemptRow
+    agent_json: bytes
+    tool_names: list[str]
+    skill_names: list[str]
+    completion_checks: list[str]
+
+
+@dataclass(frozen=True)
+class HeartbeatResult:
+    lease_expire_time: dt.datetime
+    cancel_requested: bool
+    pause_requested: bool
+    deadline_time: dt.datetime | None
+    input_revision: int
+
+
+def fenced(session: Session, attempt_id: str, lease_epoch: int) -> tuple[RunRow, AttemptRow]:
+    """The run (locked) and attempt a fence names, if it is still current.
+
+    Raises:
+        InvalidArgument: no fence given.
+        LeaseLost: the attempt is unknown, ended, or superseded (ABORTED, reason LEASE_LOST).
+    """
+    if not attempt_id or lease_epoch <= 0:
+        raise InvalidArgument.for_field("fence", "required: attempt_id and lease_epoch")
+    attempt = session.get(AttemptRow, attempt_id)
+    if attempt is None:
+        raise LeaseLost(f"attempt {attempt_id} does not exist", metadata={"attempt_status": ""})
+    run = run_for_update(session, attempt.run_id)
+    session.refresh(attempt)
+    if run.current_attempt_id != attempt_id or run.lease_epoch != lease_epoch:
+        raise LeaseLost(
+            f"the lease of attempt {attempt_id} (epoch {lease_epoch}) is no longer held: "
+            f"the attempt is {attempt.status}, the run is {run.status}",
+            metadata={"attempt_status": attempt.status, "run_status": run.status},
+        )
+    return run, attempt
+
+
+class LeasesService:
+    def __init__(self, runtime: Runtime) -> None:
+        self._rt = runtime
+        self._agents: LruCache[str, tuple[bytes, list[str], list[str], list[str]]] = LruCache(256)
+
+    def _ttl(self, requested: dt.timedelta | None) -> dt.timedelta:
+        s = self._rt.settings
+        if requested is None or requested <= dt.timedelta(0):
+            return s.default_lease_ttl
+        if requested < s.min_lease_ttl or requested > s.max_lease_ttl:
+            raise InvalidArgument.for_field(
+                "lease_ttl", f"must be between {s.min_lease_ttl} and {s.max_lease_ttl}"
+            )
+        return requested
+
+    async def acquire(
+        self,
+        worker_id: str,
+        agent_ids: list[str],
+        labels: dict[str, str],
+        lease_ttl: dt.timedelta | None,
+        wait: dt.timedelta | None,
+    ) -> Acquired | None:
+        """Hand the highest-priority, oldest eligible run to ``worker_id``, waiting up to
+        ``wait`` for one to appear; None if none did."""
+        if not worker_id or len(worker_id) > 200:
+            raise InvalidArgument.for_field("worker_id", "required, at most 200 characters")
+        ttl = self._ttl(lease_ttl)
+        s = self._rt.settings
+        if wait is None or wait < dt.timedelta(0):
+            wait = s.default_wait
+        wait = min(wait, s.max_wait)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait.total_seconds()
+        while True:
+            # Subscribe before looking, so a run queued between the look and the sleep wakes us.
+            with self._rt.notifier.subscribe([notify.WORK]) as woken:
+                acquired = await self._rt.write(
+                    lambda session: self._try_acquire(session, worker_id, agent_ids, labels, ttl)
+                )
+                if acquired is not None:
+                    return acquired
+                remaining = deadline - loop.time()
+                if remaining <= 0 or not await self._rt.notifier.sleep(woken, remaining):
+                    return None
+
+    def _try_acquire(
+        self,
+        session: Session,
+        worker_id: str,
+        agent_ids: list[str],
+        labels: dict[str, str],
+        ttl: dt.timedelta,
+    ) -> Acquired | None:
+        now = utcnow()
+        stmt = (
+            sa.select(RunRow)
+            .where(
+                RunRow.status == RunStatus.QUEUED.value,
+                RunRow.blocked_by_run_id == "",
+                sa.or_(RunRow.deadline_time.is_(None), RunRow.deadline_time > now),
+            )
+            .order_by(RunRow.priority.desc(), RunRow.create_time, RunRow.id)
+        )
+        if agent_ids:
+            stmt = stmt.where(RunRow.agent_id.in_(agent_ids))
+        # Label filters are checked in Python over a bounded candidate set; SKIP LOCKED makes
+        # concurrent acquirers on PostgreSQL take different rows instead of queueing behind
+        # one (SQLite's single writer serialises acquirers already).
+        candidates = session.scalars(stmt.limit(20).with_for_update(skip_locked=True)).all()
+        run = next(
+            (
+                r
+                for r in candidates
+                if all(json.loads(r.labels_json).get(k) == v for k, v in labels.items())
+            ),
+            None,
+        )
+        if run is None:
+            return None
+        run.attempt_count += 1
+        run.lease_epoch += 1
+        attempt = AttemptRow(
+            id=new_id("att"),
+            run_id=run.id,
+            number=run.attempt_count,
+            reason=run.next_attempt_reason or "INITIAL",
+            worker_id=worker_id,
+            lease_epoch=run.lease_epoch,
+            resume_from_checkpoint_id=run.latest_checkpoint_id,
+            status="ACTIVE",
+            start_time=now,
+            end_time=None,
+            lease_expire_time=now + ttl,
+            lease_ttl_ms=int(ttl.total_seconds() * 1000),
+            error_class="",
+            error_message="",
+            retryable=False,
+            input_tokens=0,
+            output_tokens=0,
+            cost_usd=0.0,
+            result_summary="",
+            output_ref="",
+        )
+        session.add(attempt)
+        run.current_attempt_id = attempt.id
+        transitions.apply(
+            session, run, Trigger.ACQUIRE, Actor.WORKER, now, message=f"acquired by {worker_id}"
+        )
+        transitions.append_run_event(
+            session,
+            run,
+            event_pb2.AttemptStartedAttributes(
+                attempt_id=attempt.id,
+                number=attempt.number,
+                reason=enum_pb2.AttemptReason.Value(f"ATTEMPT_REASON_{attempt.reason}"),
+                worker_id=worker_id,
+                lease_epoch=attempt.lease_epoch,
+                resume_from_checkpoint_id=attempt.resume_from_checkpoint_id,
+            ),
+            now,
+        )
+        session.flush()
+        agent_json, tools, skills, checks = self._bound_agent(session, run.agent_digest)
+        return Acquired(run, attempt, agent_json, tools, skills, checks)
+
+    def _bound_agent(
+        self, session: Session, digest: str
+    ) -> tuple[bytes, list[str], list[str], list[str]]:
+        """The bound definition with every component's content, as JSON (cached by digest:
+        an agent version never changes)."""
+        cached = self._agents.get(digest)
+        if cached is not None:
+            return cached
+        version, _ = registry_service.resolve_agent(session, digest)
+        components: dict[str, Any] = {}
+        for entry in version.closure:
+            row = registry_store.component_by_digest(session, entry.digest)
+            spec = json.loads(row.spec_json) if row else {}
+            components[entry.slot] = {**entry.to_json(), "spec": spec}
+        checks = [
+            c["name"]
+            for c in components.get("completion_policy", {}).get("spec", {}).get("checks", [])
+        ]
+        document = {
+            "agent_id": version.agent_id,
+            "version_label": version.version_label,
+            "digest": version.digest,
+            "definition": version.definition.to_json(),
+            "components": components,
+        }
+        value = (
+            json.dumps(document, ensure_ascii=False, sort_keys=True).encode(),
+            [e.name for e in version.closure if e.slot.startswith("tools[")],
+            [e.name for e in version.closure if e.slot.startswith("skills[")],
+            checks,
+        )
+        self._agents.put(digest, value)
+        return value
+
+    async def heartbeat(self, attempt_id: str, lease_epoch: int) -> HeartbeatResult:
+        def write(session: Session) -> HeartbeatResult:
+            run, attempt = fenced(session, attempt_id, lease_epoch)
+            now = utcnow()
+            attempt.lease_expire_time = now + dt.timedelta(milliseconds=attempt.lease_ttl_ms)
+            return HeartbeatResult(
+                attempt.lease_expire_time,
+                run.cancel_requested,
+                run.pause_requested,
+                run.deadline_time,
+                run.input_revision,
+            )
+
+        return await self._rt.write(write)
+
+    async def finish(
+        self,
+        attempt_id: str,
+        lease_epoch: int,
+        outcome: str,
+        *,
+        error_class: str = "",
+        error_message: str = "",
+        result_summary: str = "",
+        output_ref: str = "",
+    ) -> tuple[RunRow, AttemptRow]:
+        if outcome not in OUTCOMES:
+            raise InvalidArgument.for_field("outcome", "required: one of " + ", ".join(OUTCOMES))
+        if len(result_summary.encode()) > 64 * 1024:
+            raise InvalidArgument.for_field("result_summary", "larger than 65536 bytes")
+
+        def write(session: Session) -> tuple[RunRow, AttemptRow]:
+            attempt = session.get(AttemptRow, attempt_id)
+            if (
+                attempt is not None
+                and attempt.lease_epoch == lease_epoch
+                and attempt.status == _OUTCOME_STATUS[outcome]
+                and attempt.end_time is not None
+            ):
+                # The same FinishAttempt again (a retry after a lost response): same answer.
+                run = session.get(RunRow, attempt.run_id)
+                assert run is not None
+                return run, attempt
+            run, attempt = fenced(session, attempt_id, lease_epoch)
+            now = utcnow()
+            attempt.result_summary, attempt.output_ref = result_summary, output_ref
+            trigger = self._trigger_for(run, outcome)
+            if outcome == "SUCCEEDED_COMPLETE_RUN":
+                run.result_summary, run.output_ref = result_summary, output_ref
+            transitions.apply(
+                session,
+                run,
+                trigger,
+                Actor.WORKER,
+                now,
+                attempt=attempt,
+                message=error_message or result_summary,
+                error_class=error_class,
+                error_message=error_message,
+                retryable=outcome == "FAILED_RETRYABLE",
+            )
+            return run, attempt
+
+        return await self._rt.write(write)
+
+    @staticmethod
+    def _trigger_for(run: RunRow, outcome: str) -> Trigger:
+        if outcome == "SUCCEEDED_COMPLETE_RUN":
+            return Trigger.COMPLETE
+        if outcome == "FAILED_PERMANENT":
+            return Trigger.FAIL
+        if outcome == "FAILED_RETRYABLE":
+            return Trigger.RETRY if run.attempt_count < run.max_attempts else Trigger.EXHAUST
+        if outcome == "CANCELLED":
+            if not run.cancel_requested:
+                raise FailedPrecondition(
+                    "no cancel was requested for this run", reason="NO_STOP_REQUESTED"
+                )
+            return (
+                Trigger.INTERRUPT if run.stop_reason == "INTERRUPTED_BY_NEW_RUN" else Trigger.CANCEL
+            )
+        if outcome == "PAUSED":
+            if not run.pause_requested:
+                raise FailedPrecondition(
+                    "no pause was requested for this run", reason="NO_STOP_REQUESTED"
+                )
+            return Trigger.PAUSE
+        # WAITING_APPROVAL needs a pending approval step; steps arrive with BeginStep.
+        raise FailedPrecondition(
+            "the attempt has no approval step waiting for a decision",
+            reason="NO_APPROVAL_PENDING",
+        )
+
+    # -- the reaper --------------------------------------------------------------------------
+
+    async def reap_once(self) -> int:
+        """End expired leases, overdue cancels/pauses and runs past their deadline.
+
+        Safe in every replica at once: each run is handled in its own short transaction
+        under its row lock, re-checked after locking, and skipped if another replica holds it.
+        """
+        now = utcnow()
+        due = await self._rt.read(lambda session: self._due_runs(session, now))
+        for run_id in due:
+            await self._rt.write(partial(self._reap, run_id=run_id))
+        return len(due)
+
+    @staticmethod
+    def _due_runs(session: Session, now: dt.datetime) -> list[str]:
+        expired = sa.select(AttemptRow.run_id).where(
+            AttemptRow.status == "ACTIVE", AttemptRow.lease_expire_time < now
+        )
+        stop_due = sa.select(RunRow.id).where(
+            RunRow.status == RunStatus.RUNNING.value, RunRow.stop_deadline_time < now
+        )
+        past_deadline = sa.select(RunRow.id).where(
+            RunRow.status.in_([s.value for s in RunStatus if s not in TERMINAL]),
+            RunRow.deadline_time < now,
+        )
+        found: list[str] = []
+        for stmt in (expired, stop_due, past_deadline):
+            found += session.scalars(stmt.limit(100)).all()
+        return list(dict.fromkeys(found))
+
+    def _reap(self, session: Session, *, run_id: str) -> None:
+        run = session.scalar(
+            sa.select(RunRow).where(RunRow.id == run_id).with_for_update(skip_locked=True)
+        )
+        if run is None:
+            return  # another replica is on it
+        now = utcnow()
+        status = RunStatus(run.status)
+        if status.terminal:
+            return
+        attempt = active_attempt(session, run)
+        if run.deadline_time is not None and run.deadline_time < now:
+            self._bump(run, attempt)
+            transitions.apply(
+                session,
+                run,
+                Trigger.TIME_OUT,
+                Actor.RUNTIME,
+                now,
+                attempt=attempt if status is RunStatus.RUNNING else None,
+                message="deadline_time passed",
+                error_class="CANCELLED",
+                error_message="the run's deadline passed",
+            )
+            return
+        if status is not RunStatus.RUNNING or attempt is None:
+            return
+        if attempt.lease_expire_time < now:
+            self._bump(run, attempt)
+            trigger = Trigger.LOSE if run.attempt_count < run.max_attempts else Trigger.EXHAUST
+            transitions.apply(
+                session,
+                run,
+                trigger,
+                Actor.RUNTIME,
+                now,
+                attempt=attempt,
+                message="the worker's lease expired",
+                attempt_status="LOST",
+                error_class="LEASE_LOST",
+                error_message="lease expired",
+            )
+            return
+        if run.stop_deadline_time is not None and run.stop_deadline_time < now:
+            self._bump(run, attempt)
+            if run.pause_requested:
+                trigger = Trigger.PAUSE
+            elif run.stop_reason == "INTERRUPTED_BY_NEW_RUN":
+                trigger = Trigger.INTERRUPT
+            else:
+                trigger = Trigger.CANCEL
+            transitions.apply(
+                session,
+                run,
+                trigger,
+                Actor.RUNTIME,
+                now,
+                attempt=attempt,
+                message="the worker did not stop within the grace period",
+                error_class="CANCELLED",
+                error_message="stopped by the runtime",
+            )
+
+    @staticmethod
+    def _bump(run: RunRow, attempt: AttemptRow | None) -> None:
+        # Ending an attempt for the worker: bump the epoch so its late writes bounce even if
+        # they carry the right attempt id.
+        if attempt is not None:
+            run.lease_epoch += 1
+
+    async def run_reaper(self, stop: asyncio.Event) -> None:
+        """Reap every ``reaper_interval`` seconds until ``stop`` is set."""
+        while not stop.is_set():
+            try:
+                await self.reap_once()
+            except Exception:
+                log.exception("reaper pass failed; retrying")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self._rt.settings.reaper_interval)

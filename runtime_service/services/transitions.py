@@ -1,0 +1,179 @@
+"""Applying a lifecycle transition to a stored run: the one function that does it.
+
+It asks :mod:`runtime_service.lifecycle` whether the transition is legal, ends the active
+attempt when the transition says so, writes the run's new state, and appends the events,
+all in the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
+from runtime_service import events, lifecycle, notify
+from runtime_service.lifecycle import Actor, RunStatus, Trigger
+from runtime_service.services.context import wake
+from runtime_service.store.tables import AttemptRow, RunRow
+
+#: What the next attempt's reason is when a transition puts a run back in the queue.
+_NEXT_REASON = {
+    Trigger.RETRY: "RETRY_AFTER_ERROR",
+    Trigger.LOSE: "WORKER_LOST",
+    Trigger.RESOLVE_APPROVAL: "RESUMED_AFTER_APPROVAL",
+    Trigger.RESUME: "RESUMED_AFTER_PAUSE",
+}
+
+
+def chain_of(run: RunRow) -> events.Chain:
+    return events.Chain(run.thread_id, run.id, run.last_event_sequence, run.last_event_hash)
+
+
+def append_run_event(session: Session, run: RunRow, attributes: object, now: dt.datetime) -> None:
+    """Append one event to the run's chain and keep the run row's chain head in step."""
+    chain = chain_of(run)
+    events.append(session.connection(), chain, attributes, now)  # type: ignore[arg-type]
+    run.last_event_sequence, run.last_event_hash = chain.last_sequence, chain.last_hash
+    wake(session, notify.run_key(run.id), notify.thread_key(run.thread_id))
+
+
+def usage_of(run: RunRow) -> message_pb2.Usage:
+    return message_pb2.Usage(
+        input_tokens=run.input_tokens, output_tokens=run.output_tokens, cost_usd=run.cost_usd
+    )
+
+
+def end_attempt(
+    session: Session,
+    run: RunRow,
+    attempt: AttemptRow,
+    status: str,
+    now: dt.datetime,
+    *,
+    error_class: str = "",
+    error_message: str = "",
+    retryable: bool = False,
+) -> None:
+    """End the run's active attempt with ``status`` and record ``attempt.ended``."""
+    attempt.status = status
+    attempt.end_time = now
+    if error_class or error_message:
+        attempt.error_class = error_class
+        attempt.error_message = error_message
+        attempt.retryable = retryable
+    run.current_attempt_id = ""
+    append_run_event(
+        session,
+        run,
+        event_pb2.AttemptEndedAttributes(
+            attempt_id=attempt.id,
+            status=enum_pb2.AttemptStatus.Value(f"ATTEMPT_STATUS_{status}"),
+            error=message_pb2.AttemptError(
+                error_class=enum_pb2.ErrorClass.Value(
+                    f"ERROR_CLASS_{error_class or 'UNSPECIFIED'}"
+                ),
+                message=error_message,
+                retryable=retryable,
+            )
+            if error_class or error_message
+            else None,
+            usage=message_pb2.Usage(
+                input_tokens=attempt.input_tokens,
+                output_tokens=attempt.output_tokens,
+                cost_usd=attempt.cost_usd,
+            ),
+        ),
+        now,
+    )
+
+
+def apply(
+    session: Session,
+    run: RunRow,
+    trigger: Trigger,
+    actor: Actor,
+    now: dt.datetime,
+    *,
+    message: str = "",
+    attempt: AttemptRow | None = None,
+    error_class: str = "",
+    error_message: str = "",
+    retryable: bool = False,
+    attempt_status: str | None = None,
+) -> lifecycle.Transition:
+    """Move ``run`` (loaded FOR UPDATE by the caller) by ``trigger``; refuse if illegal.
+
+    ``attempt`` is the run's active attempt, required when the transition ends one;
+    ``attempt_status`` overrides the status the table gives it (a lease lost on the last
+    attempt fails the run, but the attempt itself was LOST, not FAILED).
+    """
+    current = RunStatus(run.status)
+    t = lifecycle.transition(current, trigger, actor)
+    if t.attempt_end is not None:
+        if attempt is None or attempt.id != run.current_attempt_id:
+            raise AssertionError(f"{trigger} from {current} needs the run's active attempt")
+        end_attempt(
+            session,
+            run,
+            attempt,
+            attempt_status or t.attempt_end,
+            now,
+            error_class=error_class,
+            error_message=error_message,
+            retryable=retryable,
+        )
+    run.status = t.target.value
+    run.update_time = now
+    if t.target is RunStatus.RUNNING and run.start_time is None:
+        run.start_time = now
+    if t.target is not RunStatus.RUNNING:
+        run.cancel_requested = run.pause_requested = False
+        run.stop_deadline_time = None
+        run.stop_reason = ""
+    if t.target is RunStatus.QUEUED:
+        run.next_attempt_reason = _NEXT_REASON.get(trigger, run.next_attempt_reason)
+        wake(session, notify.WORK)
+    if t.reason is not None:
+        run.terminal_reason = t.reason.value
+        run.terminal_message = message
+        run.end_time = now
+        append_run_event(
+            session,
+            run,
+            event_pb2.RunEndedAttributes(
+                status=enum_pb2.RunStatus.Value(f"RUN_STATUS_{t.target.value}"),
+                terminal_reason=enum_pb2.TerminalReason.Value(f"TERMINAL_REASON_{t.reason.value}"),
+                terminal_message=message,
+                usage=usage_of(run),
+                output_ref=run.output_ref,
+            ),
+            now,
+        )
+        _release_waiters(session, run)
+    else:
+        append_run_event(
+            session,
+            run,
+            event_pb2.RunStatusChangedAttributes(
+                previous_status=enum_pb2.RunStatus.Value(f"RUN_STATUS_{current.value}"),
+                status=enum_pb2.RunStatus.Value(f"RUN_STATUS_{t.target.value}"),
+                actor=actor.value,
+                reason=message or t.description,
+            ),
+            now,
+        )
+    return t
+
+
+def _release_waiters(session: Session, run: RunRow) -> None:
+    """Runs queued behind this one (thread policy ENQUEUE) become eligible now it has ended."""
+    released = session.execute(
+        sa.update(RunRow)
+        .where(RunRow.blocked_by_run_id == run.id)
+        .values(blocked_by_run_id="")
+        .execution_options(synchronize_session=False)
+    )
+    if released.rowcount:  # type: ignore[attr-defined]
+        wake(session, notify.WORK)

@@ -1,0 +1,1 @@
+"""The runtime's tables and queries."""
