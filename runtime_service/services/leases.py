@@ -29,7 +29,7 @@ from registry import store as registry_store
 from runtime_service import notify
 from runtime_service.lifecycle import TERMINAL, Actor, RunStatus, Trigger
 from runtime_service.services import transitions
-from runtime_service.services.context import Runtime
+from runtime_service.services.context import Runtime, wake
 from runtime_service.services.runs import active_attempt, run_for_update
 from runtime_service.store.tables import AttemptRow, RunRow
 
@@ -219,6 +219,9 @@ class LeasesService:
             now,
         )
         session.flush()
+        # Other acquirers may have skipped the rows this transaction locked and gone to
+        # sleep; wake them after commit so they look again at what is still queued.
+        wake(session, notify.WORK)
         agent_json, tools, skills, checks = self._bound_agent(session, run.agent_digest)
         return Acquired(run, attempt, agent_json, tools, skills, checks)
 
