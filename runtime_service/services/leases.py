@@ -410,23 +410,12 @@ class LeasesService:
             return
         if status is not RunStatus.RUNNING or attempt is None:
             return
-        if attempt.lease_expire_time < now:
-            self._bump(run, attempt)
-            trigger = Trigger.LOSE if run.attempt_count < run.max_attempts else Trigger.EXHAUST
-            transitions.apply(
-                session,
-                run,
-                trigger,
-                Actor.RUNTIME,
-                now,
-                attempt=attempt,
-                message="the worker's lease expired",
-                attempt_status="LOST",
-                error_class="LEASE_LOST",
-                error_message="lease expired",
-            )
-            return
-        if run.stop_deadline_time is not None and run.stop_deadline_time < now:
+        stop_requested = run.cancel_requested or run.pause_requested
+        lease_expired = attempt.lease_expire_time < now
+        stop_overdue = run.stop_deadline_time is not None and run.stop_deadline_time < now
+        if stop_requested and (lease_expired or stop_overdue):
+            # A run asked to stop ends as asked even when its worker vanished: re-queueing a
+            # cancelled run because its lease ran out would undo the cancel.
             self._bump(run, attempt)
             if run.pause_requested:
                 trigger = Trigger.PAUSE
@@ -444,6 +433,22 @@ class LeasesService:
                 message="the worker did not stop within the grace period",
                 error_class="CANCELLED",
                 error_message="stopped by the runtime",
+            )
+            return
+        if lease_expired:
+            self._bump(run, attempt)
+            trigger = Trigger.LOSE if run.attempt_count < run.max_attempts else Trigger.EXHAUST
+            transitions.apply(
+                session,
+                run,
+                trigger,
+                Actor.RUNTIME,
+                now,
+                attempt=attempt,
+                message="the worker's lease expired",
+                attempt_status="LOST",
+                error_class="LEASE_LOST",
+                error_message="lease expired",
             )
 
     @staticmethod

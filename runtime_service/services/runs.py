@@ -480,6 +480,7 @@ class RunsService:
         reason: str,
     ) -> None:
         run.cancel_requested = True
+        run.pause_requested = False  # a cancel overrides a pause not yet acknowledged
         run.stop_reason = "INTERRUPTED_BY_NEW_RUN" if interrupt else "CANCELLED_BY_USER"
         run.stop_deadline_time = now + self._rt.settings.stop_grace
         run.update_time = now
