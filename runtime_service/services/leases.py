@@ -93,6 +93,13 @@ def fenced(session: Session, attempt_id: str, lease_epoch: int) -> tuple[RunRow,
             f"the attempt is {attempt.status}, the run is {run.status}",
             metadata={"attempt_status": attempt.status, "run_status": run.status},
         )
+    if attempt.lease_expire_time < utcnow():
+        # Expired but not yet reaped: the run may be handed to another worker any moment,
+        # so this worker's writes must already bounce.
+        raise LeaseLost(
+            f"the lease of attempt {attempt_id} expired at {attempt.lease_expire_time}",
+            metadata={"attempt_status": attempt.status, "run_status": run.status},
+        )
     return run, attempt
 
 
