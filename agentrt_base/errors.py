@@ -100,9 +100,24 @@ class AlreadyExists(AgentrtError):
 
 
 class FailedPrecondition(AgentrtError):
-    """The system is not in the state the request needs (an illegal transition, say)."""
+    """The system is not in the state the request needs (an illegal transition, say).
+
+    ``violations`` are ``(type, subject, description)`` triples, sent as
+    ``google.rpc.PreconditionFailure`` (e.g. one per missing completion check).
+    """
 
     reason = "FAILED_PRECONDITION"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        violations: Iterable[tuple[str, str, str]] = (),
+    ) -> None:
+        super().__init__(message, reason=reason, metadata=metadata)
+        self.violations: list[tuple[str, str, str]] = list(violations)
 
 
 class Aborted(AgentrtError):

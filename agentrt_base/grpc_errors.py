@@ -80,6 +80,19 @@ def to_status(error: errors.AgentrtError) -> tuple[grpc.StatusCode, status_pb2.S
                 )
             )
         )
+    if isinstance(error, errors.FailedPrecondition) and error.violations:
+        details.append(
+            _pack(
+                error_details_pb2.PreconditionFailure(
+                    violations=[
+                        error_details_pb2.PreconditionFailure.Violation(
+                            type=kind, subject=subject, description=description
+                        )
+                        for kind, subject, description in error.violations
+                    ]
+                )
+            )
+        )
     if isinstance(error, errors.NotFound | errors.AlreadyExists):
         details.append(
             _pack(

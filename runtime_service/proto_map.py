@@ -10,6 +10,14 @@ from google.protobuf import json_format, timestamp_pb2
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
 from runtime_service.events import StoredEvent
+from runtime_service.store.ledger import (
+    ArtifactRow,
+    BlobRow,
+    CheckpointRow,
+    InputRow,
+    StepRow,
+    TurnRow,
+)
 from runtime_service.store.tables import AttemptRow, MessageRow, RunRow, ThreadRow
 
 
@@ -169,3 +177,151 @@ def event(stored: StoredEvent) -> event_pb2.Event:
     field = stored.event_type.replace(".", "_") + "_attributes"
     json_format.ParseDict(stored.attributes, getattr(out, field))
     return out
+
+
+def step_versions(row: StepRow) -> message_pb2.StepVersions:
+    out = message_pb2.StepVersions(
+        system_prompt_digest=row.system_prompt_digest, context_digest=row.context_digest
+    )
+    if row.model_policy_digest:
+        out.model.CopyFrom(
+            message_pb2.RecordedModel(
+                policy_digest=row.model_policy_digest,
+                candidate_name=row.candidate_name,
+                reason=_enum(enum_pb2.CandidateReason, "CANDIDATE_REASON_", row.candidate_reason),
+                provider=row.provider,
+                requested_model_id=row.requested_model_id,
+                reported_model_id=row.reported_model_id,
+            )
+        )
+        out.model.parameters.update(json.loads(row.parameters_json))
+    for skill in json.loads(row.skills_json):
+        out.skills.add(name=skill["name"], version=skill["version"], digest=skill["digest"])
+    for tool in json.loads(row.tools_json):
+        out.tools.add(
+            name=tool["name"],
+            version=tool["version"],
+            digest=tool["digest"],
+            schema_digest=tool["schema_digest"],
+            decision=_enum(
+                enum_pb2.PermissionDecision, "PERMISSION_DECISION_", tool.get("decision", "")
+            ),
+        )
+    return out
+
+
+def step(row: StepRow) -> message_pb2.Step:
+    out = message_pb2.Step(
+        id=row.id,
+        run_id=row.run_id,
+        attempt_id=row.attempt_id,
+        turn_id=row.turn_id,
+        sequence=row.sequence,
+        type=_enum(enum_pb2.StepType, "STEP_TYPE_", row.type),
+        operation=row.operation,
+        status=_enum(enum_pb2.StepStatus, "STEP_STATUS_", row.status),
+        idempotency_key=row.idempotency_key,
+        input_ref=row.input_ref,
+        output_ref=row.output_ref,
+        summary=row.summary,
+        start_time=timestamp(row.start_time),
+        end_time=timestamp(row.end_time),
+        error_class=_enum(enum_pb2.ErrorClass, "ERROR_CLASS_", row.error_class),
+        error_message=row.error_message,
+        retryable=row.retryable,
+        retry_of_step_id=row.retry_of_step_id,
+        side_effect=row.side_effect,
+        usage=message_pb2.Usage(
+            input_tokens=row.input_tokens, output_tokens=row.output_tokens, cost_usd=row.cost_usd
+        ),
+        versions=step_versions(row),
+        input_revision=row.input_revision,
+        consumed_input_ids=json.loads(row.consumed_input_ids_json),
+        tool_name=row.tool_name,
+        approval_step_id=row.approval_step_id,
+        completion_check=row.completion_check,
+    )
+    arguments = json.loads(row.tool_arguments_json)
+    if row.tool_name:
+        out.tool_arguments.update(arguments)
+    if row.approval_decision:
+        out.approval.CopyFrom(
+            message_pb2.Approval(
+                decision=_enum(
+                    enum_pb2.ApprovalDecision, "APPROVAL_DECISION_", row.approval_decision
+                ),
+                approver=row.approver,
+                comment=row.approval_comment,
+                resolve_time=timestamp(row.approval_time),
+            )
+        )
+    return out
+
+
+def turn(row: TurnRow, consumed: list[str] | None = None) -> message_pb2.Turn:
+    return message_pb2.Turn(
+        id=row.id,
+        run_id=row.run_id,
+        attempt_id=row.attempt_id,
+        number=row.number,
+        status=_enum(enum_pb2.TurnStatus, "TURN_STATUS_", row.status),
+        start_time=timestamp(row.start_time),
+        end_time=timestamp(row.end_time),
+        consumed_input_ids=consumed or [],
+    )
+
+
+def input_(row: InputRow) -> message_pb2.Input:
+    out = message_pb2.Input(
+        id=row.id,
+        run_id=row.run_id,
+        kind=_enum(enum_pb2.InputKind, "INPUT_KIND_", row.kind),
+        content=row.content,
+        sender=row.sender,
+        create_time=timestamp(row.create_time),
+        status=_enum(enum_pb2.InputStatus, "INPUT_STATUS_", row.status),
+        delivered_step_id=row.delivered_step_id,
+        delivered_turn_id=row.delivered_turn_id,
+        deliver_time=timestamp(row.deliver_time),
+    )
+    data = json.loads(row.data_json)
+    if data:
+        out.data.update(data)
+    return out
+
+
+def checkpoint(row: CheckpointRow) -> message_pb2.Checkpoint:
+    return message_pb2.Checkpoint(
+        id=row.id,
+        run_id=row.run_id,
+        attempt_id=row.attempt_id,
+        step_id=row.step_id,
+        state_ref=row.state_ref,
+        after_sequence=row.after_sequence,
+        create_time=timestamp(row.create_time),
+    )
+
+
+def artifact(row: ArtifactRow) -> message_pb2.Artifact:
+    return message_pb2.Artifact(
+        id=row.id,
+        run_id=row.run_id,
+        thread_id=row.thread_id,
+        attempt_id=row.attempt_id,
+        step_id=row.step_id,
+        name=row.name,
+        blob_digest=row.blob_digest,
+        media_type=row.media_type,
+        size=row.size,
+        labels=json.loads(row.labels_json),
+        create_time=timestamp(row.create_time),
+    )
+
+
+def blob(row: BlobRow) -> message_pb2.Blob:
+    return message_pb2.Blob(
+        digest=row.digest,
+        size=row.size,
+        media_type=row.media_type,
+        create_time=timestamp(row.create_time),
+    )

@@ -35,6 +35,7 @@ from runtime_service.notify import Notifier
 from runtime_service.servicers.audit import AuditServicer
 from runtime_service.servicers.runtime import RuntimeServicer
 from runtime_service.servicers.worker import WorkerServicer
+from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime, RuntimeSettings
 
 log = logging.getLogger("agentrt.server")
@@ -122,19 +123,19 @@ class AgentrtServer:
                 ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
             ],
         )
-        # The servicers leave RPCs whose issue has not landed to the generated base class,
+        # AuditService leaves RPCs whose issue has not landed to the generated base class,
         # which raises NotImplementedError (answered UNIMPLEMENTED); mypy-protobuf's stubs
-        # declare those methods abstract, hence the ignores until every RPC is built.
+        # declare those methods abstract, hence the ignore until every RPC is built.
         registry_service_pb2_grpc.add_RegistryServiceServicer_to_server(
             RegistryServicer(database),
             server,
         )
         notifier = Notifier()
         runtime = Runtime(database, notifier, self.runtime_settings)
-        worker = WorkerServicer(runtime)  # type: ignore[abstract]
+        bound = BoundAgents()
+        worker = WorkerServicer(runtime, bound)
         runtime_service_pb2_grpc.add_RuntimeServiceServicer_to_server(
-            RuntimeServicer(runtime),  # type: ignore[abstract]
-            server,
+            RuntimeServicer(runtime, bound), server
         )
         worker_service_pb2_grpc.add_WorkerServiceServicer_to_server(worker, server)
         audit_service_pb2_grpc.add_AuditServiceServicer_to_server(

@@ -1,8 +1,4 @@
-"""gRPC adapter of ``agentrt.runtime.v1.RuntimeService``: proto in, use case, proto out.
-
-RPCs of later issues (inputs, approvals, steps, artifacts, blobs) fall through to the
-generated base class and answer UNIMPLEMENTED.
-"""
+"""gRPC adapter of ``agentrt.runtime.v1.RuntimeService``: proto in, use case, proto out."""
 
 from __future__ import annotations
 
@@ -13,18 +9,106 @@ from agentrt.runtime.v1 import enum_pb2, runtime_service_pb2_grpc
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt_base.errors import InvalidArgument
 from runtime_service import proto_map as pm
+from runtime_service.blobs import BlobHeader, BlobService
 from runtime_service.servicers.convert import enum_name, message_json, struct_json, time_or_none
+from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime
 from runtime_service.services.runs import RunSpec, RunsService
+from runtime_service.services.steps import StepsService
 from runtime_service.services.watch import WatchService
 
 Context = Any
 
 
 class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, bound: BoundAgents) -> None:
         self._runs = RunsService(runtime)
         self._watch = WatchService(runtime)
+        self._steps = StepsService(runtime, bound)
+        self._blobs = BlobService(runtime)
+
+    async def SendInput(
+        self, request: pb.SendInputRequest, context: Context
+    ) -> pb.SendInputResponse:
+        item = await self._steps.send_input(
+            request.run_id,
+            enum_name(enum_pb2.InputKind, "INPUT_KIND_", request.kind, "kind", required=True),
+            request.content,
+            struct_json(request.data),
+            request.sender,
+            request.request_id,
+        )
+        return pb.SendInputResponse(input=pm.input_(item))
+
+    async def ResolveApproval(
+        self, request: pb.ResolveApprovalRequest, context: Context
+    ) -> pb.ResolveApprovalResponse:
+        step, run = await self._steps.resolve_approval(
+            request.run_id,
+            request.step_id,
+            enum_name(
+                enum_pb2.ApprovalDecision,
+                "APPROVAL_DECISION_",
+                request.decision,
+                "decision",
+                required=True,
+            ),
+            request.approver,
+            request.comment,
+        )
+        return pb.ResolveApprovalResponse(step=pm.step(step), run=pm.run(run))
+
+    async def ListSteps(
+        self, request: pb.ListStepsRequest, context: Context
+    ) -> pb.ListStepsResponse:
+        steps, token = await self._steps.list_steps(
+            request.run_id,
+            request.attempt_id,
+            request.turn_id,
+            request.page_size,
+            request.page_token,
+        )
+        return pb.ListStepsResponse(steps=[pm.step(s) for s in steps], next_page_token=token)
+
+    async def GetStep(self, request: pb.GetStepRequest, context: Context) -> pb.GetStepResponse:
+        return pb.GetStepResponse(step=pm.step(await self._steps.get_step(request.step_id)))
+
+    async def ListArtifacts(
+        self, request: pb.ListArtifactsRequest, context: Context
+    ) -> pb.ListArtifactsResponse:
+        artifacts, token = await self._steps.list_artifacts(
+            request.run_id, request.thread_id, request.page_size, request.page_token
+        )
+        return pb.ListArtifactsResponse(
+            artifacts=[pm.artifact(a) for a in artifacts], next_page_token=token
+        )
+
+    async def PutBlob(
+        self, request_iterator: AsyncIterator[pb.PutBlobRequest], context: Context
+    ) -> pb.PutBlobResponse:
+        first = await anext(aiter(request_iterator), None)
+        header = None
+        if first is not None and first.WhichOneof("content") == "header":
+            header = BlobHeader(
+                first.header.media_type, first.header.size, first.header.expected_digest
+            )
+
+        async def chunks() -> AsyncIterator[bytes]:
+            async for message in request_iterator:
+                if message.WhichOneof("content") != "chunk":
+                    raise InvalidArgument.for_field("header", "only the first message is a header")
+                yield message.chunk
+
+        row, created = await self._blobs.put(header, chunks())
+        return pb.PutBlobResponse(blob=pm.blob(row), created=created)
+
+    async def GetBlob(
+        self, request: pb.GetBlobRequest, context: Context
+    ) -> AsyncIterator[pb.GetBlobResponse]:
+        row, chunks = await self._blobs.get(request.digest)
+        yield pb.GetBlobResponse(blob=pm.blob(row))
+        async for chunk in chunks:
+            yield pb.GetBlobResponse(chunk=chunk)
 
     async def CreateThread(
         self, request: pb.CreateThreadRequest, context: Context

@@ -14,7 +14,6 @@ import json
 import logging
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -23,14 +22,13 @@ from agentrt.runtime.v1 import enum_pb2, event_pb2
 from agentrt_base.db import utcnow
 from agentrt_base.errors import FailedPrecondition, InvalidArgument, LeaseLost
 from agentrt_base.ids import new_id
-from agentrt_base.lru import LruCache
-from registry import service as registry_service
-from registry import store as registry_store
 from runtime_service import notify
 from runtime_service.lifecycle import TERMINAL, Actor, RunStatus, Trigger
 from runtime_service.services import transitions
+from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime, wake
 from runtime_service.services.runs import active_attempt, run_for_update
+from runtime_service.store.ledger import InputRow, StepRow
 from runtime_service.store.tables import AttemptRow, RunRow
 
 log = logging.getLogger("agentrt.leases")
@@ -104,9 +102,9 @@ def fenced(session: Session, attempt_id: str, lease_epoch: int) -> tuple[RunRow,
 
 
 class LeasesService:
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, bound: BoundAgents) -> None:
         self._rt = runtime
-        self._agents: LruCache[str, tuple[bytes, list[str], list[str], list[str]]] = LruCache(256)
+        self._bound = bound
 
     def _ttl(self, requested: dt.timedelta | None) -> dt.timedelta:
         s = self._rt.settings
@@ -229,42 +227,15 @@ class LeasesService:
         # Other acquirers may have skipped the rows this transaction locked and gone to
         # sleep; wake them after commit so they look again at what is still queued.
         wake(session, notify.WORK)
-        agent_json, tools, skills, checks = self._bound_agent(session, run.agent_digest)
-        return Acquired(run, attempt, agent_json, tools, skills, checks)
-
-    def _bound_agent(
-        self, session: Session, digest: str
-    ) -> tuple[bytes, list[str], list[str], list[str]]:
-        """The bound definition with every component's content, as JSON (cached by digest:
-        an agent version never changes)."""
-        cached = self._agents.get(digest)
-        if cached is not None:
-            return cached
-        version, _ = registry_service.resolve_agent(session, digest)
-        components: dict[str, Any] = {}
-        for entry in version.closure:
-            row = registry_store.component_by_digest(session, entry.digest)
-            spec = json.loads(row.spec_json) if row else {}
-            components[entry.slot] = {**entry.to_json(), "spec": spec}
-        checks = [
-            c["name"]
-            for c in components.get("completion_policy", {}).get("spec", {}).get("checks", [])
-        ]
-        document = {
-            "agent_id": version.agent_id,
-            "version_label": version.version_label,
-            "digest": version.digest,
-            "definition": version.definition.to_json(),
-            "components": components,
-        }
-        value = (
-            json.dumps(document, ensure_ascii=False, sort_keys=True).encode(),
-            [e.name for e in version.closure if e.slot.startswith("tools[")],
-            [e.name for e in version.closure if e.slot.startswith("skills[")],
-            checks,
+        bound = self._bound.get(session, run.agent_digest)
+        return Acquired(
+            run,
+            attempt,
+            bound.json,
+            bound.tool_names,
+            bound.skill_names,
+            bound.definition.completion_checks,
         )
-        self._agents.put(digest, value)
-        return value
 
     async def heartbeat(self, attempt_id: str, lease_epoch: int) -> HeartbeatResult:
         def write(session: Session) -> HeartbeatResult:
@@ -311,8 +282,8 @@ class LeasesService:
                 return run, attempt
             run, attempt = fenced(session, attempt_id, lease_epoch)
             now = utcnow()
+            trigger = self._trigger_for(session, run, attempt, outcome)
             attempt.result_summary, attempt.output_ref = result_summary, output_ref
-            trigger = self._trigger_for(run, outcome)
             if outcome == "SUCCEEDED_COMPLETE_RUN":
                 run.result_summary, run.output_ref = result_summary, output_ref
             transitions.apply(
@@ -331,9 +302,11 @@ class LeasesService:
 
         return await self._rt.write(write)
 
-    @staticmethod
-    def _trigger_for(run: RunRow, outcome: str) -> Trigger:
+    def _trigger_for(
+        self, session: Session, run: RunRow, attempt: AttemptRow, outcome: str
+    ) -> Trigger:
         if outcome == "SUCCEEDED_COMPLETE_RUN":
+            self._check_complete(session, run, attempt)
             return Trigger.COMPLETE
         if outcome == "FAILED_PERMANENT":
             return Trigger.FAIL
@@ -353,11 +326,66 @@ class LeasesService:
                     "no pause was requested for this run", reason="NO_STOP_REQUESTED"
                 )
             return Trigger.PAUSE
-        # WAITING_APPROVAL needs a pending approval step; steps arrive with BeginStep.
-        raise FailedPrecondition(
-            "the attempt has no approval step waiting for a decision",
-            reason="NO_APPROVAL_PENDING",
+        pending = session.scalar(
+            sa.select(sa.func.count())
+            .select_from(StepRow)
+            .where(
+                StepRow.attempt_id == attempt.id,
+                StepRow.type == "APPROVAL_REQUEST",
+                StepRow.status == "WAITING_APPROVAL",
+            )
         )
+        if not pending:
+            raise FailedPrecondition(
+                "the attempt has no approval step waiting for a decision",
+                reason="NO_APPROVAL_PENDING",
+            )
+        return Trigger.WAIT_APPROVAL
+
+    def _check_complete(self, session: Session, run: RunRow, attempt: AttemptRow) -> None:
+        """A run completes only with nothing left open and every required check passed."""
+        open_steps = session.scalar(
+            sa.select(sa.func.count())
+            .select_from(StepRow)
+            .where(StepRow.attempt_id == attempt.id, StepRow.status == "STARTED")
+        )
+        if open_steps:
+            raise FailedPrecondition(
+                f"{open_steps} step(s) are still STARTED: end them first", reason="STEPS_OPEN"
+            )
+        pending = session.scalar(
+            sa.select(sa.func.count())
+            .select_from(InputRow)
+            .where(InputRow.run_id == run.id, InputRow.status == "PENDING")
+        )
+        if pending:
+            raise FailedPrecondition(
+                f"{pending} input(s) were sent and not yet delivered: begin a turn to read them",
+                reason="INPUTS_PENDING",
+            )
+        required = self._bound.get(session, run.agent_digest).definition.completion_checks
+        if not required:
+            return
+        passed = set(
+            session.scalars(
+                sa.select(StepRow.completion_check).where(
+                    StepRow.run_id == run.id,
+                    StepRow.type == "COMPLETION_CHECK",
+                    StepRow.status == "SUCCEEDED",
+                )
+            )
+        )
+        missing = [c for c in required if c not in passed]
+        if missing:
+            raise FailedPrecondition(
+                "the completion policy's checks have not all passed; missing: "
+                + ", ".join(missing),
+                reason="COMPLETION_CHECKS_MISSING",
+                metadata={"missing_checks": ",".join(missing)},
+                violations=[
+                    ("COMPLETION_CHECK", c, "no SUCCEEDED COMPLETION_CHECK step") for c in missing
+                ],
+            )
 
     # -- the reaper --------------------------------------------------------------------------
 

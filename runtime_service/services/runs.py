@@ -378,6 +378,8 @@ class RunsService:
                 output_tokens=0,
                 cost_usd=0.0,
                 step_count=0,
+                last_step_sequence=0,
+                turn_count=0,
                 attempt_count=0,
                 current_attempt_id="",
                 lease_epoch=0,

@@ -16,6 +16,7 @@ from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
 from runtime_service import events, lifecycle, notify
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.services.context import wake
+from runtime_service.store.ledger import InputRow, StepRow, TurnRow
 from runtime_service.store.tables import AttemptRow, RunRow
 
 #: What the next attempt's reason is when a transition puts a run back in the queue.
@@ -64,6 +65,7 @@ def end_attempt(
         attempt.error_message = error_message
         attempt.retryable = retryable
     run.current_attempt_id = ""
+    _close_attempt_work(session, run, attempt, status, now)
     append_run_event(
         session,
         run,
@@ -87,6 +89,42 @@ def end_attempt(
         ),
         now,
     )
+
+
+def _close_attempt_work(
+    session: Session, run: RunRow, attempt: AttemptRow, status: str, now: dt.datetime
+) -> None:
+    """Steps still STARTED end CANCELLED and an open turn ends (INTERRUPTED unless the attempt
+    succeeded): nothing of an ended attempt stays open."""
+    for step in session.scalars(
+        sa.select(StepRow).where(StepRow.attempt_id == attempt.id, StepRow.status == "STARTED")
+    ):
+        step.status, step.end_time = "CANCELLED", now
+        step.error_class, step.error_message = "CANCELLED", f"the attempt ended {status}"
+        append_run_event(
+            session,
+            run,
+            event_pb2.StepEndedAttributes(
+                step_id=step.id,
+                status=enum_pb2.STEP_STATUS_CANCELLED,
+                error_class=enum_pb2.ERROR_CLASS_CANCELLED,
+                error_message=step.error_message,
+            ),
+            now,
+        )
+    for turn in session.scalars(
+        sa.select(TurnRow).where(TurnRow.attempt_id == attempt.id, TurnRow.status == "OPEN")
+    ):
+        turn.status = "ENDED" if status == "SUCCEEDED" else "INTERRUPTED"
+        turn.end_time = now
+        append_run_event(
+            session,
+            run,
+            event_pb2.TurnEndedAttributes(
+                turn_id=turn.id, status=enum_pb2.TurnStatus.Value(f"TURN_STATUS_{turn.status}")
+            ),
+            now,
+        )
 
 
 def apply(
@@ -152,6 +190,13 @@ def apply(
             now,
         )
         _release_waiters(session, run)
+        # Input nobody will read any more is marked so, rather than left looking pending.
+        session.execute(
+            sa.update(InputRow)
+            .where(InputRow.run_id == run.id, InputRow.status == "PENDING")
+            .values(status="DISCARDED")
+            .execution_options(synchronize_session=False)
+        )
     else:
         append_run_event(
             session,

@@ -102,7 +102,11 @@ class RunRow(Base):
     input_tokens: Mapped[int] = mapped_column(sa.BigInteger)
     output_tokens: Mapped[int] = mapped_column(sa.BigInteger)
     cost_usd: Mapped[float] = mapped_column(sa.Float)
+    # Steps counted against max_steps (model calls, tool calls, completion checks).
     step_count: Mapped[int] = mapped_column(sa.BigInteger)
+    # Every step's per-run sequence, gap-free across attempts.
+    last_step_sequence: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    turn_count: Mapped[int] = mapped_column(default=0)
     attempt_count: Mapped[int]
     current_attempt_id: Mapped[str] = mapped_column(_ID)
     # The fence: bumped on every acquisition and every forced end, so a write carrying an

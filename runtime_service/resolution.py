@@ -1,0 +1,191 @@
+"""Version resolution for a step, pure: which model candidate, which permission decision,
+whether tool arguments fit the pinned schema.
+
+Everything is decided against the run's bound definition (a :class:`BoundDefinition` built
+from the agent version's closure), never against whatever is newest in the registry.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+
+from agentrt_base.errors import FailedPrecondition
+from agentrt_base.lru import LruCache
+
+#: Strictness order: the stricter of two decisions wins.
+_STRICTNESS = {"ALLOW": 0, "REQUIRE_APPROVAL": 1, "DENY": 2}
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """One component of the bound definition: what the closure pinned and its content."""
+
+    name: str
+    version: str
+    digest: str
+    spec: dict[str, Any]
+    schema_digest: str = ""
+
+
+@dataclass(frozen=True)
+class BoundDefinition:
+    digest: str
+    agent_id: str
+    version_label: str
+    system_prompt: Pinned
+    model_policy: Pinned
+    skills: dict[str, Pinned] = field(default_factory=dict)
+    tools: dict[str, Pinned] = field(default_factory=dict)
+    permission_policy: Pinned | None = None
+    completion_policy: Pinned | None = None
+
+    @property
+    def completion_checks(self) -> list[str]:
+        if self.completion_policy is None:
+            return []
+        return [c["name"] for c in self.completion_policy.spec.get("checks", [])]
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    candidate: dict[str, Any]
+    #: PRIMARY, FALLBACK_AFTER_ERROR or CONTEXT_LENGTH_ROUTE.
+    reason: str
+
+
+def choose_model(
+    policy: dict[str, Any],
+    *,
+    estimated_input_tokens: int,
+    previous_error_class: str,
+    previous_candidate: str,
+) -> ModelChoice:
+    """Pick the candidate a model call must use.
+
+    * No previous failure: the first candidate whose context limit admits the estimate —
+      the primary, or a later one routed to by context length.
+    * After a failure whose class the failed candidate lists in ``fallback_on``: the next
+      eligible candidate after it. A class it does not list means "retry the same one".
+
+    Raises:
+        FailedPrecondition: no candidate is left (reason ``NO_MODEL_CANDIDATE``).
+    """
+    candidates: list[dict[str, Any]] = policy.get("candidates", [])
+
+    def fits(c: dict[str, Any]) -> bool:
+        limit = int(c.get("max_context_tokens", 0))
+        return limit == 0 or estimated_input_tokens <= limit
+
+    if previous_error_class:
+        names = [c.get("name") for c in candidates]
+        failed = names.index(previous_candidate) if previous_candidate in names else 0
+        failed_candidate = candidates[failed] if candidates else {}
+        if previous_error_class in failed_candidate.get("fallback_on", []):
+            for candidate in candidates[failed + 1 :]:
+                if fits(candidate):
+                    return ModelChoice(candidate, "FALLBACK_AFTER_ERROR")
+            raise FailedPrecondition(
+                f"the model policy has no candidate after {failed_candidate.get('name')!r} "
+                f"for {previous_error_class}",
+                reason="NO_MODEL_CANDIDATE",
+                metadata={"previous_candidate": str(failed_candidate.get("name", ""))},
+            )
+        if fits(failed_candidate):
+            reason = "PRIMARY" if failed == 0 else "FALLBACK_AFTER_ERROR"
+            return ModelChoice(failed_candidate, reason)
+    for index, candidate in enumerate(candidates):
+        if fits(candidate):
+            return ModelChoice(candidate, "PRIMARY" if index == 0 else "CONTEXT_LENGTH_ROUTE")
+    raise FailedPrecondition(
+        f"no model candidate admits {estimated_input_tokens} input tokens",
+        reason="NO_MODEL_CANDIDATE",
+        metadata={"estimated_input_tokens": str(estimated_input_tokens)},
+    )
+
+
+def permission(definition: BoundDefinition, tool: str, ceiling: str) -> str:
+    """ALLOW, REQUIRE_APPROVAL or DENY for a call to ``tool`` in a run with ``ceiling``.
+
+    The policy's rule for the tool (or its default) meets the run's ceiling: READ_ONLY denies
+    tools with side effects, APPROVE_SIDE_EFFECTS makes them need approval; the stricter wins.
+    A definition without a permission policy has no tools, so nothing is allowed by default.
+    """
+    pinned = definition.tools.get(tool)
+    if pinned is None:
+        return "DENY"
+    decision = "DENY"
+    if definition.permission_policy is not None:
+        spec = definition.permission_policy.spec
+        decision = next(
+            (r["decision"] for r in spec.get("rules", []) if r.get("tool") == tool),
+            spec.get("default_decision", "DENY"),
+        )
+    if pinned.spec.get("side_effects"):
+        if ceiling == "READ_ONLY":
+            decision = _stricter(decision, "DENY")
+        elif ceiling == "APPROVE_SIDE_EFFECTS":
+            decision = _stricter(decision, "REQUIRE_APPROVAL")
+    return decision
+
+
+def _stricter(a: str, b: str) -> str:
+    return a if _STRICTNESS[a] >= _STRICTNESS[b] else b
+
+
+_validators: LruCache[str, jsonschema.protocols.Validator] = LruCache(1024)
+
+
+def argument_error(tool: Pinned, arguments: dict[str, Any]) -> str | None:
+    """Why ``arguments`` do not fit the tool's pinned input schema (with the JSON path), or
+    None when they do. Validators are cached by schema digest: a pinned schema never changes."""
+    validator = _validators.get(tool.schema_digest)
+    if validator is None:
+        schema = tool.spec.get("input_schema", {})
+        validator = jsonschema.Draft202012Validator(schema)
+        _validators.put(tool.schema_digest, validator)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+    if error is None:
+        return None
+    path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    return f"{path}: {error.message}"
+
+
+def bound_definition(version_json: dict[str, Any]) -> BoundDefinition:
+    """Build the bound definition from the document AcquireRun hands to workers."""
+    components: dict[str, dict[str, Any]] = version_json["components"]
+
+    def pinned(entry: dict[str, Any]) -> Pinned:
+        return Pinned(
+            entry["name"],
+            entry["version"],
+            entry["digest"],
+            entry["spec"],
+            entry.get("schema_digest") or "",
+        )
+
+    def family(prefix: str) -> dict[str, Pinned]:
+        return {e["name"]: pinned(e) for slot, e in components.items() if slot.startswith(prefix)}
+
+    return BoundDefinition(
+        digest=version_json["digest"],
+        agent_id=version_json["agent_id"],
+        version_label=version_json["version_label"],
+        system_prompt=pinned(components["system_prompt"]),
+        model_policy=pinned(components["model_policy"]),
+        skills=family("skills["),
+        tools=family("tools["),
+        permission_policy=pinned(components["permission_policy"])
+        if "permission_policy" in components
+        else None,
+        completion_policy=pinned(components["completion_policy"])
+        if "completion_policy" in components
+        else None,
+    )
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)

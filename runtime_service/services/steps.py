@@ -1,0 +1,1310 @@
+"""Turns, steps, inputs, approvals, checkpoints and artifacts: what happens inside a run.
+
+``BeginStep`` is where the runtime resolves versions against the run's bound definition and
+records them on the step; a refusal that the issue wants *recorded* (a tool outside the
+definition, a denied tool, arguments that fail the schema, an exceeded budget) is committed
+first and answered with its error afterwards, through :class:`Recorded`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
+from agentrt_base.db import utcnow
+from agentrt_base.errors import (
+    AgentrtError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    ViolationCollector,
+)
+from agentrt_base.ids import new_id
+from agentrt_base.paging import next_page_token, page_request
+from registry import refs
+from runtime_service import resolution
+from runtime_service.blobs import require_blob
+from runtime_service.lifecycle import Actor, RunStatus, Trigger
+from runtime_service.resolution import BoundDefinition
+from runtime_service.services import transitions
+from runtime_service.services.bound import BoundAgents
+from runtime_service.services.context import Runtime
+from runtime_service.services.leases import fenced
+from runtime_service.services.runs import run_for_update
+from runtime_service.store.ledger import (
+    ArtifactRow,
+    BlobRow,
+    CheckpointRow,
+    InputRow,
+    StepRow,
+    StepUsageRow,
+    TurnRow,
+)
+from runtime_service.store.tables import AttemptRow, RunRow
+
+COUNTED = ("MODEL_CALL", "TOOL_CALL", "COMPLETION_CHECK")
+MAX_INPUT_BYTES = 256 * 1024
+MAX_TEXT = 64 * 1024
+
+
+@dataclass
+class StepRequest:
+    attempt_id: str
+    lease_epoch: int
+    turn_id: str
+    type: str
+    operation: str
+    idempotency_key: str
+    input_ref: str
+    retry_of_step_id: str
+    # MODEL_CALL
+    estimated_input_tokens: int = 0
+    previous_error_class: str = ""
+    previous_candidate: str = ""
+    skills: list[str] = field(default_factory=list)
+    tools: list[str] = field(default_factory=list)
+    context_digest: str = ""
+    # TOOL_CALL
+    tool: str = ""
+    arguments: dict[str, Any] = field(default_factory=dict)
+    # COMPLETION_CHECK
+    check: str = ""
+    details: str = ""
+
+
+@dataclass
+class StepOutcome:
+    step: StepRow
+    existing: bool
+    resolved: message_pb2.ResolvedVersions | None
+    steers: list[InputRow]
+
+
+@dataclass
+class Recorded:
+    """A result that was committed but must still be answered with ``error``."""
+
+    value: Any
+    error: AgentrtError | None = None
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
+def _open_turn(session: Session, attempt: AttemptRow) -> TurnRow | None:
+    return session.scalar(
+        sa.select(TurnRow).where(TurnRow.attempt_id == attempt.id, TurnRow.status == "OPEN")
+    )
+
+
+def _pending_inputs(session: Session, run: RunRow, kinds: tuple[str, ...]) -> list[InputRow]:
+    return list(
+        session.scalars(
+            sa.select(InputRow)
+            .where(
+                InputRow.run_id == run.id, InputRow.status == "PENDING", InputRow.kind.in_(kinds)
+            )
+            .order_by(InputRow.create_time, InputRow.id)
+        )
+    )
+
+
+def _deliver(
+    session: Session,
+    run: RunRow,
+    inputs: list[InputRow],
+    now: dt.datetime,
+    *,
+    turn_id: str,
+    step_id: str = "",
+) -> None:
+    """Hand inputs over exactly once: each is marked DELIVERED in the same transaction that
+    records the consuming turn or step, so a retried call cannot deliver it twice."""
+    for item in inputs:
+        item.status = "DELIVERED"
+        item.delivered_turn_id = turn_id
+        item.delivered_step_id = step_id
+        item.deliver_time = now
+        transitions.append_run_event(
+            session,
+            run,
+            event_pb2.InputConsumedAttributes(
+                input_id=item.id,
+                kind=enum_pb2.InputKind.Value(f"INPUT_KIND_{item.kind}"),
+                step_id=step_id,
+                turn_id=turn_id,
+            ),
+            now,
+        )
+
+
+def _start_turn(
+    session: Session, run: RunRow, attempt: AttemptRow, now: dt.datetime, request_id: str
+) -> tuple[TurnRow, list[InputRow]]:
+    run.turn_count += 1
+    turn = TurnRow(
+        id=new_id("trn"),
+        run_id=run.id,
+        attempt_id=attempt.id,
+        number=run.turn_count,
+        status="OPEN",
+        start_time=now,
+        end_time=None,
+        request_id=request_id,
+    )
+    session.add(turn)
+    inputs = _pending_inputs(session, run, ("FOLLOW_UP", "STEER"))
+    transitions.append_run_event(
+        session,
+        run,
+        event_pb2.TurnStartedAttributes(
+            turn_id=turn.id,
+            attempt_id=attempt.id,
+            number=turn.number,
+            input_ids=[i.id for i in inputs],
+        ),
+        now,
+    )
+    _deliver(session, run, inputs, now, turn_id=turn.id)
+    return turn, inputs
+
+
+class StepsService:
+    def __init__(self, runtime: Runtime, bound: BoundAgents) -> None:
+        self._rt = runtime
+        self._bound = bound
+
+    async def _write_recorded(self, fn: Any) -> Any:
+        result: Recorded = await self._rt.write(fn)
+        if result.error is not None:
+            raise result.error
+        return result.value
+
+    # -- turns -----------------------------------------------------------------------------
+
+    async def begin_turn(
+        self, attempt_id: str, lease_epoch: int, request_id: str
+    ) -> tuple[TurnRow, list[InputRow]]:
+        def write(session: Session) -> tuple[TurnRow, list[InputRow]]:
+            run, attempt = fenced(session, attempt_id, lease_epoch)
+            if request_id:
+                earlier = session.scalar(
+                    sa.select(TurnRow).where(
+                        TurnRow.attempt_id == attempt.id, TurnRow.request_id == request_id
+                    )
+                )
+                if earlier is not None:
+                    delivered = list(
+                        session.scalars(
+                            sa.select(InputRow).where(InputRow.delivered_turn_id == earlier.id)
+                        )
+                    )
+                    return earlier, delivered
+            if _open_turn(session, attempt) is not None:
+                raise FailedPrecondition(
+                    "a turn of this attempt is still open: end it first", reason="TURN_OPEN"
+                )
+            return _start_turn(session, run, attempt, utcnow(), request_id)
+
+        return await self._rt.write(write)
+
+    async def end_turn(
+        self, attempt_id: str, lease_epoch: int, turn_id: str
+    ) -> tuple[TurnRow, TurnRow | None, list[InputRow]]:
+        def write(session: Session) -> tuple[TurnRow, TurnRow | None, list[InputRow]]:
+            run, attempt = fenced(session, attempt_id, lease_epoch)
+            turn = session.get(TurnRow, turn_id)
+            if turn is None or turn.run_id != run.id:
+                raise NotFound("turn", turn_id)
+            if turn.attempt_id != attempt.id:
+                raise FailedPrecondition(
+                    "the turn belongs to another attempt", reason="TURN_NOT_OPEN"
+                )
+            if turn.status != "OPEN":
+                following = session.scalar(
+                    sa.select(TurnRow).where(
+                        TurnRow.run_id == run.id, TurnRow.number == turn.number + 1
+                    )
+                )
+                delivered = (
+                    list(
+                        session.scalars(
+                            sa.select(InputRow).where(InputRow.delivered_turn_id == following.id)
+                        )
+                    )
+                    if following
+                    else []
+                )
+                return turn, following, delivered
+            started = session.scalar(
+                sa.select(sa.func.count())
+                .select_from(StepRow)
+                .where(StepRow.turn_id == turn.id, StepRow.status == "STARTED")
+            )
+            if started:
+                raise FailedPrecondition(
+                    f"{started} step(s) of the turn are still STARTED: end them first",
+                    reason="STEPS_OPEN",
+                )
+            now = utcnow()
+            turn.status, turn.end_time = "ENDED", now
+            transitions.append_run_event(
+                session,
+                run,
+                event_pb2.TurnEndedAttributes(turn_id=turn.id, status=enum_pb2.TURN_STATUS_ENDED),
+                now,
+            )
+            if not _pending_inputs(session, run, ("FOLLOW_UP", "STEER")):
+                return turn, None, []
+            following_turn, delivered = _start_turn(session, run, attempt, now, "")
+            return turn, following_turn, delivered
+
+        return await self._rt.write(write)
+
+    # -- inputs ----------------------------------------------------------------------------
+
+    async def send_input(
+        self,
+        run_id: str,
+        kind: str,
+        content: str,
+        data: dict[str, Any],
+        sender: str,
+        request_id: str,
+    ) -> InputRow:
+        problems = ViolationCollector()
+        if kind not in ("STEER", "FOLLOW_UP"):
+            problems.add("kind", "required: STEER or FOLLOW_UP")
+        if not content and not data:
+            problems.add("content", "required: text content or structured data")
+        if len(content.encode()) + len(_dumps(data).encode()) > MAX_INPUT_BYTES:
+            problems.add("content", f"content and data together exceed {MAX_INPUT_BYTES} bytes")
+        if len(request_id) > 128:
+            problems.add("request_id", "at most 128 characters")
+        problems.raise_if_any("invalid input")
+
+        def write(session: Session) -> InputRow:
+            if request_id:
+                earlier = session.scalar(
+                    sa.select(InputRow).where(InputRow.request_id == request_id)
+                )
+                if earlier is not None:
+                    return earlier
+            run = run_for_update(session, run_id)
+            if RunStatus(run.status).terminal:
+                raise FailedPrecondition(
+                    f"run is {run.status} (it has ended): it takes no more input",
+                    reason="RUN_ENDED",
+                    metadata={"current_status": run.status},
+                )
+            now = utcnow()
+            item = InputRow(
+                id=new_id("inp"),
+                run_id=run.id,
+                kind=kind,
+                content=content,
+                data_json=_dumps(data),
+                sender=sender[:200],
+                create_time=now,
+                status="PENDING",
+                delivered_step_id="",
+                delivered_turn_id="",
+                deliver_time=None,
+                request_id=request_id or None,
+            )
+            session.add(item)
+            run.update_time = now
+            transitions.append_run_event(
+                session,
+                run,
+                event_pb2.InputReceivedAttributes(
+                    input_id=item.id,
+                    kind=enum_pb2.InputKind.Value(f"INPUT_KIND_{kind}"),
+                    sender=item.sender,
+                ),
+                now,
+            )
+            return item
+
+        return await self._rt.write(write)
+
+    # -- steps -----------------------------------------------------------------------------
+
+    async def begin_step(self, req: StepRequest) -> StepOutcome:
+        self._check_step_request(req)
+        return await self._write_recorded(lambda session: self._begin_step(session, req))  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _check_step_request(req: StepRequest) -> None:
+        problems = ViolationCollector()
+        if req.type in ("APPROVAL_REQUEST", "CHECKPOINT"):
+            problems.add("type", f"{req.type} steps are recorded by the runtime, not begun")
+        elif req.type not in COUNTED:
+            problems.add("type", "required: MODEL_CALL, TOOL_CALL or COMPLETION_CHECK")
+        expected = {
+            "MODEL_CALL": "model_call",
+            "TOOL_CALL": "tool_call",
+            "COMPLETION_CHECK": "completion_check",
+        }.get(req.type)
+        if expected and req.details != expected:
+            problems.add(expected, f"required for a {req.type} step")
+        if not req.turn_id:
+            problems.add("turn_id", "required: steps are begun inside a turn (BeginTurn)")
+        if len(req.operation) > 200:
+            problems.add("operation", "at most 200 characters")
+        if len(req.idempotency_key) > 200:
+            problems.add("idempotency_key", "at most 200 characters")
+        if req.estimated_input_tokens < 0:
+            problems.add("model_call.estimated_input_tokens", "must not be negative")
+        for name, value in (
+            ("input_ref", req.input_ref),
+            ("model_call.context_digest", req.context_digest),
+        ):
+            if value and not refs.is_digest(value):
+                problems.add(name, "not a sha256 digest")
+        if req.type == "TOOL_CALL" and not req.tool:
+            problems.add("tool_call.tool", "required")
+        if req.type == "COMPLETION_CHECK" and not req.check:
+            problems.add("completion_check.check", "required")
+        if len(_dumps(req.arguments).encode()) > MAX_INPUT_BYTES:
+            problems.add("tool_call.arguments", f"larger than {MAX_INPUT_BYTES} bytes")
+        problems.raise_if_any("invalid step")
+
+    def _begin_step(self, session: Session, req: StepRequest) -> Recorded:
+        run, attempt = fenced(session, req.attempt_id, req.lease_epoch)
+        turn = session.get(TurnRow, req.turn_id)
+        if turn is None or turn.attempt_id != attempt.id or turn.status != "OPEN":
+            raise FailedPrecondition(
+                f"turn {req.turn_id} is not the open turn of this attempt", reason="TURN_NOT_OPEN"
+            )
+        if req.input_ref:
+            require_blob(session, req.input_ref, "input_ref")
+        bound = self._bound.get(session, run.agent_digest).definition
+        now = utcnow()
+        retry_of = req.retry_of_step_id
+        if req.idempotency_key:
+            earlier = session.scalar(
+                sa.select(StepRow)
+                .where(StepRow.run_id == run.id, StepRow.idempotency_key == req.idempotency_key)
+                .order_by(StepRow.sequence.desc())
+                .limit(1)
+            )
+            if earlier is not None:
+                reused = self._reuse(session, run, attempt, turn, bound, earlier, req, now)
+                if reused is not None:
+                    return reused
+                retry_of = retry_of or earlier.id
+        budget_error = self._budget_error(run)
+        if budget_error is not None:
+            transitions.apply(
+                session,
+                run,
+                Trigger.BUDGET,
+                Actor.RUNTIME,
+                now,
+                attempt=attempt,
+                message=budget_error.message,
+                error_class="BUDGET_EXCEEDED",
+                error_message=budget_error.message,
+            )
+            return Recorded(None, budget_error)
+        if req.type == "MODEL_CALL":
+            return self._model_call(session, run, attempt, turn, bound, req, retry_of, now)
+        if req.type == "TOOL_CALL":
+            return self._tool_call(session, run, attempt, turn, bound, req, retry_of, now)
+        if req.check not in bound.completion_checks:
+            raise InvalidArgument.for_field(
+                "completion_check.check",
+                f"{req.check!r} is not a check of the bound completion policy "
+                f"({', '.join(bound.completion_checks) or 'none'})",
+            )
+        step = self._new_step(session, run, attempt, turn, req, retry_of, now, status="STARTED")
+        step.completion_check = req.check
+        self._started(session, run, step, now)
+        return Recorded(StepOutcome(step, False, message_pb2.ResolvedVersions(), []))
+
+    @staticmethod
+    def _budget_error(run: RunRow) -> ResourceExhausted | None:
+        exceeded = ""
+        if run.max_steps and run.step_count + 1 > run.max_steps:
+            exceeded = f"max_steps ({run.max_steps}) reached"
+            name = "max_steps"
+        elif run.max_model_tokens and run.input_tokens + run.output_tokens >= run.max_model_tokens:
+            exceeded = f"max_model_tokens ({run.max_model_tokens}) used up"
+            name = "max_model_tokens"
+        elif run.max_cost_usd and run.cost_usd >= run.max_cost_usd:
+            exceeded = f"max_cost_usd ({run.max_cost_usd}) spent"
+            name = "max_cost_usd"
+        if not exceeded:
+            return None
+        return ResourceExhausted(
+            f"budget exceeded: {exceeded}; the run has ended FAILED (BUDGET_EXCEEDED)",
+            reason="BUDGET_EXCEEDED",
+            metadata={"budget": name},
+        )
+
+    def _reuse(
+        self,
+        session: Session,
+        run: RunRow,
+        attempt: AttemptRow,
+        turn: TurnRow,
+        bound: BoundDefinition,
+        earlier: StepRow,
+        req: StepRequest,
+        now: dt.datetime,
+    ) -> Recorded | None:
+        """The answer for a repeated idempotency key, or None to create a (retry) step."""
+        if earlier.type == "APPROVAL_REQUEST":
+            if not earlier.approval_decision:
+                return Recorded(StepOutcome(earlier, True, None, []))
+            # The decision is in: the resumed attempt now gets the tool call itself.
+            return self._after_approval(session, run, attempt, turn, bound, earlier, req, now)
+        if earlier.status in ("SUCCEEDED", "DENIED", "WAITING_APPROVAL") or (
+            earlier.status == "STARTED" and earlier.attempt_id == attempt.id
+        ):
+            return Recorded(StepOutcome(earlier, True, self._resolved_for(bound, earlier), []))
+        return None
+
+    def _new_step(
+        self,
+        session: Session,
+        run: RunRow,
+        attempt: AttemptRow,
+        turn: TurnRow,
+        req: StepRequest,
+        retry_of: str,
+        now: dt.datetime,
+        *,
+        status: str,
+        type_: str = "",
+    ) -> StepRow:
+        run.last_step_sequence += 1
+        type_ = type_ or req.type
+        if type_ in COUNTED:
+            run.step_count += 1
+        step = StepRow(
+            id=new_id("stp"),
+            run_id=run.id,
+            attempt_id=attempt.id,
+            turn_id=turn.id,
+            sequence=run.last_step_sequence,
+            type=type_,
+            operation=req.operation,
+            status=status,
+            idempotency_key=req.idempotency_key,
+            input_ref=req.input_ref,
+            output_ref="",
+            summary="",
+            start_time=now,
+            end_time=None if status in ("STARTED", "WAITING_APPROVAL") else now,
+            error_class="",
+            error_message="",
+            retryable=False,
+            retry_of_step_id=retry_of,
+            side_effect=False,
+            input_tokens=0,
+            output_tokens=0,
+            cost_usd=0.0,
+            input_revision=run.input_revision,
+            consumed_input_ids_json="[]",
+            tool_name="",
+            tool_arguments_json="{}",
+            approval_decision="",
+            approver="",
+            approval_comment="",
+            approval_time=None,
+            approval_step_id="",
+            completion_check="",
+            model_policy_digest="",
+            candidate_name="",
+            candidate_reason="",
+            provider="",
+            requested_model_id="",
+            parameters_json="{}",
+            reported_model_id="",
+            system_prompt_digest="",
+            context_digest="",
+            skills_json="[]",
+            tools_json="[]",
+        )
+        session.add(step)
+        return step
+
+    def _started(self, session: Session, run: RunRow, step: StepRow, now: dt.datetime) -> None:
+        from runtime_service import proto_map
+
+        session.flush()
+        transitions.append_run_event(
+            session,
+            run,
+            event_pb2.StepStartedAttributes(
+                step_id=step.id,
+                attempt_id=step.attempt_id,
+                turn_id=step.turn_id,
+                step_sequence=step.sequence,
+                type=enum_pb2.StepType.Value(f"STEP_TYPE_{step.type}"),
+                operation=step.operation,
+                idempotency_key=step.idempotency_key,
+                input_ref=step.input_ref,
+                retry_of_step_id=step.retry_of_step_id,
+                tool_name=step.tool_name,
+                versions=proto_map.step_versions(step),
+                status=enum_pb2.StepStatus.Value(f"STEP_STATUS_{step.status}"),
+            ),
+            now,
+        )
+        if step.status != "STARTED":
+            self._ended_event(session, run, step, now)
+        self._record_usages(session, step)
+
+    def _ended_event(self, session: Session, run: RunRow, step: StepRow, now: dt.datetime) -> None:
+        transitions.append_run_event(
+            session,
+            run,
+            event_pb2.StepEndedAttributes(
+                step_id=step.id,
+                status=enum_pb2.StepStatus.Value(f"STEP_STATUS_{step.status}"),
+                output_ref=step.output_ref,
+                error_class=enum_pb2.ErrorClass.Value(
+                    f"ERROR_CLASS_{step.error_class or 'UNSPECIFIED'}"
+                ),
+                error_message=step.error_message,
+                side_effect=step.side_effect,
+                usage=message_pb2.Usage(
+                    input_tokens=step.input_tokens,
+                    output_tokens=step.output_tokens,
+                    cost_usd=step.cost_usd,
+                ),
+                reported_model_id=step.reported_model_id,
+            ),
+            now,
+        )
+
+    @staticmethod
+    def _record_usages(session: Session, step: StepRow) -> None:
+        """Index every version the step used, for reverse look-ups (FindUsages)."""
+        rows: list[dict[str, Any]] = []
+
+        def add(kind: str, name: str, version: str, digest: str, schema: str = "") -> None:
+            rows.append(
+                {
+                    "step_id": step.id,
+                    "kind": kind,
+                    "name": name,
+                    "version": version,
+                    "digest": digest,
+                    "schema_digest": schema,
+                    "run_id": step.run_id,
+                    "start_time": step.start_time,
+                }
+            )
+
+        if step.model_policy_digest:
+            add("model_policy", "", "", step.model_policy_digest)
+            add("model_requested", step.requested_model_id, "", "")
+        if step.system_prompt_digest:
+            add("system_prompt", "", "", step.system_prompt_digest)
+        for skill in json.loads(step.skills_json):
+            add("skill", skill["name"], skill["version"], skill["digest"])
+        for tool in json.loads(step.tools_json):
+            add("tool", tool["name"], tool["version"], tool["digest"], tool["schema_digest"])
+        if rows:
+            session.execute(sa.insert(StepUsageRow), rows)
+
+    def _deny(
+        self,
+        session: Session,
+        run: RunRow,
+        attempt: AttemptRow,
+        turn: TurnRow,
+        req: StepRequest,
+        retry_of: str,
+        now: dt.datetime,
+        *,
+        message: str,
+        error: AgentrtError,
+        status: str = "DENIED",
+        error_class: str = "PERMISSION_DENIED",
+        tools: list[dict[str, Any]] | None = None,
+    ) -> Recorded:
+        step = self._new_step(session, run, attempt, turn, req, retry_of, now, status=status)
+        step.error_class, step.error_message = error_class, message
+        step.tool_name = req.tool
+        step.tool_arguments_json = _dumps(req.arguments)
+        step.tools_json = _dumps(tools or [])
+        self._started(session, run, step, now)
+        error.metadata["step_id"] = step.id
+        return Recorded(StepOutcome(step, False, None, []), error)
+
+    def _model_call(
+        self,
+        session: Session,
+        run: RunRow,
+        attempt: AttemptRow,
+        turn: TurnRow,
+        bound: BoundDefinition,
+        req: StepRequest,
+        retry_of: str,
+        now: dt.datetime,
+    ) -> Recorded:
+        unknown = [f"skill {s}" for s in req.skills if s not in bound.skills]
+        unknown += [f"tool {t}" for t in req.tools if t not in bound.tools]
+        if unknown:
+            message = (
+                f"not in the bound definition {bound.agent_id}@{bound.version_label}: "
+                + ", ".join(unknown)
+            )
+            return self._deny(
+                session,
+                run,
+                attempt,
+                turn,
+                req,
+                retry_of,
+                now,
+                message=message,
+                error=PermissionDenied(
+                    message, reason="NOT_IN_DEFINITION", metadata={"denied": ",".join(unknown)}
+                ),
+            )
+        choice = resolution.choose_model(
+            bound.model_policy.spec,
+            estimated_input_tokens=req.estimated_input_tokens,
+            previous_error_class=req.previous_error_class,
+            previous_candidate=req.previous_candidate,
+        )
+        step = self._new_step(session, run, attempt, turn, req, retry_of, now, status="STARTED")
+        candidate = choice.candidate
+        step.model_policy_digest = bound.model_policy.digest
+        step.candidate_name = str(candidate.get("name", ""))
+        step.candidate_reason = choice.reason
+        step.provider = str(candidate.get("provider", ""))
+        step.requested_model_id = str(candidate.get("model_id", ""))
+        step.parameters_json = _dumps(candidate.get("parameters", {}))
+        step.system_prompt_digest = bound.system_prompt.digest
+        step.context_digest = req.context_digest
+        step.skills_json = _dumps(
+            [
+                {"name": s.name, "version": s.version, "digest": s.digest}
+                for s in (bound.skills[n] for n in sorted(set(req.skills)))
+            ]
+        )
+        step.tools_json = _dumps(
+            [
+                {
+                    "name": t.name,
+                    "version": t.version,
+                    "digest": t.digest,
+                    "schema_digest": t.schema_digest,
+                    "decision": resolution.permission(bound, t.name, run.permission_ceiling),
+                }
+                for t in (bound.tools[n] for n in sorted(set(req.tools)))
+            ]
+        )
+        steers = _pending_inputs(session, run, ("STEER",))
+        step.consumed_input_ids_json = _dumps([i.id for i in steers])
+        self._started(session, run, step, now)
+        _deliver(session, run, steers, now, turn_id=turn.id, step_id=step.id)
+        return Recorded(StepOutcome(step, False, self._resolved_for(bound, step), steers))
+
+    def _tool_call(
+        self,
+        session: Session,
+        run: RunRow,
+        attempt: AttemptRow,
+        turn: TurnRow,
+        bound: BoundDefinition,
+        req: StepRequest,
+        retry_of: str,
+        now: dt.datetime,
+    ) -> Recorded:
+        pinned = bound.tools.get(req.tool)
+        if pinned is None:
+            where = f"{bound.agent_id}@{bound.version_label}"
+            message = f"tool {req.tool!r} is not in the bound definition {where}"
+            return self._deny(
+                session,
+                run,
+                attempt,
+                turn,
+                req,
+                retry_of,
+                now,
+                message=message,
+                error=PermissionDenied(
+                    message, reason="NOT_IN_DEFINITION", metadata={"tool": req.tool}
+                ),
+            )
+        tools = [
+            {
+                "name": pinned.name,
+                "version": pinned.version,
+                "digest": pinned.digest,
+                "schema_digest": pinned.schema_digest,
+            }
+        ]
+        decision = resolution.permission(bound, req.tool, run.permission_ceiling)
+        tools[0]["decision"] = decision
+        if decision == "DENY":
+            message = f"tool {req.tool!r} is denied by the permission policy or the run's ceiling"
+            return self._deny(
+                session,
+                run,
+                attempt,
+                turn,
+                req,
+                retry_of,
+                now,
+                message=message,
+                tools=tools,
+                error=PermissionDenied(message, reason="TOOL_DENIED", metadata={"tool": req.tool}),
+            )
+        problem = resolution.argument_error(pinned, req.arguments)
+        if problem is not None:
+            message = (
+                f"arguments do not match the schema of {pinned.name}@{pinned.version}: {problem}"
+            )
+            error = InvalidArgument.for_field(
+                f"tool_call.arguments{problem.split(':')[0][1:]}", message
+            )
+            return self._deny(
+                session,
+                run,
+                attempt,
+                turn,
+                req,
+                retry_of,
+                now,
+                message=message,
+                status="FAILED",
+                error_class="INVALID_ARGUMENTS",
+                tools=tools,
+                error=error,
+            )
+        if decision == "REQUIRE_APPROVAL":
+            step = self._new_step(
+                session,
+                run,
+                attempt,
+                turn,
+                req,
+                retry_of,
+                now,
+                status="WAITING_APPROVAL",
+                type_="APPROVAL_REQUEST",
+            )
+            step.tool_name = req.tool
+            step.tool_arguments_json = _dumps(req.arguments)
+            step.tools_json = _dumps(tools)
+            self._started(session, run, step, now)
+            transitions.append_run_event(
+                session,
+                run,
+                event_pb2.ApprovalRequestedAttributes(step_id=step.id, tool_name=req.tool),
+                now,
+            )
+            return Recorded(StepOutcome(step, False, self._resolved_for(bound, step), []))
+        step = self._new_step(session, run, attempt, turn, req, retry_of, now, status="STARTED")
+        step.tool_name = req.tool
+        step.tool_arguments_json = _dumps(req.arguments)
+        step.tools_json = _dumps(tools)
+        step.side_effect = bool(pinned.spec.get("side_effects"))
+        self._started(session, run, step, now)
+        return Recorded(StepOutcome(step, False, self._resolved_for(bound, step), []))
+
+    def _after_approval(
+        self,
+        session: Session,
+        run: RunRow,
+        attempt: AttemptRow,
+        turn: TurnRow,
+        bound: BoundDefinition,
+        approval: StepRow,
+        req: StepRequest,
+        now: dt.datetime,
+    ) -> Recorded:
+        following = session.scalar(
+            sa.select(StepRow).where(
+                StepRow.approval_step_id == approval.id, StepRow.type == "TOOL_CALL"
+            )
+        )
+        if following is not None:
+            return Recorded(StepOutcome(following, True, self._resolved_for(bound, following), []))
+        approved = approval.approval_decision == "APPROVE"
+        call = StepRequest(
+            **{
+                **req.__dict__,
+                "tool": approval.tool_name,
+                "arguments": json.loads(approval.tool_arguments_json),
+            }
+        )
+        step = self._new_step(
+            session, run, attempt, turn, call, "", now, status="STARTED" if approved else "DENIED"
+        )
+        step.tool_name = approval.tool_name
+        step.tool_arguments_json = approval.tool_arguments_json
+        step.tools_json = approval.tools_json
+        step.approval_step_id = approval.id
+        approved_tool = bound.tools.get(approval.tool_name)
+        if approved:
+            step.side_effect = bool(approved_tool and approved_tool.spec.get("side_effects"))
+        else:
+            # A denial is the tool's result for the agent, not a failure of the run.
+            step.error_class = "PERMISSION_DENIED"
+            step.error_message = (
+                f"denied by {approval.approver}: {approval.approval_comment}".strip()
+            )
+        self._started(session, run, step, now)
+        return Recorded(StepOutcome(step, False, self._resolved_for(bound, step), []))
+
+    @staticmethod
+    def _resolved_for(bound: BoundDefinition, step: StepRow) -> message_pb2.ResolvedVersions:
+        """The contents a worker needs for a step (what the step recorded, with content)."""
+        out = message_pb2.ResolvedVersions()
+        if step.type == "MODEL_CALL":
+            out.model.policy_digest = step.model_policy_digest
+            out.model.candidate_name = step.candidate_name
+            out.model.reason = enum_pb2.CandidateReason.Value(
+                f"CANDIDATE_REASON_{step.candidate_reason}"
+            )
+            out.model.provider = step.provider
+            out.model.model_id = step.requested_model_id
+            out.model.parameters.update(json.loads(step.parameters_json))
+            out.system_prompt_digest = bound.system_prompt.digest
+            out.system_prompt_text = str(bound.system_prompt.spec.get("text", ""))
+            for skill in json.loads(step.skills_json):
+                pinned = bound.skills[skill["name"]]
+                resolved = out.skills.add(
+                    name=pinned.name,
+                    version=pinned.version,
+                    digest=pinned.digest,
+                    instructions=str(pinned.spec.get("instructions", "")),
+                )
+                for f in pinned.spec.get("files", []):
+                    resolved.files.add(path=f["path"], content=str(f.get("content", "")).encode())
+        for tool in json.loads(step.tools_json):
+            pinned_tool = bound.tools.get(tool["name"])
+            if pinned_tool is None:
+                continue
+            resolved_tool = out.tools.add(
+                name=pinned_tool.name,
+                version=pinned_tool.version,
+                digest=pinned_tool.digest,
+                schema_digest=pinned_tool.schema_digest,
+                decision=enum_pb2.PermissionDecision.Value(
+                    f"PERMISSION_DECISION_{tool.get('decision', 'ALLOW')}"
+                ),
+                side_effect=bool(pinned_tool.spec.get("side_effects")),
+            )
+            resolved_tool.input_schema.update(pinned_tool.spec.get("input_schema", {}))
+            if "output_schema" in pinned_tool.spec:
+                resolved_tool.output_schema.update(pinned_tool.spec["output_schema"])
+        return out
+
+    async def end_step(
+        self,
+        attempt_id: str,
+        lease_epoch: int,
+        step_id: str,
+        status: str,
+        *,
+        output_ref: str,
+        summary: str,
+        input_tokens: int,
+        output_tokens: int,
+        cost_usd: float,
+        reported_model_id: str,
+        error_class: str,
+        error_message: str,
+        retryable: bool,
+        side_effect: bool,
+    ) -> StepRow:
+        problems = ViolationCollector()
+        if status not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            problems.add("status", "required: SUCCEEDED, FAILED or CANCELLED")
+        if input_tokens < 0:
+            problems.add("usage.input_tokens", "must not be negative")
+        if output_tokens < 0:
+            problems.add("usage.output_tokens", "must not be negative")
+        if cost_usd < 0 or cost_usd != cost_usd:
+            problems.add("usage.cost_usd", "must be a non-negative number")
+        if output_ref and not refs.is_digest(output_ref):
+            problems.add("output_ref", "not a sha256 digest")
+        if len(summary.encode()) > MAX_TEXT:
+            problems.add("summary", f"larger than {MAX_TEXT} bytes")
+        if len(error_message.encode()) > MAX_TEXT:
+            problems.add("error_message", f"larger than {MAX_TEXT} bytes")
+        problems.raise_if_any("invalid step outcome")
+
+        def write(session: Session) -> StepRow:
+            run, attempt = fenced(session, attempt_id, lease_epoch)
+            step = session.get(StepRow, step_id)
+            if step is None or step.run_id != run.id:
+                raise NotFound("step", step_id)
+            same = (step.status, step.output_ref, step.input_tokens, step.output_tokens) == (
+                status,
+                output_ref,
+                input_tokens,
+                output_tokens,
+            )
+            if step.status != "STARTED":
+                if same:
+                    return step  # a repeated EndStep: nothing changes
+                raise FailedPrecondition(
+                    f"step {step_id} already ended {step.status}; it cannot end {status}",
+                    reason="STEP_ENDED",
+                    metadata={"current_status": step.status},
+                )
+            if step.attempt_id != attempt.id:
+                raise FailedPrecondition(
+                    "the step belongs to another attempt", reason="STEP_OF_OTHER_ATTEMPT"
+                )
+            if output_ref:
+                require_blob(session, output_ref, "output_ref")
+            now = utcnow()
+            step.status, step.end_time = status, now
+            step.output_ref, step.summary = output_ref, summary
+            step.input_tokens, step.output_tokens, step.cost_usd = (
+                input_tokens,
+                output_tokens,
+                cost_usd,
+            )
+            step.reported_model_id = reported_model_id[:200]
+            step.error_class, step.error_message, step.retryable = (
+                error_class,
+                error_message,
+                retryable,
+            )
+            step.side_effect = step.side_effect or side_effect
+            for owner in (attempt, run):
+                owner.input_tokens += input_tokens
+                owner.output_tokens += output_tokens
+                owner.cost_usd += cost_usd
+            self._ended_event(session, run, step, now)
+            if step.reported_model_id:
+                session.execute(
+                    sa.insert(StepUsageRow).values(
+                        step_id=step.id,
+                        kind="model_reported",
+                        name=step.reported_model_id,
+                        version="",
+                        digest="",
+                        schema_digest="",
+                        run_id=run.id,
+                        start_time=step.start_time,
+                    )
+                )
+            return step
+
+        return await self._rt.write(write)
+
+    # -- approvals -------------------------------------------------------------------------
+
+    async def resolve_approval(
+        self, run_id: str, step_id: str, decision: str, approver: str, comment: str
+    ) -> tuple[StepRow, RunRow]:
+        problems = ViolationCollector()
+        if decision not in ("APPROVE", "DENY"):
+            problems.add("decision", "required: APPROVE or DENY")
+        if not approver:
+            problems.add("approver", "required: who decided")
+        if len(comment.encode()) > MAX_TEXT:
+            problems.add("comment", f"larger than {MAX_TEXT} bytes")
+        problems.raise_if_any("invalid approval")
+
+        def write(session: Session) -> tuple[StepRow, RunRow]:
+            run = run_for_update(session, run_id)
+            step = session.get(StepRow, step_id)
+            if step is None or step.run_id != run.id or step.type != "APPROVAL_REQUEST":
+                raise NotFound("approval step", step_id)
+            if step.approval_decision:
+                if step.approval_decision == decision:
+                    return step, run
+                raise FailedPrecondition(
+                    f"the approval was already resolved: {step.approval_decision}",
+                    reason="APPROVAL_RESOLVED",
+                )
+            now = utcnow()
+            step.approval_decision, step.approver = decision, approver[:200]
+            step.approval_comment, step.approval_time = comment, now
+            step.status = "SUCCEEDED" if decision == "APPROVE" else "DENIED"
+            step.end_time = now
+            transitions.append_run_event(
+                session,
+                run,
+                event_pb2.ApprovalResolvedAttributes(
+                    step_id=step.id,
+                    decision=enum_pb2.ApprovalDecision.Value(f"APPROVAL_DECISION_{decision}"),
+                    approver=step.approver,
+                    comment=comment,
+                ),
+                now,
+            )
+            if run.status == RunStatus.WAITING_APPROVAL.value:
+                transitions.apply(
+                    session,
+                    run,
+                    Trigger.RESOLVE_APPROVAL,
+                    Actor.CLIENT,
+                    now,
+                    message=f"approval {decision.lower()} by {approver}",
+                )
+            return step, run
+
+        return await self._rt.write(write)
+
+    # -- checkpoints and artifacts ---------------------------------------------------------
+
+    async def write_checkpoint(
+        self,
+        attempt_id: str,
+        lease_epoch: int,
+        state_ref: str,
+        after_sequence: int,
+        request_id: str,
+    ) -> CheckpointRow:
+        if after_sequence < 0:
+            raise InvalidArgument.for_field("after_sequence", "must not be negative")
+
+        def write(session: Session) -> CheckpointRow:
+            if request_id:
+                earlier = session.scalar(
+                    sa.select(CheckpointRow).where(CheckpointRow.request_id == request_id)
+                )
+                if earlier is not None:
+                    return earlier
+            run, attempt = fenced(session, attempt_id, lease_epoch)
+            require_blob(session, state_ref, "state_ref")
+            if after_sequence > run.last_step_sequence:
+                raise InvalidArgument.for_field(
+                    "after_sequence", f"beyond the run's last step ({run.last_step_sequence})"
+                )
+            now = utcnow()
+            turn = _open_turn(session, attempt)
+            run.last_step_sequence += 1
+            step = StepRow(
+                **{
+                    **_blank_step(),
+                    "id": new_id("stp"),
+                    "run_id": run.id,
+                    "attempt_id": attempt.id,
+                    "turn_id": turn.id if turn else "",
+                    "sequence": run.last_step_sequence,
+                    "type": "CHECKPOINT",
+                    "operation": "checkpoint",
+                    "status": "SUCCEEDED",
+                    "input_ref": state_ref,
+                    "output_ref": state_ref,
+                    "start_time": now,
+                    "end_time": now,
+                    "input_revision": run.input_revision,
+                }
+            )
+            session.add(step)
+            checkpoint = CheckpointRow(
+                id=new_id("ckp"),
+                run_id=run.id,
+                attempt_id=attempt.id,
+                step_id=step.id,
+                state_ref=state_ref,
+                after_sequence=after_sequence,
+                create_time=now,
+                request_id=request_id or None,
+            )
+            session.add(checkpoint)
+            run.latest_checkpoint_id = checkpoint.id
+            self._started(session, run, step, now)
+            transitions.append_run_event(
+                session,
+                run,
+                event_pb2.CheckpointWrittenAttributes(
+                    checkpoint_id=checkpoint.id,
+                    attempt_id=attempt.id,
+                    step_id=step.id,
+                    state_ref=state_ref,
+                    after_sequence=after_sequence,
+                ),
+                now,
+            )
+            return checkpoint
+
+        return await self._rt.write(write)
+
+    async def create_artifact(
+        self,
+        attempt_id: str,
+        lease_epoch: int,
+        step_id: str,
+        name: str,
+        blob_digest: str,
+        media_type: str,
+        labels: dict[str, str],
+        request_id: str,
+    ) -> ArtifactRow:
+        problems = ViolationCollector()
+        if not name or len(name) > 512:
+            problems.add("name", "required, at most 512 characters")
+        if not step_id:
+            problems.add("step_id", "required: the step that made the artifact")
+        if len(labels) > 64:
+            problems.add("labels", "at most 64 entries")
+        problems.raise_if_any("invalid artifact")
+
+        def write(session: Session) -> ArtifactRow:
+            if request_id:
+                earlier = session.scalar(
+                    sa.select(ArtifactRow).where(ArtifactRow.request_id == request_id)
+                )
+                if earlier is not None:
+                    return earlier
+            run, attempt = fenced(session, attempt_id, lease_epoch)
+            step = session.get(StepRow, step_id)
+            if step is None or step.run_id != run.id:
+                raise NotFound("step", step_id)
+            if step.attempt_id != attempt.id:
+                raise InvalidArgument.for_field("step_id", "a step of another attempt")
+            require_blob(session, blob_digest, "blob_digest")
+            blob = session.get(BlobRow, blob_digest)
+            now = utcnow()
+            artifact = ArtifactRow(
+                id=new_id("art"),
+                run_id=run.id,
+                thread_id=run.thread_id,
+                attempt_id=attempt.id,
+                step_id=step.id,
+                name=name,
+                blob_digest=blob_digest,
+                media_type=media_type or (blob.media_type if blob else ""),
+                size=blob.size if blob else 0,
+                labels_json=_dumps(labels),
+                create_time=now,
+                request_id=request_id or None,
+            )
+            session.add(artifact)
+            transitions.append_run_event(
+                session,
+                run,
+                event_pb2.ArtifactCreatedAttributes(
+                    artifact_id=artifact.id,
+                    step_id=step.id,
+                    name=name,
+                    blob_digest=blob_digest,
+                    media_type=artifact.media_type,
+                ),
+                now,
+            )
+            return artifact
+
+        return await self._rt.write(write)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def list_steps(
+        self, run_id: str, attempt_id: str, turn_id: str, page_size: int, page_token: str
+    ) -> tuple[list[StepRow], str]:
+        filters = {"run_id": run_id, "attempt_id": attempt_id, "turn_id": turn_id}
+        page = page_request(page_size, page_token, filters, default=100)
+
+        def read(session: Session) -> tuple[list[StepRow], str]:
+            if session.get(RunRow, run_id) is None:
+                raise NotFound("run", run_id)
+            stmt = sa.select(StepRow).where(StepRow.run_id == run_id)
+            if attempt_id:
+                stmt = stmt.where(StepRow.attempt_id == attempt_id)
+            if turn_id:
+                stmt = stmt.where(StepRow.turn_id == turn_id)
+            if page.after is not None:
+                stmt = stmt.where(StepRow.sequence > page.after[0])
+            rows = list(session.scalars(stmt.order_by(StepRow.sequence).limit(page.size + 1)))
+            token = ""
+            if len(rows) > page.size:
+                rows = rows[: page.size]
+                token = next_page_token([rows[-1].sequence], filters)
+            return rows, token
+
+        return await self._rt.read(read)
+
+    async def get_step(self, step_id: str) -> StepRow:
+        def read(session: Session) -> StepRow:
+            step = session.get(StepRow, step_id)
+            if step is None:
+                raise NotFound("step", step_id)
+            return step
+
+        return await self._rt.read(read)
+
+    async def list_artifacts(
+        self, run_id: str, thread_id: str, page_size: int, page_token: str
+    ) -> tuple[list[ArtifactRow], str]:
+        if bool(run_id) == bool(thread_id):
+            raise InvalidArgument.for_field("run_id", "exactly one of run_id and thread_id")
+        filters = {"run_id": run_id, "thread_id": thread_id}
+        page = page_request(page_size, page_token, filters, default=100)
+
+        def read(session: Session) -> tuple[list[ArtifactRow], str]:
+            stmt = sa.select(ArtifactRow)
+            stmt = (
+                stmt.where(ArtifactRow.run_id == run_id)
+                if run_id
+                else stmt.where(ArtifactRow.thread_id == thread_id)
+            )
+            if page.after is not None:
+                stmt = stmt.where(ArtifactRow.id > page.after[0])
+            rows = list(session.scalars(stmt.order_by(ArtifactRow.id).limit(page.size + 1)))
+            token = ""
+            if len(rows) > page.size:
+                rows = rows[: page.size]
+                token = next_page_token([rows[-1].id], filters)
+            return rows, token
+
+        return await self._rt.read(read)
+
+
+def _blank_step() -> dict[str, Any]:
+    return {
+        "turn_id": "",
+        "operation": "",
+        "idempotency_key": "",
+        "input_ref": "",
+        "output_ref": "",
+        "summary": "",
+        "end_time": None,
+        "error_class": "",
+        "error_message": "",
+        "retryable": False,
+        "retry_of_step_id": "",
+        "side_effect": False,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cost_usd": 0.0,
+        "consumed_input_ids_json": "[]",
+        "tool_name": "",
+        "tool_arguments_json": "{}",
+        "approval_decision": "",
+        "approver": "",
+        "approval_comment": "",
+        "approval_time": None,
+        "approval_step_id": "",
+        "completion_check": "",
+        "model_policy_digest": "",
+        "candidate_name": "",
+        "candidate_reason": "",
+        "provider": "",
+        "requested_model_id": "",
+        "parameters_json": "{}",
+        "reported_model_id": "",
+        "system_prompt_digest": "",
+        "context_digest": "",
+        "skills_json": "[]",
+        "tools_json": "[]",
+    }

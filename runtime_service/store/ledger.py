@@ -1,0 +1,179 @@
+"""Tables of what happens inside a run: turns, steps (with the versions they resolved),
+inputs, checkpoints, artifacts and content-addressed blobs."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Mapped, mapped_column
+
+from agentrt_base.db import Base
+
+_ID = sa.String(40)
+_DIGEST = sa.String(71)
+
+
+class TurnRow(Base):
+    __tablename__ = "runtime_turns"
+    __table_args__ = (sa.UniqueConstraint("run_id", "number"),)
+
+    id: Mapped[str] = mapped_column(_ID, primary_key=True)
+    run_id: Mapped[str] = mapped_column(_ID, sa.ForeignKey("runtime_runs.id"))
+    attempt_id: Mapped[str] = mapped_column(_ID, sa.ForeignKey("runtime_attempts.id"), index=True)
+    number: Mapped[int]
+    status: Mapped[str] = mapped_column(sa.String(16))
+    start_time: Mapped[dt.datetime]
+    end_time: Mapped[dt.datetime | None]
+    request_id: Mapped[str] = mapped_column(sa.String(128))
+
+
+class StepRow(Base):
+    __tablename__ = "runtime_steps"
+    __table_args__ = (
+        sa.UniqueConstraint("run_id", "sequence"),
+        sa.Index("ix_runtime_steps_run_id_idempotency_key", "run_id", "idempotency_key"),
+    )
+
+    id: Mapped[str] = mapped_column(_ID, primary_key=True)
+    run_id: Mapped[str] = mapped_column(_ID, sa.ForeignKey("runtime_runs.id"))
+    attempt_id: Mapped[str] = mapped_column(_ID, index=True)
+    turn_id: Mapped[str] = mapped_column(_ID)
+    sequence: Mapped[int] = mapped_column(sa.BigInteger)
+    type: Mapped[str] = mapped_column(sa.String(24))
+    operation: Mapped[str] = mapped_column(sa.String(200))
+    status: Mapped[str] = mapped_column(sa.String(24))
+    idempotency_key: Mapped[str] = mapped_column(sa.String(200))
+    input_ref: Mapped[str] = mapped_column(_DIGEST)
+    output_ref: Mapped[str] = mapped_column(_DIGEST)
+    summary: Mapped[str] = mapped_column(sa.Text)
+    start_time: Mapped[dt.datetime]
+    end_time: Mapped[dt.datetime | None]
+    error_class: Mapped[str] = mapped_column(sa.String(32))
+    error_message: Mapped[str] = mapped_column(sa.Text)
+    retryable: Mapped[bool]
+    retry_of_step_id: Mapped[str] = mapped_column(_ID)
+    side_effect: Mapped[bool]
+    input_tokens: Mapped[int] = mapped_column(sa.BigInteger)
+    output_tokens: Mapped[int] = mapped_column(sa.BigInteger)
+    cost_usd: Mapped[float] = mapped_column(sa.Float)
+    input_revision: Mapped[int] = mapped_column(sa.BigInteger)
+    consumed_input_ids_json: Mapped[str] = mapped_column(sa.Text)
+    tool_name: Mapped[str] = mapped_column(sa.String(64))
+    tool_arguments_json: Mapped[str] = mapped_column(sa.Text)
+    approval_decision: Mapped[str] = mapped_column(sa.String(16))
+    approver: Mapped[str] = mapped_column(sa.String(200))
+    approval_comment: Mapped[str] = mapped_column(sa.Text)
+    approval_time: Mapped[dt.datetime | None]
+    approval_step_id: Mapped[str] = mapped_column(_ID)
+    completion_check: Mapped[str] = mapped_column(sa.String(200))
+    # The versions resolved for the step (also indexed row by row in runtime_step_usages).
+    model_policy_digest: Mapped[str] = mapped_column(_DIGEST)
+    candidate_name: Mapped[str] = mapped_column(sa.String(200))
+    candidate_reason: Mapped[str] = mapped_column(sa.String(32))
+    provider: Mapped[str] = mapped_column(sa.String(200))
+    requested_model_id: Mapped[str] = mapped_column(sa.String(200))
+    parameters_json: Mapped[str] = mapped_column(sa.Text)
+    reported_model_id: Mapped[str] = mapped_column(sa.String(200))
+    system_prompt_digest: Mapped[str] = mapped_column(_DIGEST)
+    context_digest: Mapped[str] = mapped_column(_DIGEST)
+    skills_json: Mapped[str] = mapped_column(sa.Text)
+    tools_json: Mapped[str] = mapped_column(sa.Text)
+
+
+class StepUsageRow(Base):
+    """One version a step used (skill, tool, model policy, prompt, model id): the index that
+    answers "which steps used repo-debug@2.1.0 / this tool schema / model x" without
+    scanning every step's JSON."""
+
+    __tablename__ = "runtime_step_usages"
+    __table_args__ = (
+        sa.Index("ix_runtime_step_usages_digest_time", "digest", "start_time"),
+        sa.Index("ix_runtime_step_usages_schema_digest_time", "schema_digest", "start_time"),
+        sa.Index("ix_runtime_step_usages_kind_name_version", "kind", "name", "version"),
+    )
+
+    step_id: Mapped[str] = mapped_column(_ID, primary_key=True)
+    # `skill`, `tool`, `model_policy`, `system_prompt`, `model_requested`, `model_reported`.
+    kind: Mapped[str] = mapped_column(sa.String(24), primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
+    version: Mapped[str] = mapped_column(sa.String(128))
+    digest: Mapped[str] = mapped_column(_DIGEST)
+    schema_digest: Mapped[str] = mapped_column(_DIGEST)
+    run_id: Mapped[str] = mapped_column(_ID)
+    start_time: Mapped[dt.datetime]
+
+
+class InputRow(Base):
+    __tablename__ = "runtime_inputs"
+    __table_args__ = (sa.Index("ix_runtime_inputs_run_id_status", "run_id", "status"),)
+
+    id: Mapped[str] = mapped_column(_ID, primary_key=True)
+    run_id: Mapped[str] = mapped_column(_ID, sa.ForeignKey("runtime_runs.id"))
+    kind: Mapped[str] = mapped_column(sa.String(16))
+    content: Mapped[str] = mapped_column(sa.Text)
+    data_json: Mapped[str] = mapped_column(sa.Text)
+    sender: Mapped[str] = mapped_column(sa.String(200))
+    create_time: Mapped[dt.datetime]
+    status: Mapped[str] = mapped_column(sa.String(16))
+    delivered_step_id: Mapped[str] = mapped_column(_ID)
+    delivered_turn_id: Mapped[str] = mapped_column(_ID)
+    deliver_time: Mapped[dt.datetime | None]
+    request_id: Mapped[str | None] = mapped_column(sa.String(128), unique=True)
+
+
+class CheckpointRow(Base):
+    __tablename__ = "runtime_checkpoints"
+
+    id: Mapped[str] = mapped_column(_ID, primary_key=True)
+    run_id: Mapped[str] = mapped_column(_ID, sa.ForeignKey("runtime_runs.id"), index=True)
+    attempt_id: Mapped[str] = mapped_column(_ID)
+    step_id: Mapped[str] = mapped_column(_ID)
+    state_ref: Mapped[str] = mapped_column(_DIGEST, index=True)
+    after_sequence: Mapped[int] = mapped_column(sa.BigInteger)
+    create_time: Mapped[dt.datetime]
+    request_id: Mapped[str | None] = mapped_column(sa.String(128), unique=True)
+
+
+class ArtifactRow(Base):
+    __tablename__ = "runtime_artifacts"
+    __table_args__ = (
+        sa.Index("ix_runtime_artifacts_run_id", "run_id"),
+        sa.Index("ix_runtime_artifacts_thread_id", "thread_id"),
+    )
+
+    id: Mapped[str] = mapped_column(_ID, primary_key=True)
+    run_id: Mapped[str] = mapped_column(_ID, sa.ForeignKey("runtime_runs.id"))
+    thread_id: Mapped[str] = mapped_column(_ID)
+    attempt_id: Mapped[str] = mapped_column(_ID)
+    step_id: Mapped[str] = mapped_column(_ID)
+    name: Mapped[str] = mapped_column(sa.String(512))
+    blob_digest: Mapped[str] = mapped_column(_DIGEST, index=True)
+    media_type: Mapped[str] = mapped_column(sa.String(200))
+    size: Mapped[int] = mapped_column(sa.BigInteger)
+    labels_json: Mapped[str] = mapped_column(sa.Text)
+    create_time: Mapped[dt.datetime]
+    request_id: Mapped[str | None] = mapped_column(sa.String(128), unique=True)
+
+
+class BlobRow(Base):
+    """A blob's metadata; its bytes live behind :class:`runtime_service.blobs.BlobStore`."""
+
+    __tablename__ = "runtime_blobs"
+
+    digest: Mapped[str] = mapped_column(_DIGEST, primary_key=True)
+    size: Mapped[int] = mapped_column(sa.BigInteger)
+    media_type: Mapped[str] = mapped_column(sa.String(200))
+    create_time: Mapped[dt.datetime]
+
+
+class BlobContentRow(Base):
+    """Blob bytes, for the embedded default store (chunked so no row is huge)."""
+
+    __tablename__ = "runtime_blob_chunks"
+
+    digest: Mapped[str] = mapped_column(
+        _DIGEST, sa.ForeignKey("runtime_blobs.digest"), primary_key=True
+    )
+    chunk: Mapped[int] = mapped_column(primary_key=True)
+    data: Mapped[bytes] = mapped_column(sa.LargeBinary)
