@@ -171,15 +171,20 @@ class WorkerServiceServicer:
     def BeginStep(self, request, context):
         """Begins a MODEL_CALL, TOOL_CALL or COMPLETION_CHECK step. The runtime
         resolves and returns the exact model, prompt, skills and tool schemas to use,
-        records them on the step, and delivers pending steers at a MODEL_CALL.
+        against the run's bound definition, records them on the step, and delivers
+        pending steers at a MODEL_CALL.
 
-        TOOL_CALL: a tool outside the bound definition, or one the permission policy
-        or the run's ceiling refuses, is recorded as a step already DENIED; arguments
-        failing the pinned schema as a step already FAILED (INVALID_ARGUMENTS). When
-        approval is required, an APPROVAL_REQUEST step (WAITING_APPROVAL) is
-        returned instead and the run becomes WAITING_APPROVAL: checkpoint and
-        FinishAttempt(WAITING_APPROVAL). The resumed attempt repeats the call with
-        the same idempotency_key and gets the tool call STARTED or DENIED.
+        Refusals are recorded before they are answered: a skill or tool outside the
+        bound definition, or a tool the permission policy or the run's ceiling
+        denies, is stored as a DENIED step and answered PERMISSION_DENIED; tool
+        arguments failing the pinned JSON Schema are stored as a FAILED step
+        (INVALID_ARGUMENTS) and answered INVALID_ARGUMENT naming the schema path.
+        Both errors carry ErrorInfo metadata "step_id". When approval is required,
+        an APPROVAL_REQUEST step (WAITING_APPROVAL) is returned instead: checkpoint
+        and FinishAttempt(WAITING_APPROVAL); the run waits for ResolveApproval. The
+        resumed attempt repeats the call with the same idempotency_key and gets the
+        tool call STARTED, or DENIED when the approver denied it (a denial is the
+        tool's result for the agent, not a failure of the run).
 
         idempotency_key (per run): if a step with the key is STARTED in this
         attempt, SUCCEEDED, DENIED or WAITING_APPROVAL, it is returned with
@@ -187,12 +192,12 @@ class WorkerServiceServicer:
         one FAILED or was CANCELLED, a new step retrying it is created.
 
         Errors: ABORTED (LEASE_LOST); INVALID_ARGUMENT (type APPROVAL_REQUEST or
-        CHECKPOINT, skill/tool/check not in the definition for MODEL_CALL and
-        COMPLETION_CHECK); FAILED_PRECONDITION (turn not open, ErrorInfo
-        "NO_MODEL_CANDIDATE" when the model policy has no fallback left);
-        RESOURCE_EXHAUSTED with ErrorInfo(reason="BUDGET_EXCEEDED") when the step
-        would exceed the run's budget; the run then ends FAILED in the same
-        transaction.
+        CHECKPOINT, details not matching type, a check not in the completion
+        policy); FAILED_PRECONDITION (turn not open, ErrorInfo "NO_MODEL_CANDIDATE"
+        when the model policy has no fallback left, "BLOB_MISSING");
+        RESOURCE_EXHAUSTED with ErrorInfo(reason="BUDGET_EXCEEDED", metadata
+        "budget") when the step would exceed the run's budget; the run then ends
+        FAILED (BUDGET_EXCEEDED), committed before the error is returned.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
