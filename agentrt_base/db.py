@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import queue
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -134,6 +137,90 @@ def _postgres_engine(url: URL, *, pool_size: int) -> Engine:
     )
 
 
+@dataclass
+class _Job:
+    fn: Callable[[Session], Any]
+    future: Future[Any]
+
+
+class GroupCommitWriter:
+    """The single SQLite writer, committing whatever is queued together.
+
+    Handlers enqueue write functions; the writer thread takes everything waiting, runs each
+    in its own SAVEPOINT inside one transaction (so one refused request rolls back only its
+    own work), commits once, and only then answers every waiter. One fsync covers the batch,
+    so durable commits cost about what unsynchronised ones do (``shared/PERFORMANCE.md``,
+    "group commit"), and nothing is acknowledged before it is on disk.
+    """
+
+    def __init__(self, sessions: sessionmaker[Session], max_batch: int = 64) -> None:
+        self._sessions = sessions
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="agentrt-db-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[Session], T]) -> Future[T]:
+        future: Future[T] = Future()
+        self._queue.put(_Job(fn, future))
+        return future
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            batch = [job]
+            stopping = False
+            while len(batch) < self._max_batch:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stopping = True
+                    break
+                batch.append(more)
+            self._commit(batch)
+            if stopping:
+                return
+
+    def _commit(self, batch: list[_Job]) -> None:
+        if len(batch) == 1:
+            job = batch[0]
+            try:
+                with self._sessions.begin() as session:
+                    result = job.fn(session)
+            except BaseException as exc:
+                job.future.set_exception(exc)
+            else:
+                job.future.set_result(result)
+            return
+        outcomes: list[tuple[bool, Any]] = []
+        try:
+            with self._sessions.begin() as session:
+                for job in batch:
+                    try:
+                        with session.begin_nested():
+                            outcomes.append((True, job.fn(session)))
+                    except Exception as exc:
+                        outcomes.append((False, exc))
+        except BaseException as exc:
+            # The commit itself failed: nothing of the batch is durable, so nobody succeeded.
+            for job in batch:
+                job.future.set_exception(exc)
+            return
+        for job, (ok, value) in zip(batch, outcomes, strict=True):
+            if ok:
+                job.future.set_result(value)
+            else:
+                job.future.set_exception(value)
+
+
 class Database:
     """Engines, sessions and executors for one database URL.
 
@@ -154,6 +241,9 @@ class Database:
             writer_threads = 4
         self._write_sessions = sessionmaker(self.write_engine, expire_on_commit=False)
         self._read_sessions = sessionmaker(self.read_engine, expire_on_commit=False)
+        self._group: GroupCommitWriter | None = (
+            GroupCommitWriter(self._write_sessions) if self.is_sqlite else None
+        )
         self._write_executor = ThreadPoolExecutor(writer_threads, "agentrt-db-write")
         self._read_executor = ThreadPoolExecutor(read_pool_size, "agentrt-db-read")
 
@@ -187,7 +277,13 @@ class Database:
             return fn(session)
 
     async def write(self, fn: Callable[[Session], T]) -> T:
-        """Run ``fn`` in one write transaction on the writer thread; returns after commit."""
+        """Run ``fn`` in a write transaction; returns (or raises) after the commit.
+
+        On SQLite ``fn`` may share its transaction with other queued writes (group commit,
+        each in its own savepoint); it must not commit or roll back itself.
+        """
+        if self._group is not None:
+            return await asyncio.wrap_future(self._group.submit(fn))
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._write_executor, self.write_sync, fn)
 
@@ -198,6 +294,8 @@ class Database:
 
     def dispose(self) -> None:
         """Stop the executors and close every pooled connection."""
+        if self._group is not None:
+            self._group.close()
         self._write_executor.shutdown(wait=True)
         self._read_executor.shutdown(wait=True)
         self.write_engine.dispose()

@@ -82,5 +82,29 @@ class Stubs:
             wpb.FinishAttemptRequest(fence=fence, outcome=outcome, **kwargs), timeout=10
         )
 
+    def complete(self, fence: Any, **kwargs: Any) -> Any:
+        """Finish an attempt successfully the way a real worker must: the bound completion
+        policy (test-and-diff@3: tests-pass, diff-reviewed) requires a SUCCEEDED
+        COMPLETION_CHECK step per check before FinishAttempt(SUCCEEDED_COMPLETE_RUN) is
+        accepted (otherwise FAILED_PRECONDITION COMPLETION_CHECKS_MISSING)."""
+        turn = self.worker.BeginTurn(wpb.BeginTurnRequest(fence=fence), timeout=10).turn
+        for check in ("tests-pass", "diff-reviewed"):
+            step = self.worker.BeginStep(
+                wpb.BeginStepRequest(
+                    fence=fence,
+                    turn_id=turn.id,
+                    type=enum_pb2.STEP_TYPE_COMPLETION_CHECK,
+                    completion_check=message_pb2.CompletionCheckSpec(check=check),
+                ),
+                timeout=10,
+            ).step
+            self.worker.EndStep(
+                wpb.EndStepRequest(
+                    fence=fence, step_id=step.id, status=enum_pb2.STEP_STATUS_SUCCEEDED
+                ),
+                timeout=10,
+            )
+        return self.finish(fence, enum_pb2.ATTEMPT_OUTCOME_SUCCEEDED_COMPLETE_RUN, **kwargs)
+
     def close(self) -> None:
         self.channel.close()

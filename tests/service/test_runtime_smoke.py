@@ -24,9 +24,7 @@ def test_smoke(stubs: Stubs) -> None:
     assert run.status == enum_pb2.RUN_STATUS_QUEUED
     got = stubs.acquire()
     assert got.run.id == run.id and got.attempt.number == 1
-    done = stubs.finish(
-        got.fence, enum_pb2.ATTEMPT_OUTCOME_SUCCEEDED_COMPLETE_RUN, result_summary="ok"
-    )
+    done = stubs.complete(got.fence, result_summary="ok")
     assert done.run.status == enum_pb2.RUN_STATUS_COMPLETED
     events = list(stubs.runtime.WatchRun(pb.WatchRunRequest(run_id=run.id), timeout=5))
     assert [e.event.sequence for e in events] == list(range(1, len(events) + 1))
