@@ -80,11 +80,19 @@ def fenced(session: Session, attempt_id: str, lease_epoch: int) -> tuple[RunRow,
     """
     if not attempt_id or lease_epoch <= 0:
         raise InvalidArgument.for_field("fence", "required: attempt_id and lease_epoch")
-    attempt = session.get(AttemptRow, attempt_id)
-    if attempt is None:
+    # One statement: the attempt and its run, the run row locked (FOR UPDATE OF the run on
+    # PostgreSQL; SQLite's writer holds the database lock already). The step path calls this
+    # twice per step, so it is kept to a single round trip.
+    found = session.execute(
+        sa.select(RunRow, AttemptRow)
+        .join(AttemptRow, AttemptRow.run_id == RunRow.id)
+        .where(AttemptRow.id == attempt_id)
+        .with_for_update(of=RunRow)
+        .execution_options(populate_existing=True)
+    ).first()
+    if found is None:
         raise LeaseLost(f"attempt {attempt_id} does not exist", metadata={"attempt_status": ""})
-    run = run_for_update(session, attempt.run_id)
-    session.refresh(attempt)
+    run, attempt = found
     if run.current_attempt_id != attempt_id or run.lease_epoch != lease_epoch:
         raise LeaseLost(
             f"the lease of attempt {attempt_id} (epoch {lease_epoch}) is no longer held: "
