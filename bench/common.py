@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -123,6 +124,8 @@ def server_process(database_url: str) -> Iterator[str]:
             break
     else:
         raise RuntimeError("server did not start")
+    # Keep reading the server's log so a chatty server never blocks on a full pipe.
+    threading.Thread(target=lambda: [None for _ in process.stderr or ()], daemon=True).start()
     try:
         yield f"127.0.0.1:{port}"
     finally:

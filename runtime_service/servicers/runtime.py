@@ -8,8 +8,10 @@ from typing import Any
 from agentrt.runtime.v1 import enum_pb2, runtime_service_pb2_grpc
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt_base.errors import InvalidArgument
+from agentrt_base.lru import LruCache
 from runtime_service import proto_map as pm
 from runtime_service.blobs import BlobHeader, BlobService
+from runtime_service.events import StoredEvent
 from runtime_service.servicers.convert import enum_name, message_json, struct_json, time_or_none
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime
@@ -26,6 +28,16 @@ class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
         self._watch = WatchService(runtime)
         self._steps = StepsService(runtime, bound)
         self._blobs = BlobService(runtime)
+        # Events never change, and many watchers of one run receive the same ones: convert
+        # each once and hand the same (never mutated) message to every stream.
+        self._event_responses: LruCache[str, pb.WatchRunResponse] = LruCache(4096)
+
+    def _run_response(self, event: StoredEvent) -> pb.WatchRunResponse:
+        response = self._event_responses.get(event.id)
+        if response is None:
+            response = pb.WatchRunResponse(event=pm.event(event))
+            self._event_responses.put(event.id, response)
+        return response
 
     async def SendInput(
         self, request: pb.SendInputRequest, context: Context
@@ -257,7 +269,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
         types = _event_types(request.event_types)
         async for event in self._watch.watch_run(request.run_id, request.after_sequence):
             if not types or event.event_type in types:
-                yield pb.WatchRunResponse(event=pm.event(event))
+                yield self._run_response(event)
 
     async def WatchThread(
         self, request: pb.WatchThreadRequest, context: Context

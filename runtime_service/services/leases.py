@@ -27,7 +27,7 @@ from runtime_service.lifecycle import TERMINAL, Actor, RunStatus, Trigger
 from runtime_service.services import transitions
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime, wake
-from runtime_service.services.runs import active_attempt, run_for_update
+from runtime_service.services.runs import active_attempt
 from runtime_service.store.ledger import InputRow, StepRow
 from runtime_service.store.tables import AttemptRow, RunRow
 
@@ -178,7 +178,11 @@ class LeasesService:
         # Label filters are checked in Python over a bounded candidate set; SKIP LOCKED makes
         # concurrent acquirers on PostgreSQL take different rows instead of queueing behind
         # one (SQLite's single writer serialises acquirers already).
-        candidates = session.scalars(stmt.limit(20).with_for_update(skip_locked=True)).all()
+        # Without a label filter the first unlocked candidate is the one: lock just it. With
+        # labels, a bounded set is locked so a non-matching head of the queue cannot starve
+        # matching runs behind it.
+        limit = 20 if labels else 1
+        candidates = session.scalars(stmt.limit(limit).with_for_update(skip_locked=True)).all()
         run = next(
             (
                 r

@@ -428,6 +428,8 @@ class RunsService:
         self, session: Session, thread: ThreadRow, policy: str, now: dt.datetime
     ) -> str:
         """Apply the thread's policy to its active runs; return the run the new one waits for."""
+        if policy == "ALLOW":
+            return ""  # nothing to look at, and nothing to lock
         active = list(
             session.scalars(
                 sa.select(RunRow)
@@ -436,7 +438,7 @@ class RunsService:
                 .with_for_update()
             )
         )
-        if not active or policy == "ALLOW":
+        if not active:
             return ""
         if policy == "REJECT":
             raise FailedPrecondition(

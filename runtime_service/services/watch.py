@@ -1,15 +1,21 @@
 """Watch streams: replay from a cursor, then follow live, never polling while idle.
 
-Each loop subscribes to its key *before* reading, reads everything after its cursor in pages,
-and sleeps only when a read came back empty: so an event committed at any moment is either in
-the read or wakes the sleep. A client that reconnects with the last sequence (or cursor) it
-saw receives every later event exactly once, in order; a dropped stream touches nothing.
+Each stream holds one subscription to its key for its whole life and clears it *before*
+every read, so an event committed at any moment is either in that read or has set the
+subscription again; the stream sleeps only when its last read returned less than a page. A
+client that reconnects with the last sequence (or cursor) it saw receives every later event
+exactly once, in order; a dropped stream touches nothing.
+
+Many watchers of one run wake together and ask for the same page: reads are shared
+(single-flight by run and cursor), so 200 watchers cost one query per new event, not 200.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
+from typing import TypeVar
 
 from sqlalchemy.orm import Session
 
@@ -20,37 +26,63 @@ from runtime_service.services.context import Runtime
 from runtime_service.store.tables import RunRow, ThreadRow
 
 PAGE = 500
+T = TypeVar("T")
+
+
+class _SharedReads:
+    """Concurrent identical reads share one database query (single-flight)."""
+
+    def __init__(self) -> None:
+        self._inflight: dict[tuple[str, str, int], asyncio.Future[object]] = {}
+
+    async def read(self, key: tuple[str, str, int], load: Callable[[], Awaitable[T]]) -> T:
+        pending = self._inflight.get(key)
+        if pending is not None:
+            shared: T = await asyncio.shield(pending)  # type: ignore[arg-type]
+            return shared
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            result = await load()
+        except BaseException as exc:
+            future.set_exception(exc)
+            # Retrieved here so a failure nobody else awaited is not logged as unhandled.
+            future.exception()
+            raise
+        else:
+            future.set_result(result)
+            return result
+        finally:
+            del self._inflight[key]
 
 
 class WatchService:
     def __init__(self, runtime: Runtime) -> None:
         self._rt = runtime
+        self._shared = _SharedReads()
 
     async def watch_run(
         self, run_id: str, after_sequence: int
     ) -> AsyncIterator[events.StoredEvent]:
         """Every event of the run after ``after_sequence``; ends after ``run.ended``."""
-
-        def first(session: Session) -> None:
-            if session.get(RunRow, run_id) is None:
-                raise NotFound("run", run_id)
-
-        await self._rt.read(first)
-        cursor = after_sequence
-        while True:
-            with self._rt.notifier.subscribe([notify.run_key(run_id)]) as woken:
-                batch = await self._rt.read(partial(_run_page, run_id=run_id, after=cursor))
+        with self._rt.notifier.subscribe([notify.run_key(run_id)]) as woken:
+            ended_at = await self._rt.read(partial(_run_state, run_id=run_id))
+            cursor = after_sequence
+            if ended_at and cursor >= ended_at:
+                return  # the run has ended and the caller has seen its last event
+            while True:
+                woken.clear()
+                batch = await self._shared.read(
+                    ("run", run_id, cursor),
+                    partial(self._rt.read, partial(_run_page, run_id=run_id, after=cursor)),
+                )
                 for event in batch:
                     yield event
                     cursor = event.sequence
                     if event.event_type == "run.ended":
                         return
-                if batch:
-                    continue
-                ended = await self._rt.read(lambda s: _run_status(s, run_id))
-                if ended and cursor >= ended:
-                    return
-                await self._rt.notifier.sleep(woken, None)
+                if len(batch) < PAGE:
+                    await woken.wait()
 
     async def watch_thread(
         self, thread_id: str, after_cursor: str, live_only: bool
@@ -58,25 +90,41 @@ class WatchService:
         """Every event of the thread and its runs after the cursor, in commit order; endless."""
         if after_cursor and not after_cursor.isdigit():
             raise InvalidArgument.for_field("after_cursor", "not a cursor this server issued")
-
-        def first(session: Session) -> int:
-            thread = session.get(ThreadRow, thread_id)
-            if thread is None:
-                raise NotFound("thread", thread_id)
-            return thread.event_cursor
-
-        head = await self._rt.read(first)
-        cursor = head if live_only and not after_cursor else int(after_cursor or 0)
-        while True:
-            with self._rt.notifier.subscribe([notify.thread_key(thread_id)]) as woken:
-                batch = await self._rt.read(
-                    partial(_thread_page, thread_id=thread_id, after=cursor)
+        with self._rt.notifier.subscribe([notify.thread_key(thread_id)]) as woken:
+            head = await self._rt.read(partial(_thread_head, thread_id=thread_id))
+            cursor = head if live_only and not after_cursor else int(after_cursor or 0)
+            while True:
+                woken.clear()
+                batch = await self._shared.read(
+                    ("thread", thread_id, cursor),
+                    partial(
+                        self._rt.read, partial(_thread_page, thread_id=thread_id, after=cursor)
+                    ),
                 )
                 for event in batch:
                     yield event
                     cursor = event.thread_cursor
-                if not batch:
-                    await self._rt.notifier.sleep(woken, None)
+                if len(batch) < PAGE:
+                    await woken.wait()
+
+
+def _run_state(session: Session, *, run_id: str) -> int:
+    """The run's last sequence if it has ended (nothing more will come), else 0.
+
+    Raises:
+        NotFound: no such run.
+    """
+    run = session.get(RunRow, run_id)
+    if run is None:
+        raise NotFound("run", run_id)
+    return run.last_event_sequence if RunStatus(run.status).terminal else 0
+
+
+def _thread_head(session: Session, *, thread_id: str) -> int:
+    thread = session.get(ThreadRow, thread_id)
+    if thread is None:
+        raise NotFound("thread", thread_id)
+    return thread.event_cursor
 
 
 def _run_page(session: Session, *, run_id: str, after: int) -> list[events.StoredEvent]:
@@ -85,11 +133,3 @@ def _run_page(session: Session, *, run_id: str, after: int) -> list[events.Store
 
 def _thread_page(session: Session, *, thread_id: str, after: int) -> list[events.StoredEvent]:
     return events.thread_events_after(session.connection(), thread_id, after, PAGE)
-
-
-def _run_status(session: Session, run_id: str) -> int:
-    """The run's last sequence if it has ended (nothing more will come), else 0."""
-    run = session.get(RunRow, run_id)
-    if run is None or not RunStatus(run.status).terminal:
-        return 0
-    return run.last_event_sequence
