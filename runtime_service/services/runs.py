@@ -20,7 +20,9 @@ from agentrt_base.errors import (
     ViolationCollector,
 )
 from agentrt_base.ids import new_id
+from agentrt_base.lru import LruCache
 from agentrt_base.paging import next_page_token, page_request
+from registry.model import AgentVersion
 from registry.service import resolve_agent
 from runtime_service import __version__, events, notify
 from runtime_service.lifecycle import TERMINAL, Actor, RunStatus, Trigger
@@ -148,6 +150,8 @@ class RunsService:
 
     def __init__(self, runtime: Runtime) -> None:
         self._rt = runtime
+        # Agent versions never change: resolving `agent:prod` reads only the tag.
+        self._versions: LruCache[str, AgentVersion] = LruCache(256)
 
     # -- threads ---------------------------------------------------------------------------
 
@@ -334,7 +338,9 @@ class RunsService:
                     error = NotFound("run", parent)
                     error.metadata["field"] = parent_field
                     raise error
-            version, resolution = resolve_agent(session, spec.agent_ref, field_path="agent_ref")
+            version, resolution = resolve_agent(
+                session, spec.agent_ref, field_path="agent_ref", cache=self._versions
+            )
             now = utcnow()
             policy = spec.concurrency_policy or thread.concurrency_policy
             blocked_by = self._apply_concurrency_policy(session, thread, policy, now)
