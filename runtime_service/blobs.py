@@ -94,7 +94,10 @@ class BlobService:
         """Receive a blob; verify size and digest; store it unless it exists already."""
         if header is None:
             raise InvalidArgument.for_field("header", "required: the first message is the header")
-        if header.size < 0 or header.size > MAX_BLOB_BYTES:
+        # Fix: a negative size is malformed input (INVALID_ARGUMENT), not an oversized blob.
+        if header.size < 0:
+            raise InvalidArgument.for_field("header.size", "must not be negative")
+        if header.size > MAX_BLOB_BYTES:
             raise ResourceExhausted(
                 f"header.size {header.size} is over the blob limit of {MAX_BLOB_BYTES} bytes",
                 reason="BLOB_TOO_LARGE",
@@ -118,7 +121,8 @@ class BlobService:
                 hasher.update(chunk)
                 spool.write(chunk)
             digest = "sha256:" + hasher.hexdigest()
-            if header.size and size != header.size:
+            # Fix: header.size is required and exact; a zero size with content was accepted.
+            if size != header.size:
                 raise InvalidArgument.for_field(
                     "header.size", f"announced {header.size} bytes, received {size}"
                 )
@@ -136,7 +140,8 @@ class BlobService:
                 row = BlobRow(
                     digest=digest,
                     size=size,
-                    media_type=header.media_type[:200],
+                    # Fix: BlobHeader.media_type "defaults to application/octet-stream".
+                    media_type=(header.media_type or "application/octet-stream")[:200],
                     create_time=utcnow(),
                 )
                 session.add(row)
@@ -144,7 +149,16 @@ class BlobService:
                 self._store.write(session, digest, spool)
                 return row, True
 
-            return await self._rt.write(write)
+            try:
+                return await self._rt.write(write)
+            except sa.exc.IntegrityError:
+                # Fix: two concurrent uploads of the same content both pass the existence
+                # check; the loser's insert hits the primary key (INTERNAL on PostgreSQL).
+                # The content is stored either way: answer as for a repeated upload.
+                stored = await self._rt.read(lambda session: session.get(BlobRow, digest))
+                if stored is None:
+                    raise
+                return stored, False
 
     async def get(self, digest: str) -> tuple[BlobRow, AsyncIterator[bytes]]:
         if not refs.is_digest(digest):

@@ -118,7 +118,7 @@ def run(row: RunRow) -> message_pb2.Run:
         usage=message_pb2.Usage(
             input_tokens=row.input_tokens, output_tokens=row.output_tokens, cost_usd=row.cost_usd
         ),
-        step_count=row.step_count,
+        step_count=row.last_step_sequence,
         attempt_count=row.attempt_count,
         current_attempt_id=row.current_attempt_id,
         result_summary=row.result_summary,

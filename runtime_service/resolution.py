@@ -142,11 +142,14 @@ _validators: LruCache[str, jsonschema.protocols.Validator] = LruCache(1024)
 def argument_error(tool: Pinned, arguments: dict[str, Any]) -> str | None:
     """Why ``arguments`` do not fit the tool's pinned input schema (with the JSON path), or
     None when they do. Validators are cached by schema digest: a pinned schema never changes."""
-    validator = _validators.get(tool.schema_digest)
+    schema = tool.spec.get("input_schema", {})
+    # Fix: a tool without a schema digest must not share the cache entry "" with every other
+    # such tool (one tool's arguments would be checked against another's schema).
+    key = tool.schema_digest or dumps(schema)
+    validator = _validators.get(key)
     if validator is None:
-        schema = tool.spec.get("input_schema", {})
         validator = jsonschema.Draft202012Validator(schema)
-        _validators.put(tool.schema_digest, validator)
+        _validators.put(key, validator)
     error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
     if error is None:
         return None

@@ -53,8 +53,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 completion_checks=acquired.completion_checks,
             ),
         )
-        if acquired.attempt.resume_from_checkpoint_id:
-            response.resume_from.id = acquired.attempt.resume_from_checkpoint_id
+        if acquired.checkpoint is not None:
+            response.resume_from.CopyFrom(pm.checkpoint(acquired.checkpoint))
         return response
 
     async def Heartbeat(

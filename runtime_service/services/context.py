@@ -4,6 +4,7 @@ and the one way to write (commit, then wake whoever waits on what changed)."""
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -60,6 +61,15 @@ class Runtime:
 
     async def read(self, fn: Callable[[Session], T]) -> T:
         return await self.database.read(fn)
+
+
+def scoped_request_id(scope: str, request_id: str) -> str | None:
+    """How a ``request_id`` is stored: hashed together with what it is scoped to (a thread,
+    run or attempt), because the stored column is unique over the whole table while the
+    contract makes a request id unique only within its parent (AIP-155)."""
+    if not request_id:
+        return None
+    return "sha256:" + hashlib.sha256(f"{scope}\0{request_id}".encode()).hexdigest()
 
 
 def wake(session: Session, *keys: str) -> None:

@@ -28,7 +28,7 @@ from runtime_service.services import transitions
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime, wake
 from runtime_service.services.runs import active_attempt
-from runtime_service.store.ledger import InputRow, StepRow
+from runtime_service.store.ledger import CheckpointRow, InputRow, StepRow
 from runtime_service.store.tables import AttemptRow, RunRow
 
 log = logging.getLogger("agentrt.leases")
@@ -60,6 +60,8 @@ class Acquired:
     tool_names: list[str]
     skill_names: list[str]
     completion_checks: list[str]
+    #: The checkpoint the attempt resumes from (the run's latest), if any.
+    checkpoint: CheckpointRow | None = None
 
 
 @dataclass(frozen=True)
@@ -240,6 +242,11 @@ class LeasesService:
         # sleep; wake them after commit so they look again at what is still queued.
         wake(session, notify.WORK)
         bound = self._bound.get(session, run.agent_digest)
+        checkpoint = (
+            session.get(CheckpointRow, run.latest_checkpoint_id)
+            if run.latest_checkpoint_id
+            else None
+        )
         return Acquired(
             run,
             attempt,
@@ -247,6 +254,7 @@ class LeasesService:
             bound.tool_names,
             bound.skill_names,
             bound.definition.completion_checks,
+            checkpoint,
         )
 
     async def heartbeat(self, attempt_id: str, lease_epoch: int) -> HeartbeatResult:

@@ -27,7 +27,7 @@ from registry.service import resolve_agent
 from runtime_service import __version__, events, notify
 from runtime_service.lifecycle import TERMINAL, Actor, RunStatus, Trigger
 from runtime_service.services import transitions
-from runtime_service.services.context import Runtime, wake
+from runtime_service.services.context import Runtime, scoped_request_id, wake
 from runtime_service.store.tables import AttemptRow, MessageRow, RunRow, ThreadRow
 
 #: Documented limits (docs/lifecycle.md, "Limits").
@@ -323,10 +323,10 @@ class RunsService:
         check_run_spec(spec, utcnow())
 
         def write(session: Session) -> RunRow:
-            if spec.request_id:
-                existing = session.scalar(
-                    sa.select(RunRow).where(RunRow.request_id == spec.request_id)
-                )
+            # A request id names one CreateRun within its thread (AIP-155).
+            request_key = scoped_request_id(spec.thread_id, spec.request_id)
+            if request_key:
+                existing = session.scalar(sa.select(RunRow).where(RunRow.request_id == request_key))
                 if existing is not None:
                     return existing
             thread = _thread_for_update(session, spec.thread_id)
@@ -347,7 +347,7 @@ class RunsService:
             run = RunRow(
                 id=new_id("run"),
                 thread_id=thread.id,
-                request_id=spec.request_id or None,
+                request_id=request_key,
                 agent_requested_ref=spec.agent_ref,
                 agent_digest=version.digest,
                 agent_id=version.agent_id,

@@ -36,7 +36,7 @@ from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.resolution import BoundDefinition
 from runtime_service.services import transitions
 from runtime_service.services.bound import BoundAgents
-from runtime_service.services.context import Runtime
+from runtime_service.services.context import Runtime, scoped_request_id
 from runtime_service.services.leases import fenced
 from runtime_service.services.runs import run_for_update
 from runtime_service.store.ledger import (
@@ -286,17 +286,23 @@ class StepsService:
             problems.add("kind", "required: STEER or FOLLOW_UP")
         if not content and not data:
             problems.add("content", "required: text content or structured data")
-        if len(content.encode()) + len(_dumps(data).encode()) > MAX_INPUT_BYTES:
-            problems.add("content", f"content and data together exceed {MAX_INPUT_BYTES} bytes")
         if len(request_id) > 128:
             problems.add("request_id", "at most 128 characters")
         problems.raise_if_any("invalid input")
+        # Fix: the contract answers an input over the server limit RESOURCE_EXHAUSTED, not
+        # INVALID_ARGUMENT (it is well-formed, just too big: put it in a blob).
+        size = len(content.encode()) + len(_dumps(data).encode())
+        if size > MAX_INPUT_BYTES:
+            raise ResourceExhausted(
+                f"content and data together are {size} bytes, over the limit of {MAX_INPUT_BYTES}",
+                reason="INPUT_TOO_LARGE",
+                metadata={"limit": str(MAX_INPUT_BYTES)},
+            )
+        key = scoped_request_id(run_id, request_id)
 
         def write(session: Session) -> InputRow:
-            if request_id:
-                earlier = session.scalar(
-                    sa.select(InputRow).where(InputRow.request_id == request_id)
-                )
+            if key:
+                earlier = session.scalar(sa.select(InputRow).where(InputRow.request_id == key))
                 if earlier is not None:
                     return earlier
             run = run_for_update(session, run_id)
@@ -319,7 +325,7 @@ class StepsService:
                 delivered_step_id="",
                 delivered_turn_id="",
                 deliver_time=None,
-                request_id=request_id or None,
+                request_id=key,
             )
             session.add(item)
             run.update_time = now
@@ -403,7 +409,9 @@ class StepsService:
                 if reused is not None:
                     return reused
                 retry_of = retry_of or earlier.id
-        budget_error = self._budget_error(run)
+        budget_error = self._budget_error(
+            run, req.estimated_input_tokens if req.type == "MODEL_CALL" else 0
+        )
         if budget_error is not None:
             transitions.apply(
                 session,
@@ -433,12 +441,18 @@ class StepsService:
         return Recorded(StepOutcome(step, False, message_pb2.ResolvedVersions(), []))
 
     @staticmethod
-    def _budget_error(run: RunRow) -> ResourceExhausted | None:
+    def _budget_error(run: RunRow, estimated_tokens: int = 0) -> ResourceExhausted | None:
         exceeded = ""
+        used_tokens = run.input_tokens + run.output_tokens
         if run.max_steps and run.step_count + 1 > run.max_steps:
             exceeded = f"max_steps ({run.max_steps}) reached"
             name = "max_steps"
-        elif run.max_model_tokens and run.input_tokens + run.output_tokens >= run.max_model_tokens:
+        # Fix: ModelCallSpec.estimated_input_tokens "drives ... the token budget check": a
+        # model call whose estimate alone would pass the budget is refused before it is made.
+        elif run.max_model_tokens and (
+            used_tokens >= run.max_model_tokens
+            or used_tokens + estimated_tokens > run.max_model_tokens
+        ):
             exceeded = f"max_model_tokens ({run.max_model_tokens}) used up"
             name = "max_model_tokens"
         elif run.max_cost_usd and run.cost_usd >= run.max_cost_usd:
@@ -472,7 +486,17 @@ class StepsService:
         if earlier.status in ("SUCCEEDED", "DENIED", "WAITING_APPROVAL") or (
             earlier.status == "STARTED" and earlier.attempt_id == attempt.id
         ):
-            return Recorded(StepOutcome(earlier, True, self._resolved_for(bound, earlier), []))
+            # Fix: an existing step is returned "with its original resolution and inputs";
+            # without the steers it consumed, a worker that lost the first response would
+            # never see them (they are delivered exactly once, to this step).
+            steers = list(
+                session.scalars(
+                    sa.select(InputRow)
+                    .where(InputRow.delivered_step_id == earlier.id)
+                    .order_by(InputRow.create_time, InputRow.id)
+                )
+            )
+            return Recorded(StepOutcome(earlier, True, self._resolved_for(bound, earlier), steers))
         return None
 
     def _new_step(
@@ -1025,14 +1049,28 @@ class StepsService:
         def write(session: Session) -> tuple[StepRow, RunRow]:
             run = run_for_update(session, run_id)
             step = session.get(StepRow, step_id)
-            if step is None or step.run_id != run.id or step.type != "APPROVAL_REQUEST":
+            if step is None:
                 raise NotFound("approval step", step_id)
+            # Fix: the contract answers "step not an approval of this run" INVALID_ARGUMENT
+            # (NOT_FOUND is for a step that does not exist).
+            if step.run_id != run.id or step.type != "APPROVAL_REQUEST":
+                raise InvalidArgument.for_field(
+                    "step_id", f"{step_id} is not an APPROVAL_REQUEST step of run {run.id}"
+                )
             if step.approval_decision:
                 if step.approval_decision == decision:
                     return step, run
                 raise FailedPrecondition(
                     f"the approval was already resolved: {step.approval_decision}",
                     reason="APPROVAL_RESOLVED",
+                )
+            # Fix: an ended run takes no decision (RUN_ENDED); recording one would also append
+            # `approval.resolved` after `run.ended`, which must stay the run's last event.
+            if RunStatus(run.status).terminal:
+                raise FailedPrecondition(
+                    f"run is {run.status} (it has ended): its approvals can no longer be resolved",
+                    reason="RUN_ENDED",
+                    metadata={"current_status": run.status},
                 )
             now = utcnow()
             step.approval_decision, step.approver = decision, approver[:200]
@@ -1076,10 +1114,12 @@ class StepsService:
         if after_sequence < 0:
             raise InvalidArgument.for_field("after_sequence", "must not be negative")
 
+        key = scoped_request_id(attempt_id, request_id)
+
         def write(session: Session) -> CheckpointRow:
-            if request_id:
+            if key:
                 earlier = session.scalar(
-                    sa.select(CheckpointRow).where(CheckpointRow.request_id == request_id)
+                    sa.select(CheckpointRow).where(CheckpointRow.request_id == key)
                 )
                 if earlier is not None:
                     return earlier
@@ -1119,7 +1159,7 @@ class StepsService:
                 state_ref=state_ref,
                 after_sequence=after_sequence,
                 create_time=now,
-                request_id=request_id or None,
+                request_id=key,
             )
             session.add(checkpoint)
             run.latest_checkpoint_id = checkpoint.id
@@ -1160,10 +1200,12 @@ class StepsService:
             problems.add("labels", "at most 64 entries")
         problems.raise_if_any("invalid artifact")
 
+        key = scoped_request_id(attempt_id, request_id)
+
         def write(session: Session) -> ArtifactRow:
-            if request_id:
+            if key:
                 earlier = session.scalar(
-                    sa.select(ArtifactRow).where(ArtifactRow.request_id == request_id)
+                    sa.select(ArtifactRow).where(ArtifactRow.request_id == key)
                 )
                 if earlier is not None:
                     return earlier
@@ -1188,7 +1230,7 @@ class StepsService:
                 size=blob.size if blob else 0,
                 labels_json=_dumps(labels),
                 create_time=now,
-                request_id=request_id or None,
+                request_id=key,
             )
             session.add(artifact)
             transitions.append_run_event(

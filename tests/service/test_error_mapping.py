@@ -124,3 +124,16 @@ def test_bug_is_internal_with_opaque_id_and_no_traceback(
     # The operator, unlike the caller, gets the whole story under the same id.
     logged = [r for r in caplog.records if error_id in r.getMessage()]
     assert logged and logged[0].exc_info is not None
+
+
+def test_unbuilt_rpc_answers_unimplemented_with_details(stub: Any) -> None:
+    """An RPC of the contract that a servicer does not implement (FailingRegistry leaves
+    ListTags to the generated base class) answers UNIMPLEMENTED naming the method."""
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ListTags(registry_service_pb2.ListTagsRequest(), timeout=5)
+    error = info.value
+    assert error.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "ListTags" in error.details()
+    details = error_details(error)
+    assert details["ErrorInfo"].reason == "UNIMPLEMENTED"
+    assert details["ErrorInfo"].domain == "agentrt"
