@@ -1,0 +1,550 @@
+"""Step benchmark: BeginStep + EndStep pairs over gRPC, next to an empty call and to DBOS.
+
+The step path is the hot path (issue: "Performance"). For each engine the script starts
+``agentrt serve`` in its own process on a fresh database and publishes a small agent (an inline
+prompt, a model policy with one candidate, a tool ``noop@1``, a permission policy whose default
+is ALLOW, no completion policy). It creates 64 threads (policy ALLOW) with one run each,
+acquires every run (lease 600 s, so no heartbeats are needed) and opens a turn in each.
+
+Then, in 3 interleaved repetitions, for 1, 16 and 64 concurrent workers:
+
+* the empty call (``grpc.health.v1.Health/Check``) with as many calls in flight as workers;
+* the workers: each is an asyncio task driving its own run, looping
+  ``BeginStep(MODEL_CALL, model_call={})`` then ``EndStep(SUCCEEDED, small usage)``, with no
+  idempotency key, for a fixed number of pairs (``--pairs`` in all at 16 and 64 workers, an
+  eighth of it with one worker). Every write is acknowledged only once it is
+  committed (the server's SQLite runs WAL + ``synchronous=FULL`` with group commit).
+
+Both loops run in this process, on the same grpc.aio channels (worker ``i`` uses channel
+``i % 4``), so a step RPC and an empty RPC pay the same client cost. Reported per cell: the
+repetition with the median rate (its latencies with it). "step RPC/s" counts both calls of a
+pair, so it is twice the pairs/s; its ratio to the empty rate at the same concurrency is the
+issue's "each step RPC at >= 0.5x the empty-RPC rate". The server's CPU time (user + system,
+from ``/proc/<pid>/stat``) over each loop, divided by its calls or pairs, is reported too
+(median over the repetitions): it does not depend on what else the machine is running.
+
+DBOS (the ``bench`` extra), in process, no network hop: a child Python process per
+configuration runs workflows whose body calls a trivial ``@DBOS.step()`` repeatedly, one
+workflow at a time (1 thread) and 16 workflows in parallel (16 threads), each for a fixed
+wall time; steps/s is steps completed / time. Configurations: the SQLite system database with
+DBOS's defaults (rollback journal, ``synchronous=FULL``: durable), with WAL +
+``synchronous=FULL`` (durable; what agentrt uses), and with WAL + ``synchronous=NORMAL``
+(not durable across power loss; reported as a reference only), plus a PostgreSQL system
+database. DBOS repetitions are interleaved with the first engine's repetitions. The target's
+denominator is the best durable SQLite DBOS figure of the run.
+
+    .venv/bin/python bench/steps_bench.py [--engines sqlite,postgres] [--pairs 512]
+
+Output: Markdown tables on stdout (recorded in bench/results/steps.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path[:0] = [
+    str(Path(__file__).resolve().parents[1]),
+    str(Path(__file__).resolve().parents[1] / "generated"),
+]
+
+import grpc  # noqa: E402
+from google.protobuf import duration_pb2, struct_pb2  # noqa: E402
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
+
+from agentrt.registry.v1 import enum_pb2 as renum  # noqa: E402
+from agentrt.registry.v1 import message_pb2 as rmsg  # noqa: E402
+from agentrt.registry.v1 import registry_service_pb2 as rpb  # noqa: E402
+from agentrt.registry.v1 import registry_service_pb2_grpc  # noqa: E402
+from agentrt.runtime.v1 import (  # noqa: E402
+    enum_pb2,
+    message_pb2,
+    runtime_service_pb2_grpc,
+    worker_service_pb2_grpc,
+)
+from agentrt.runtime.v1 import runtime_service_pb2 as pb  # noqa: E402
+from agentrt.runtime.v1 import worker_service_pb2 as wpb  # noqa: E402
+from bench.common import Result, closed_loop, database, median_result, server_process  # noqa: E402
+
+CONCURRENCY = (1, 16, 64)
+CHANNELS = 4
+AGENT_REF = "steps_agent@v1"
+DBOS_CONFIGS = {
+    "sqlite-default": "SQLite, DBOS defaults (rollback journal, synchronous=FULL)",
+    "sqlite-wal-full": "SQLite, WAL + synchronous=FULL",
+    "sqlite-wal-normal": "SQLite, WAL + synchronous=NORMAL (not power-loss durable)",
+    "postgres": "PostgreSQL 15 (loopback)",
+}
+DURABLE_SQLITE = ("sqlite-default", "sqlite-wal-full")
+
+
+# --------------------------------------------------------------------------- agentrt
+
+
+def components() -> list[rmsg.ComponentDraft]:
+    schema = struct_pb2.Struct()
+    schema.update({"type": "object"})
+    return [
+        rmsg.ComponentDraft(
+            kind=renum.COMPONENT_KIND_TOOL,
+            name="noop",
+            version="1",
+            spec=rmsg.ComponentSpec(
+                tool=rmsg.ToolSpec(description="does nothing", input_schema=schema)
+            ),
+        ),
+        rmsg.ComponentDraft(
+            kind=renum.COMPONENT_KIND_MODEL_POLICY,
+            name="steps-model",
+            version="1",
+            spec=rmsg.ComponentSpec(
+                model_policy=rmsg.ModelPolicySpec(
+                    candidates=[rmsg.ModelCandidate(name="primary", provider="p", model_id="m1")]
+                )
+            ),
+        ),
+        rmsg.ComponentDraft(
+            kind=renum.COMPONENT_KIND_PERMISSION_POLICY,
+            name="steps-perms",
+            version="1",
+            spec=rmsg.ComponentSpec(
+                permission_policy=rmsg.PermissionPolicySpec(
+                    default_decision=renum.PERMISSION_DECISION_ALLOW
+                )
+            ),
+        ),
+    ]
+
+
+def definition() -> rmsg.AgentDefinition:
+    return rmsg.AgentDefinition(
+        agent_id="steps_agent",
+        version_label="v1",
+        description="step benchmark",
+        system_prompt=rmsg.SystemPrompt(text="You are a benchmark agent."),
+        model_policy="steps-model@1",
+        tools=["noop@1"],
+        permission_policy="steps-perms@1",
+    )
+
+
+class Worker:
+    """One acquired run with an open turn; records BeginStep and EndStep latencies."""
+
+    def __init__(self, stub: Any, fence: message_pb2.Fence, turn_id: str) -> None:
+        self.stub = stub
+        self.fence = fence
+        self.turn_id = turn_id
+
+    async def pairs(self, count: int, begin_ms: list[float], end_ms: list[float]) -> None:
+        usage = message_pb2.Usage(input_tokens=12, output_tokens=3, cost_usd=0.0001)
+        for _ in range(count):
+            t0 = time.perf_counter()
+            begun = await self.stub.BeginStep(
+                wpb.BeginStepRequest(
+                    fence=self.fence,
+                    turn_id=self.turn_id,
+                    type=enum_pb2.STEP_TYPE_MODEL_CALL,
+                    model_call=message_pb2.ModelCallSpec(),
+                )
+            )
+            t1 = time.perf_counter()
+            await self.stub.EndStep(
+                wpb.EndStepRequest(
+                    fence=self.fence,
+                    step_id=begun.step.id,
+                    status=enum_pb2.STEP_STATUS_SUCCEEDED,
+                    usage=usage,
+                )
+            )
+            t2 = time.perf_counter()
+            begin_ms.append((t1 - t0) * 1000)
+            end_ms.append((t2 - t1) * 1000)
+
+
+async def setup_workers(channels: list[grpc.aio.Channel], count: int) -> list[Worker]:
+    registry = registry_service_pb2_grpc.RegistryServiceStub(channels[0])
+    runtime = runtime_service_pb2_grpc.RuntimeServiceStub(channels[0])
+    for draft in components():
+        await registry.PublishComponent(rpb.PublishComponentRequest(component=draft))
+    await registry.PublishAgentVersion(rpb.PublishAgentVersionRequest(definition=definition()))
+    for i in range(count):
+        thread = await runtime.CreateThread(
+            pb.CreateThreadRequest(
+                request_id=f"t{i}",
+                title=f"steps {i}",
+                concurrency_policy=enum_pb2.CONCURRENCY_POLICY_ALLOW,
+            )
+        )
+        await runtime.CreateRun(
+            pb.CreateRunRequest(
+                request_id=f"r{i}",
+                thread_id=thread.thread.id,
+                agent_ref=AGENT_REF,
+                goal=message_pb2.Goal(objective="step benchmark"),
+            )
+        )
+    workers = []
+    for i in range(count):
+        stub = worker_service_pb2_grpc.WorkerServiceStub(channels[i % len(channels)])
+        acquired = await stub.AcquireRun(
+            wpb.AcquireRunRequest(
+                worker_id=f"bench-{os.getpid()}-{i}",
+                lease_ttl=duration_pb2.Duration(seconds=600),
+                wait=duration_pb2.Duration(seconds=5),
+            ),
+            timeout=10,
+        )
+        if not acquired.HasField("run"):
+            raise RuntimeError(f"AcquireRun {i} returned no run")
+        turn = await stub.BeginTurn(wpb.BeginTurnRequest(fence=acquired.fence, request_id="turn1"))
+        workers.append(Worker(stub, acquired.fence, turn.turn.id))
+    return workers
+
+
+def server_pid() -> int | None:
+    """The pid of the ``agentrt serve`` child of this process (Linux ``/proc``), if found."""
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            for pid in (task / "children").read_text().split():
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                if b"runtime_service.cli.main" in cmdline:
+                    return int(pid)
+    return None
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of a process so far (10 ms resolution), 0 when unknown."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class StepRun:
+    """One measurement of ``workers`` concurrent step loops."""
+
+    def __init__(
+        self, workers: int, pairs: int, seconds: float, begin_ms: list[float], end_ms: list[float]
+    ) -> None:
+        self.workers, self.pairs, self.seconds = workers, pairs, seconds
+        self.begin = Result("BeginStep", pairs, seconds, begin_ms)
+        self.end = Result("EndStep", pairs, seconds, end_ms)
+
+    @property
+    def pairs_per_s(self) -> float:
+        return self.pairs / self.seconds
+
+
+async def step_run(workers: list[Worker], pairs_each: int) -> StepRun:
+    begin_ms: list[float] = []
+    end_ms: list[float] = []
+    started = time.perf_counter()
+    await asyncio.gather(*(w.pairs(pairs_each, begin_ms, end_ms) for w in workers))
+    seconds = time.perf_counter() - started
+    return StepRun(len(workers), pairs_each * len(workers), seconds, begin_ms, end_ms)
+
+
+def pairs_for(concurrency: int, pairs: int) -> int:
+    """Pairs per worker: ``pairs`` in total at 16 and 64 workers, an eighth of it with one."""
+    total = pairs // 8 if concurrency == 1 else pairs
+    return max(total // concurrency, 5)
+
+
+@dataclass
+class Cell:
+    """One concurrency level of one engine: the median repetitions and server CPU costs."""
+
+    empty: Result
+    steps: StepRun
+    empty_cpu_us: float  # server CPU per empty call, median over repetitions
+    pair_cpu_us: float  # server CPU per Begin+End pair, median over repetitions
+
+
+async def run_engine(
+    engine: str, pairs: int, calls: int, repetitions: int, dbos: DbosPool | None
+) -> dict[int, Cell]:
+    out: dict[int, Cell] = {}
+    with database(engine) as url, server_process(url) as address:
+        channels = [grpc.aio.insecure_channel(address) for _ in range(CHANNELS)]
+        try:
+            workers = await setup_workers(channels, max(CONCURRENCY))
+            healths: list[Any] = [health_pb2_grpc.HealthStub(ch) for ch in channels]
+            request = health_pb2.HealthCheckRequest()
+            # Warm-up: connections, the server's caches, SQLite's page cache.
+            await step_run(workers[:16], 10)
+            await closed_loop("warm", lambda i: healths[i % CHANNELS].Check(request), 500, 16)
+            pid = server_pid()
+            empty: dict[int, list[Result]] = {c: [] for c in CONCURRENCY}
+            steps: dict[int, list[StepRun]] = {c: [] for c in CONCURRENCY}
+            empty_cpu: dict[int, list[float]] = {c: [] for c in CONCURRENCY}
+            pair_cpu: dict[int, list[float]] = {c: [] for c in CONCURRENCY}
+            for rep in range(repetitions):
+                for c in CONCURRENCY:
+                    n = calls // 4 if c == 1 else calls
+                    cpu = cpu_seconds(pid)
+                    e = await closed_loop(
+                        "empty", lambda i: healths[i % CHANNELS].Check(request), n, c
+                    )
+                    empty_cpu[c].append((cpu_seconds(pid) - cpu) / n * 1e6)
+                    cpu = cpu_seconds(pid)
+                    r = await step_run(workers[:c], pairs_for(c, pairs))
+                    pair_cpu[c].append((cpu_seconds(pid) - cpu) / r.pairs * 1e6)
+                    empty[c].append(e)
+                    steps[c].append(r)
+                    print(
+                        f"  [{engine} rep {rep + 1}] {c:>2} workers: empty {e.rps:,.0f}/s, "
+                        f"pairs {r.pairs_per_s:,.0f}/s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                if dbos is not None:
+                    dbos.repetition()
+            for c in CONCURRENCY:
+                ordered = sorted(steps[c], key=lambda r: r.pairs_per_s)
+                out[c] = Cell(
+                    median_result(empty[c]),
+                    ordered[len(ordered) // 2],
+                    statistics.median(empty_cpu[c]),
+                    statistics.median(pair_cpu[c]),
+                )
+        finally:
+            for ch in channels:
+                await ch.close()
+    return out
+
+
+# --------------------------------------------------------------------------- DBOS
+
+
+def dbos_child(config: str, seconds: float, url: str) -> None:
+    """Runs in a child process: answers one JSON line of steps/s per ``rep`` line on stdin."""
+    import logging
+
+    import sqlalchemy as sa
+    from sqlalchemy import event
+
+    if config.startswith("sqlite"):
+        path = url.removeprefix("sqlite:///")
+        if config != "sqlite-default":
+            import sqlite3
+
+            with contextlib.closing(sqlite3.connect(path)) as conn:
+                conn.execute("PRAGMA journal_mode=WAL")
+        sync = "NORMAL" if config == "sqlite-wal-normal" else "FULL"
+
+        @event.listens_for(sa.engine.Engine, "connect")
+        def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.execute(f"PRAGMA synchronous={sync}")
+
+    from dbos import DBOS, DBOSConfig
+
+    cfg: DBOSConfig = {
+        "name": "steps-bench",
+        "system_database_url": url,
+        "log_level": "WARNING",
+    }
+    DBOS(config=cfg)
+    logging.getLogger("dbos").setLevel(logging.WARNING)
+
+    @DBOS.step()
+    def noop(i: int) -> int:
+        return i
+
+    @DBOS.workflow()
+    def workflow(k: int) -> int:
+        total = 0
+        for i in range(k):
+            total += noop(i)
+        return total
+
+    DBOS.launch()
+    workflow(20)  # warm-up (tables, prepared statements)
+
+    def loop(deadline: float, k: int, done: list[int]) -> None:
+        while time.perf_counter() < deadline:
+            workflow(k)
+            done.append(k)
+
+    def measure(threads: int, k: int) -> float:
+        done: list[int] = []
+        started = time.perf_counter()
+        deadline = started + seconds
+        pool = [threading.Thread(target=loop, args=(deadline, k, done)) for _ in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        return sum(done) / (time.perf_counter() - started)
+
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        if line.strip() != "rep":
+            break
+        one = measure(1, 50)
+        sixteen = measure(16, 10)
+        print(json.dumps({"1": one, "16": sixteen}), flush=True)
+    DBOS.destroy()
+
+
+class DbosPool:
+    """The DBOS child processes, one per configuration, driven a repetition at a time."""
+
+    def __init__(self, seconds: float, use_postgres: bool) -> None:
+        self.seconds = seconds
+        self.stack = contextlib.ExitStack()
+        self.children: dict[str, subprocess.Popen[str]] = {}
+        self.results: dict[str, list[dict[str, float]]] = {}
+        self.errors: dict[str, str] = {}
+        self.configs = [c for c in DBOS_CONFIGS if use_postgres or c != "postgres"]
+
+    def __enter__(self) -> DbosPool:
+        for config in self.configs:
+            if config == "postgres":
+                url = self.stack.enter_context(database("postgres"))
+            else:
+                tmp = self.stack.enter_context(tempfile.TemporaryDirectory())
+                url = f"sqlite:///{tmp}/dbos.db"
+            child = subprocess.Popen(
+                [
+                    *(sys.executable, __file__, "--dbos-child", config),
+                    *("--dbos-url", url, "--dbos-seconds", str(self.seconds)),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            assert child.stdout is not None
+            ready = child.stdout.readline()
+            if not ready:
+                self.errors[config] = (child.stderr.read() if child.stderr else "").strip()[-400:]
+                continue
+            self.children[config] = child
+            self.results[config] = []
+        return self
+
+    def repetition(self) -> None:
+        for config, child in self.children.items():
+            assert child.stdin is not None and child.stdout is not None
+            child.stdin.write("rep\n")
+            child.stdin.flush()
+            line = child.stdout.readline()
+            if not line:
+                self.errors[config] = "child exited during a repetition"
+                continue
+            self.results[config].append(json.loads(line))
+            print(f"  [dbos {config}] {line.strip()}", file=sys.stderr, flush=True)
+
+    def medians(self) -> dict[str, dict[str, float]]:
+        return {
+            config: {k: statistics.median(r[k] for r in reps) for k in ("1", "16")}
+            for config, reps in self.results.items()
+            if reps
+        }
+
+    def __exit__(self, *exc: object) -> None:
+        for child in self.children.values():
+            with contextlib.suppress(Exception):
+                assert child.stdin is not None
+                child.stdin.close()
+                child.wait(timeout=30)
+        self.stack.close()
+
+
+# --------------------------------------------------------------------------- report
+
+
+def table(
+    engine: str, cells: dict[int, Cell], dbos_ref: float | None, dbos_label: str
+) -> list[str]:
+    rows = [
+        f"**{engine}** — pairs/s compared with {dbos_label}",
+        "",
+        "| workers | empty RPC/s | empty p50 / p99 ms | Begin+End pairs/s | step RPC/s "
+        "| step RPC / empty | BeginStep p50 / p99 ms | EndStep p50 / p99 ms | pairs/s / DBOS "
+        "| server CPU µs: empty call / pair |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c, cell in cells.items():
+        empty, steps = cell.empty, cell.steps
+        step_rps = 2 * steps.pairs_per_s
+        vs_dbos = f"{steps.pairs_per_s / dbos_ref:.2f}x" if dbos_ref else "n/a"
+        rows.append(
+            f"| {c} | {empty.rps:,.0f} | {empty.pct(0.5):.2f} / {empty.pct(0.99):.2f} "
+            f"| {steps.pairs_per_s:,.0f} | {step_rps:,.0f} | {step_rps / empty.rps:.2f}x "
+            f"| {steps.begin.pct(0.5):.2f} / {steps.begin.pct(0.99):.2f} "
+            f"| {steps.end.pct(0.5):.2f} / {steps.end.pct(0.99):.2f} | {vs_dbos} "
+            f"| {cell.empty_cpu_us:,.0f} / {cell.pair_cpu_us:,.0f} |"
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--engines", default="sqlite,postgres")
+    parser.add_argument(
+        "--pairs", type=int, default=512, help="pairs per cell at 16 and 64 workers"
+    )
+    parser.add_argument("--calls", type=int, default=3000, help="empty calls per cell")
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--dbos-seconds", type=float, default=1.0)
+    parser.add_argument("--dbos-child", help=argparse.SUPPRESS)
+    parser.add_argument("--dbos-url", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.dbos_child:
+        dbos_child(args.dbos_child, args.dbos_seconds, args.dbos_url)
+        return
+    engines = args.engines.split(",")
+    started = time.perf_counter()
+    results: dict[str, dict[int, Cell]] = {}
+    with DbosPool(args.dbos_seconds, "postgres" in engines) as dbos:
+        for n, engine in enumerate(engines):
+            results[engine] = asyncio.run(
+                run_engine(
+                    engine, args.pairs, args.calls, args.repetitions, dbos if n == 0 else None
+                )
+            )
+        medians = dbos.medians()
+        errors = dict(dbos.errors)
+    print(f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; cores: {os.cpu_count()}\n")
+    print("DBOS durable steps/s, in process (median of the repetitions):\n")
+    print("| DBOS system database | 1 workflow at a time | 16 workflows in parallel |")
+    print("|---|---|---|")
+    for config, label in DBOS_CONFIGS.items():
+        if config in medians:
+            m = medians[config]
+            print(f"| {label} | {m['1']:,.0f} | {m['16']:,.0f} |")
+        elif config in errors:
+            print(f"| {label} | failed: {errors[config]} | |")
+    durable = {c: max(medians[c].values()) for c in DURABLE_SQLITE if c in medians}
+    best = max(durable, key=lambda c: durable[c]) if durable else None
+    for engine, cells in results.items():
+        if engine == "postgres" and "postgres" in medians:
+            ref: float | None = max(medians["postgres"].values())
+            label = f"best DBOS on PostgreSQL, {ref:,.0f} steps/s"
+        elif best is not None:
+            ref = durable[best]
+            label = f"best durable DBOS on SQLite ({DBOS_CONFIGS[best]}), {ref:,.0f} steps/s"
+        else:
+            ref, label = None, "DBOS unavailable"
+        print()
+        print("\n".join(table(engine, cells, ref, label)))
+    print(f"\nWall time: {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
