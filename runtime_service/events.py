@@ -86,6 +86,17 @@ class Chain:
     appended: list[tuple[int, str]] = field(default_factory=list)
 
 
+# Prebuilt with bind parameters: every state change appends at least one event, and building
+# and cache-keying these statements anew each time cost more than executing them.
+_BUMP_CURSOR = (
+    sa.update(_THREADS)
+    .where(_THREADS.c.id == sa.bindparam("thread"))
+    .values(event_cursor=_THREADS.c.event_cursor + 1)
+    .returning(_THREADS.c.event_cursor)
+)
+_INSERT_EVENT = sa.insert(_EVENTS)
+
+
 def append(
     conn: sa.Connection, chain: Chain, attributes: Message, now: dt.datetime
 ) -> tuple[int, str]:
@@ -96,12 +107,7 @@ def append(
     thread's event cursor is taken here with an ``UPDATE … RETURNING``, which also locks the
     thread row, so cursors are handed out in commit order.
     """
-    cursor = conn.execute(
-        sa.update(_THREADS)
-        .where(_THREADS.c.id == chain.thread_id)
-        .values(event_cursor=_THREADS.c.event_cursor + 1)
-        .returning(_THREADS.c.event_cursor)
-    ).scalar_one()
+    cursor = conn.execute(_BUMP_CURSOR, {"thread": chain.thread_id}).scalar_one()
     sequence = chain.last_sequence + 1
     event_id = new_id("evt")
     event_type = event_type_name(attributes)
@@ -117,18 +123,19 @@ def append(
         prev_hash=chain.last_hash,
     )
     conn.execute(
-        sa.insert(_EVENTS).values(
-            id=event_id,
-            thread_id=chain.thread_id,
-            run_id=chain.run_id,
-            sequence=sequence,
-            thread_cursor=cursor,
-            event_type=event_type,
-            event_time=now,
-            attributes_json=json.dumps(attrs, separators=(",", ":"), ensure_ascii=False),
-            prev_hash=chain.last_hash,
-            hash=digest,
-        )
+        _INSERT_EVENT,
+        {
+            "id": event_id,
+            "thread_id": chain.thread_id,
+            "run_id": chain.run_id,
+            "sequence": sequence,
+            "thread_cursor": cursor,
+            "event_type": event_type,
+            "event_time": now,
+            "attributes_json": json.dumps(attrs, separators=(",", ":"), ensure_ascii=False),
+            "prev_hash": chain.last_hash,
+            "hash": digest,
+        },
     )
     chain.last_sequence, chain.last_hash = sequence, digest
     chain.appended.append((cursor, chain.run_id))

@@ -73,6 +73,15 @@ class HeartbeatResult:
     input_revision: int
 
 
+_FENCED = (
+    sa.select(RunRow, AttemptRow)
+    .join(AttemptRow, AttemptRow.run_id == RunRow.id)
+    .where(AttemptRow.id == sa.bindparam("attempt_id"))
+    .with_for_update(of=RunRow)
+    .execution_options(populate_existing=True)
+)
+
+
 def fenced(session: Session, attempt_id: str, lease_epoch: int) -> tuple[RunRow, AttemptRow]:
     """The run (locked) and attempt a fence names, if it is still current.
 
@@ -85,13 +94,7 @@ def fenced(session: Session, attempt_id: str, lease_epoch: int) -> tuple[RunRow,
     # One statement: the attempt and its run, the run row locked (FOR UPDATE OF the run on
     # PostgreSQL; SQLite's writer holds the database lock already). The step path calls this
     # twice per step, so it is kept to a single round trip.
-    found = session.execute(
-        sa.select(RunRow, AttemptRow)
-        .join(AttemptRow, AttemptRow.run_id == RunRow.id)
-        .where(AttemptRow.id == attempt_id)
-        .with_for_update(of=RunRow)
-        .execution_options(populate_existing=True)
-    ).first()
+    found = session.execute(_FENCED, {"attempt_id": attempt_id}).first()
     if found is None:
         raise LeaseLost(f"attempt {attempt_id} does not exist", metadata={"attempt_status": ""})
     run, attempt = found

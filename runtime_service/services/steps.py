@@ -51,6 +51,9 @@ from runtime_service.store.ledger import (
 from runtime_service.store.tables import AttemptRow, RunRow
 
 COUNTED = ("MODEL_CALL", "TOOL_CALL", "COMPLETION_CHECK")
+_INSERT_USAGE = sa.insert(StepUsageRow)
+_INSERT_STEP = sa.insert(StepRow)
+_STEP_COLUMNS = list(StepRow.__table__.columns)
 MAX_INPUT_BYTES = 256 * 1024
 MAX_TEXT = 64 * 1024
 
@@ -106,16 +109,22 @@ def _open_turn(session: Session, attempt: AttemptRow) -> TurnRow | None:
     )
 
 
-def _pending_inputs(session: Session, run: RunRow, kinds: tuple[str, ...]) -> list[InputRow]:
-    return list(
-        session.scalars(
-            sa.select(InputRow)
-            .where(
-                InputRow.run_id == run.id, InputRow.status == "PENDING", InputRow.kind.in_(kinds)
-            )
-            .order_by(InputRow.create_time, InputRow.id)
-        )
+_PENDING_INPUTS = (
+    sa.select(InputRow)
+    .where(
+        InputRow.run_id == sa.bindparam("run_id"),
+        InputRow.status == "PENDING",
+        InputRow.kind.in_(sa.bindparam("kinds", expanding=True)),
     )
+    .order_by(InputRow.create_time, InputRow.id)
+)
+
+
+def _pending_inputs(session: Session, run: RunRow, kinds: tuple[str, ...]) -> list[InputRow]:
+    # Prebuilt and run without autoflush: BeginStep asks this on every model call, and the
+    # pending step it has not flushed yet cannot be an input anyway.
+    with session.no_autoflush:
+        return list(session.scalars(_PENDING_INPUTS, {"run_id": run.id, "kinds": list(kinds)}))
 
 
 def _deliver(
@@ -561,13 +570,17 @@ class StepsService:
             skills_json="[]",
             tools_json="[]",
         )
-        session.add(step)
+        # Not added to the session: _started inserts it with one Core statement once every
+        # field is set (an ORM unit-of-work flush of a 45-column row cost more than the rest
+        # of BeginStep).
         return step
 
     def _started(self, session: Session, run: RunRow, step: StepRow, now: dt.datetime) -> None:
+        """Insert the (fully built) step and record ``step.started`` (and ``step.ended`` for
+        a step that is born ended, such as a denial), plus its usage index rows."""
         from runtime_service import proto_map
 
-        session.flush()
+        session.execute(_INSERT_STEP, {c.key: getattr(step, c.key) for c in _STEP_COLUMNS})
         transitions.append_run_event(
             session,
             run,
@@ -643,7 +656,7 @@ class StepsService:
         for tool in json.loads(step.tools_json):
             add("tool", tool["name"], tool["version"], tool["digest"], tool["schema_digest"])
         if rows:
-            session.execute(sa.insert(StepUsageRow), rows)
+            session.execute(_INSERT_USAGE, rows)
 
     def _deny(
         self,
@@ -1150,7 +1163,6 @@ class StepsService:
                     "input_revision": run.input_revision,
                 }
             )
-            session.add(step)
             checkpoint = CheckpointRow(
                 id=new_id("ckp"),
                 run_id=run.id,
