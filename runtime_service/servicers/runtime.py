@@ -247,7 +247,11 @@ class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
         for server_side in ("input_revision", "actor", "create_time"):
             amendment.pop(server_side, None)
         run = await self._runs.amend_run(
-            request.run_id, amendment, request.expected_input_revision, request.actor
+            request.run_id,
+            amendment,
+            request.expected_input_revision,
+            request.actor,
+            request.request_id,  # fix: was dropped, so retries amended twice
         )
         return pb.AmendRunResponse(run=pm.run(run))
 

@@ -14,8 +14,10 @@ import json
 import logging
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
@@ -82,6 +84,14 @@ _FENCED = (
 )
 
 
+def _label(session: Session, key: str) -> sa.ColumnElement[Any]:
+    """A run label's value, read from the stored JSON in SQL on either engine."""
+    if session.get_bind().dialect.name == "postgresql":
+        value: sa.ColumnElement[Any] = sa.cast(RunRow.labels_json, JSONB)[key].astext
+        return value
+    return sa.func.json_extract(RunRow.labels_json, "$." + json.dumps(key))
+
+
 def fenced(session: Session, attempt_id: str, lease_epoch: int) -> tuple[RunRow, AttemptRow]:
     """The run (locked) and attempt a fence names, if it is still current.
 
@@ -123,11 +133,8 @@ class LeasesService:
         s = self._rt.settings
         if requested is None or requested <= dt.timedelta(0):
             return s.default_lease_ttl
-        if requested < s.min_lease_ttl or requested > s.max_lease_ttl:
-            raise InvalidArgument.for_field(
-                "lease_ttl", f"must be between {s.min_lease_ttl} and {s.max_lease_ttl}"
-            )
-        return requested
+        # Clamped to the server's bounds, as the contract says (AcquireRunRequest.lease_ttl).
+        return min(max(requested, s.min_lease_ttl), s.max_lease_ttl)
 
     async def acquire(
         self,
@@ -180,24 +187,17 @@ class LeasesService:
         )
         if agent_ids:
             stmt = stmt.where(RunRow.agent_id.in_(agent_ids))
-        # Label filters are checked in Python over a bounded candidate set; SKIP LOCKED makes
-        # concurrent acquirers on PostgreSQL take different rows instead of queueing behind
-        # one (SQLite's single writer serialises acquirers already).
-        # Without a label filter the first unlocked candidate is the one: lock just it. With
-        # labels, a bounded set is locked so a non-matching head of the queue cannot starve
-        # matching runs behind it.
-        limit = 20 if labels else 1
-        candidates = session.scalars(stmt.limit(limit).with_for_update(skip_locked=True)).all()
-        run = next(
-            (
-                r
-                for r in candidates
-                if all(json.loads(r.labels_json).get(k) == v for k, v in labels.items())
-            ),
-            None,
-        )
+        for key, value in sorted(labels.items()):
+            stmt = stmt.where(_label(session, key) == value)
+        # SKIP LOCKED: concurrent acquirers on PostgreSQL take different rows instead of
+        # queueing behind one (SQLite's single writer serialises acquirers already). Labels are
+        # matched in SQL, so the first unlocked candidate is the one: lock just it.
+        run = session.scalars(stmt.limit(1).with_for_update(skip_locked=True)).first()
         if run is None:
             return None
+        # Fix: stamp the attempt after the look-up, not before it: a run released by another
+        # run's end (ENQUEUE) must not appear to start before that run ended.
+        now = utcnow()
         run.attempt_count += 1
         run.lease_epoch += 1
         attempt = AttemptRow(
@@ -298,6 +298,14 @@ class LeasesService:
                 and attempt.lease_epoch == lease_epoch
                 and attempt.status == _OUTCOME_STATUS[outcome]
                 and attempt.end_time is not None
+                # Fix: only *this* request again. An attempt the runtime ended (a stop forced
+                # after the grace period, a deadline) has the runtime's error, not the worker's,
+                # so the worker's late FinishAttempt bounces with LEASE_LOST; so does
+                # FAILED_PERMANENT after FAILED_RETRYABLE (both leave status FAILED).
+                and (attempt.error_class, attempt.error_message) == (error_class, error_message)
+                and (attempt.result_summary, attempt.output_ref) == (result_summary, output_ref)
+                # retryable is always stored, so it tells FAILED_RETRYABLE from FAILED_PERMANENT
+                and attempt.retryable == (outcome == "FAILED_RETRYABLE")
             ):
                 # The same FinishAttempt again (a retry after a lost response): same answer.
                 run = session.get(RunRow, attempt.run_id)
@@ -309,6 +317,11 @@ class LeasesService:
             attempt.result_summary, attempt.output_ref = result_summary, output_ref
             if outcome == "SUCCEEDED_COMPLETE_RUN":
                 run.result_summary, run.output_ref = result_summary, output_ref
+            failed_on_stop = outcome.startswith("FAILED") and trigger in (
+                Trigger.CANCEL,
+                Trigger.INTERRUPT,
+                Trigger.PAUSE,
+            )
             transitions.apply(
                 session,
                 run,
@@ -316,6 +329,7 @@ class LeasesService:
                 Actor.WORKER,
                 now,
                 attempt=attempt,
+                attempt_status="FAILED" if failed_on_stop else None,
                 message=error_message or result_summary,
                 error_class=error_class,
                 error_message=error_message,
@@ -331,6 +345,15 @@ class LeasesService:
         if outcome == "SUCCEEDED_COMPLETE_RUN":
             self._check_complete(session, run, attempt)
             return Trigger.COMPLETE
+        if outcome == "FAILED_RETRYABLE" and (run.cancel_requested or run.pause_requested):
+            # The run was asked to stop: a retryable failure on the way out must not re-queue
+            # it (that would undo the cancel); it stops as asked, the attempt FAILED. (A
+            # permanent failure stands as reported: the run FAILED.)
+            if run.pause_requested:
+                return Trigger.PAUSE
+            if run.stop_reason == "INTERRUPTED_BY_NEW_RUN":
+                return Trigger.INTERRUPT
+            return Trigger.CANCEL
         if outcome == "FAILED_PERMANENT":
             return Trigger.FAIL
         if outcome == "FAILED_RETRYABLE":

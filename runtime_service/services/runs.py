@@ -121,6 +121,18 @@ def _thread_for_update(session: Session, thread_id: str) -> ThreadRow:
     return thread
 
 
+def _lock_active_runs(session: Session, thread_id: str) -> list[RunRow]:
+    """The thread's non-terminal runs, oldest first, locked."""
+    return list(
+        session.scalars(
+            sa.select(RunRow)
+            .where(RunRow.thread_id == thread_id, RunRow.status.in_(ACTIVE))
+            .order_by(RunRow.create_time)
+            .with_for_update()
+        )
+    )
+
+
 def run_for_update(session: Session, run_id: str) -> RunRow:
     run = session.scalar(sa.select(RunRow).where(RunRow.id == run_id).with_for_update())
     if run is None:
@@ -203,7 +215,14 @@ class RunsService:
             session.refresh(thread)
             return thread
 
-        return await self._rt.write(write)
+        try:
+            return await self._rt.write(write)
+        except sa.exc.IntegrityError:
+            if not request_id:
+                raise
+            # Fix: a concurrent create with the same request_id committed first (the unique
+            # index refused ours); the retry finds and returns its thread.
+            return await self._rt.write(write)
 
     async def get_thread(self, thread_id: str) -> ThreadRow:
         def read(session: Session) -> ThreadRow:
@@ -259,8 +278,11 @@ class RunsService:
             thread = _thread_for_update(session, thread_id)
             if run_id:
                 run = session.get(RunRow, run_id)
-                if run is None or run.thread_id != thread_id:
+                if run is None:
                     raise NotFound("run", run_id)
+                if run.thread_id != thread_id:
+                    # Fix: the contract answers INVALID_ARGUMENT here, not NOT_FOUND.
+                    raise InvalidArgument.for_field("run_id", "a run of another thread")
             now = utcnow()
             last = session.scalar(
                 sa.select(sa.func.max(MessageRow.seq)).where(MessageRow.thread_id == thread_id)
@@ -323,13 +345,24 @@ class RunsService:
         check_run_spec(spec, utcnow())
 
         def write(session: Session) -> RunRow:
-            # A request id names one CreateRun within its thread (AIP-155).
+            # Lock order (fix: CreateRun deadlocked with AcquireRun/FinishAttempt on
+            # PostgreSQL): every other writer locks a run, then the thread row (appending an
+            # event bumps the thread's cursor). So lock the thread's active runs *before* the
+            # thread; ALLOW never looks at them and locks none.
+            unlocked = session.get(ThreadRow, spec.thread_id)
+            if unlocked is None:
+                raise NotFound("thread", spec.thread_id)
+            if (spec.concurrency_policy or unlocked.concurrency_policy) != "ALLOW":
+                _lock_active_runs(session, spec.thread_id)
+            thread = _thread_for_update(session, spec.thread_id)
+            # A request id names one CreateRun within its thread (AIP-155). Checked under the
+            # thread's lock (fix: two concurrent retries with one request_id both missed it
+            # and the second insert failed INTERNAL on the unique index).
             request_key = scoped_request_id(spec.thread_id, spec.request_id)
             if request_key:
                 existing = session.scalar(sa.select(RunRow).where(RunRow.request_id == request_key))
                 if existing is not None:
                     return existing
-            thread = _thread_for_update(session, spec.thread_id)
             for parent_field, parent in (
                 ("parent_run_id", spec.parent_run_id),
                 ("derived_from_run_id", spec.derived_from_run_id),
@@ -436,14 +469,7 @@ class RunsService:
         """Apply the thread's policy to its active runs; return the run the new one waits for."""
         if policy == "ALLOW":
             return ""  # nothing to look at, and nothing to lock
-        active = list(
-            session.scalars(
-                sa.select(RunRow)
-                .where(RunRow.thread_id == thread.id, RunRow.status.in_(ACTIVE))
-                .order_by(RunRow.create_time)
-                .with_for_update()
-            )
-        )
+        active = _lock_active_runs(session, thread.id)  # already locked by create_run
         if not active:
             return ""
         if policy == "REJECT":
@@ -537,6 +563,8 @@ class RunsService:
             run = run_for_update(session, run_id)
             now = utcnow()
             status = RunStatus(run.status)
+            if status is RunStatus.CANCELLED:
+                return run  # fix: cancelling a CANCELLED run returns it unchanged (contract)
             if status is RunStatus.RUNNING:
                 if not run.cancel_requested:
                     self._request_stop(
@@ -558,7 +586,7 @@ class RunsService:
             if status is RunStatus.RUNNING:
                 if run.cancel_requested:
                     raise FailedPrecondition(
-                        "the run is being cancelled",
+                        "run is RUNNING with a cancel pending: it cannot be paused",
                         reason="ILLEGAL_TRANSITION",
                         metadata={"current_status": run.status},
                     )
@@ -599,9 +627,15 @@ class RunsService:
         return await self._rt.write(write)
 
     async def amend_run(
-        self, run_id: str, amendment: dict[str, Any], expected_revision: int, actor: str
+        self,
+        run_id: str,
+        amendment: dict[str, Any],
+        expected_revision: int,
+        actor: str,
+        request_id: str = "",
     ) -> RunRow:
         problems = ViolationCollector()
+        _check_request_id(request_id, problems)
         if not (
             amendment.get("added_constraints")
             or amendment.get("added_acceptance_criteria")
@@ -616,6 +650,12 @@ class RunsService:
 
         def write(session: Session) -> RunRow:
             run = run_for_update(session, run_id)
+            # Fix: AmendRun is idempotent by request_id (contract). The key is kept in the
+            # amendment's stored record (the proto mapping ignores it): a retry returns the run.
+            if request_id and any(
+                a.get("request_id") == request_id for a in json.loads(run.amendments_json)
+            ):
+                return run
             if RunStatus(run.status).terminal:
                 raise FailedPrecondition(
                     f"run is {run.status} (it has ended): it cannot be amended; derive a new run",
@@ -636,6 +676,8 @@ class RunsService:
                 "actor": actor,
                 "create_time": events.format_time(now),
             }
+            if request_id:
+                record["request_id"] = request_id
             run.amendments_json = _dumps([*json.loads(run.amendments_json), record])
             run.update_time = now
             from runtime_service import proto_map

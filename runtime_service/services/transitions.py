@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
+from agentrt_base.errors import FailedPrecondition
 from runtime_service import events, lifecycle, notify
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.services.context import wake
@@ -60,10 +61,11 @@ def end_attempt(
     """End the run's active attempt with ``status`` and record ``attempt.ended``."""
     attempt.status = status
     attempt.end_time = now
+    # Always stored (not only with an error): a repeated FinishAttempt is recognised by it.
+    attempt.retryable = retryable
     if error_class or error_message:
         attempt.error_class = error_class
         attempt.error_message = error_message
-        attempt.retryable = retryable
     run.current_attempt_id = ""
     _close_attempt_work(session, run, attempt, status, now)
     append_run_event(
@@ -148,6 +150,15 @@ def apply(
     attempt fails the run, but the attempt itself was LOST, not FAILED).
     """
     current = RunStatus(run.status)
+    if current.terminal:
+        # Fix: the contract names this refusal RUN_ENDED ("an operation needs a non-terminal
+        # run", runtime_service.proto); ILLEGAL_TRANSITION stays for live runs.
+        raise FailedPrecondition(
+            f"run is {current.value} (it has ended): "
+            f"{trigger.value.lower().replace('_', ' ')} is not possible",
+            reason="RUN_ENDED",
+            metadata={"current_status": current.value, "trigger": trigger.value},
+        )
     t = lifecycle.transition(current, trigger, actor)
     if t.attempt_end is not None:
         if attempt is None or attempt.id != run.current_attempt_id:
@@ -171,7 +182,10 @@ def apply(
         run.stop_deadline_time = None
         run.stop_reason = ""
     if t.target is RunStatus.QUEUED:
-        run.next_attempt_reason = _NEXT_REASON.get(trigger, run.next_attempt_reason)
+        # Fix: a run that never had an attempt (paused and resumed while queued) still gets
+        # INITIAL for its first one ("the run's first attempt", enum.proto).
+        if run.attempt_count:
+            run.next_attempt_reason = _NEXT_REASON.get(trigger, run.next_attempt_reason)
         wake(session, notify.WORK)
     if t.reason is not None:
         run.terminal_reason = t.reason.value
@@ -213,12 +227,31 @@ def apply(
 
 
 def _release_waiters(session: Session, run: RunRow) -> None:
-    """Runs queued behind this one (thread policy ENQUEUE) become eligible now it has ended."""
-    released = session.execute(
-        sa.update(RunRow)
-        .where(RunRow.blocked_by_run_id == run.id)
-        .values(blocked_by_run_id="")
-        .execution_options(synchronize_session=False)
-    )
-    if released.rowcount:  # type: ignore[attr-defined]
+    """Runs queued behind this one (thread policy ENQUEUE) become eligible now it has ended.
+
+    Fix: a waiter is released only if no *other* earlier run of its thread is still active
+    (an ENQUEUE run waits for every earlier run, not only the one it was queued behind: that
+    one may itself have been waiting, or have run beside others under ALLOW); otherwise it
+    now waits for the latest such run.
+    """
+    active = [s.value for s in RunStatus if not s.terminal]
+    waiters = session.scalars(
+        sa.select(RunRow).where(RunRow.blocked_by_run_id == run.id).order_by(RunRow.create_time)
+    ).all()
+    released = False
+    for waiter in waiters:
+        earlier = session.scalar(
+            sa.select(RunRow.id)
+            .where(
+                RunRow.thread_id == waiter.thread_id,
+                RunRow.id.not_in([run.id, waiter.id]),
+                RunRow.status.in_(active),
+                RunRow.create_time < waiter.create_time,
+            )
+            .order_by(RunRow.create_time.desc())
+            .limit(1)
+        )
+        waiter.blocked_by_run_id = earlier or ""
+        released = released or not earlier
+    if released:
         wake(session, notify.WORK)

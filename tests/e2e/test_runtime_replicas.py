@@ -1,0 +1,160 @@
+"""Two `agentrt serve` processes on one PostgreSQL database behave as one service: an event
+written through one replica reaches a watcher on the other, and a run created on one wakes a
+worker long-polling on the other (LISTEN/NOTIFY), promptly rather than after a poll interval."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentrt.runtime.v1 import enum_pb2, message_pb2
+from agentrt.runtime.v1 import runtime_service_pb2 as pb
+from tests.conftest import _truncate
+from tests.runtime_support import Stubs
+from tests.service.test_runtime_threads import PLAIN, publish_plain_agent
+from tests.support import free_port
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPT = 1.5  # seconds: far below any poll interval, far above a NOTIFY round trip
+
+
+def _start(database_url: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "generated")])
+    for name in ("AGENTRT_LISTEN", "AGENTRT_DATABASE_URL"):
+        env.pop(name, None)
+    address = f"127.0.0.1:{free_port()}"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "runtime_service.cli.main",
+                "serve",
+                "--listen",
+                address,
+                "--database-url",
+                database_url,
+            ],
+            cwd=log.parent,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=sink,
+        )
+    deadline = time.monotonic() + 30
+    while "agentrt ready" not in log.read_text(errors="replace"):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError("replica never became ready:\n" + log.read_text())
+        time.sleep(0.05)
+    return process, address
+
+
+@pytest.fixture(scope="module")
+def replicas(
+    postgres_session_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Stubs, Stubs]]:
+    """Two replicas for the module (starting processes is the slow part); the database is
+    emptied afterwards like the ``database_url`` fixture does."""
+    logs = tmp_path_factory.mktemp("replicas")
+    # One after the other: the first migrates the database, the second finds it current.
+    a, address_a = _start(postgres_session_url, logs / "a.log")
+    try:
+        b, address_b = _start(postgres_session_url, logs / "b.log")
+        try:
+            stubs_a, stubs_b = Stubs.open(address_a), Stubs.open(address_b)
+            publish_plain_agent(stubs_a)
+            yield stubs_a, stubs_b
+            stubs_a.close()
+            stubs_b.close()
+        finally:
+            b.terminate()
+            assert b.wait(10) == 0
+    finally:
+        a.terminate()
+        assert a.wait(10) == 0
+        _truncate(postgres_session_url)
+
+
+def test_a_watcher_on_one_replica_sees_events_written_through_the_other(
+    replicas: tuple[Stubs, Stubs],
+) -> None:
+    a, b = replicas
+    thread = a.thread(enum_pb2.CONCURRENCY_POLICY_ALLOW)
+    run = a.run(thread.id, ref=PLAIN)
+    run_stream = b.runtime.WatchRun(pb.WatchRunRequest(run_id=run.id), timeout=30)
+    thread_stream = b.runtime.WatchThread(pb.WatchThreadRequest(thread_id=thread.id), timeout=30)
+    assert next(run_stream).event.sequence == 1  # the replay, read from the shared database
+    assert next(thread_stream).event.event_type == enum_pb2.EVENT_TYPE_THREAD_CREATED
+    assert next(thread_stream).event.event_type == enum_pb2.EVENT_TYPE_RUN_CREATED
+    time.sleep(0.3)  # both streams are tailing now
+
+    for note in ("first", "second", "third"):
+        written = time.monotonic()
+        a.runtime.AmendRun(
+            pb.AmendRunRequest(run_id=run.id, amendment=message_pb2.Amendment(note=note)),
+            timeout=10,
+        )
+        seen = next(run_stream).event
+        latency = time.monotonic() - written
+        assert seen.event_type == enum_pb2.EVENT_TYPE_RUN_AMENDED
+        assert seen.run_amended_attributes.amendment.note == note
+        assert latency < PROMPT, f"event reached the other replica after {latency:.2f}s"
+        assert next(thread_stream).event == seen
+
+    written = time.monotonic()
+    a.runtime.AppendMessage(
+        pb.AppendMessageRequest(
+            thread_id=thread.id, role=enum_pb2.MESSAGE_ROLE_USER, content="hello from A"
+        ),
+        timeout=10,
+    )
+    seen = next(thread_stream).event
+    assert seen.event_type == enum_pb2.EVENT_TYPE_THREAD_MESSAGE_APPENDED
+    assert time.monotonic() - written < PROMPT
+
+    # The run ends through A: B's WatchRun delivers run.ended and finishes.
+    got = a.acquire()
+    a.finish(got.fence, enum_pb2.ATTEMPT_OUTCOME_SUCCEEDED_COMPLETE_RUN)
+    rest = [r.event for r in run_stream]
+    assert rest[-1].event_type == enum_pb2.EVENT_TYPE_RUN_ENDED
+    assert [e.sequence for e in rest] == list(range(5, rest[-1].sequence + 1))
+    thread_stream.cancel()
+
+
+def test_a_worker_long_polling_on_one_replica_is_woken_by_a_run_created_on_the_other(
+    replicas: tuple[Stubs, Stubs],
+) -> None:
+    a, b = replicas
+    thread = a.thread(enum_pb2.CONCURRENCY_POLICY_ALLOW)
+    for round_ in range(2):
+        result: dict[str, Any] = {}
+
+        def poll(result: dict[str, Any] = result) -> None:
+            result["response"] = b.acquire("worker-on-b", wait=15)
+            result["at"] = time.monotonic()
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        time.sleep(0.5)
+        assert "response" not in result  # asleep on B
+        created_at = time.monotonic()
+        run = a.run(thread.id, ref=PLAIN)
+        poller.join(20)
+        got = result["response"]
+        assert got.run.id == run.id, f"round {round_}"
+        assert result["at"] - created_at < PROMPT, "B's worker was not woken by A's run"
+        # The attempt is visible through A as well.
+        listed = a.runtime.ListAttempts(pb.ListAttemptsRequest(run_id=run.id), timeout=10)
+        assert [x.worker_id for x in listed.attempts] == ["worker-on-b"]
+        b.finish(got.fence, enum_pb2.ATTEMPT_OUTCOME_SUCCEEDED_COMPLETE_RUN)
