@@ -123,9 +123,6 @@ class AgentrtServer:
                 ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
             ],
         )
-        # AuditService leaves RPCs whose issue has not landed to the generated base class,
-        # which raises NotImplementedError (answered UNIMPLEMENTED); mypy-protobuf's stubs
-        # declare those methods abstract, hence the ignore until every RPC is built.
         registry_service_pb2_grpc.add_RegistryServiceServicer_to_server(
             RegistryServicer(database),
             server,
@@ -138,10 +135,7 @@ class AgentrtServer:
             RuntimeServicer(runtime, bound), server
         )
         worker_service_pb2_grpc.add_WorkerServiceServicer_to_server(worker, server)
-        audit_service_pb2_grpc.add_AuditServiceServicer_to_server(
-            AuditServicer(database),  # type: ignore[abstract]
-            server,
-        )
+        audit_service_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(runtime), server)
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(

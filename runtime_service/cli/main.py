@@ -25,6 +25,7 @@ from agentrt_base.settings import (
 )
 from registry import cli as registry_cli
 from runtime_service import __version__
+from runtime_service.cli import audit as audit_cli
 
 #: Exit codes: 1 = the command failed, 2 = bad usage (argparse's own), 3 = cannot start.
 EXIT_FAILED = 1
@@ -130,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     health.set_defaults(handler=_cmd_health)
 
     registry_cli.add_commands(commands, add_target_argument)
+    audit_cli.add_commands(commands, add_target_argument)
     return parser
 
 
@@ -144,7 +146,9 @@ def add_target_argument(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agentrt`` console script."""
-    args = build_parser().parse_args(argv)
+    # `agentrt audit RUN_ID` is short for `agentrt audit run RUN_ID`.
+    raw = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(audit_cli.normalise_argv(raw))
     handler: Command = args.handler
     return handler(args)
 

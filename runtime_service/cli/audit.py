@@ -1,0 +1,601 @@
+"""The ``agentrt audit`` commands: provenance trees, usages, chain verification, bundles.
+
+``agentrt audit RUN_ID`` is short for ``agentrt audit run RUN_ID``. ``verify`` takes a run id
+(verified by the server) or the path of an exported bundle, which is verified offline with
+nothing but the file: a path that exists is a bundle, anything else must be a run id.
+
+Exit codes, as the registry commands: 0 success; 1 the server refused or a verification
+failed, reported as one ``agentrt: <reason>`` line on stderr naming what failed; 2 the
+command line or a file is wrong (missing, unreadable, unwritable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf import json_format, timestamp_pb2
+from google.protobuf.message import Message
+
+from agentrt.audit.v1 import audit_service_pb2 as pb
+from agentrt.audit.v1 import audit_service_pb2_grpc as pb_grpc
+from agentrt.audit.v1 import message_pb2 as apb
+from agentrt.registry.v1 import message_pb2 as rpb
+from agentrt.runtime.v1 import enum_pb2
+from agentrt.runtime.v1 import message_pb2 as mpb
+from agentrt_base.ids import has_prefix
+from agentrt_base.settings import resolve_target
+from registry.canonical import digest_bytes
+from runtime_service import audit_bundle
+
+__all__ = ["EXIT_FAILED", "EXIT_USAGE", "add_commands", "normalise_argv"]
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+DEFAULT_TIMEOUT = 30.0
+
+Handler = Callable[[argparse.Namespace], int]
+Subparsers = argparse._SubParsersAction  # argparse exports no public name for it
+
+_SUBCOMMANDS = ("run", "step", "artifact", "blob", "usages", "verify", "export")
+#: Options of the audit commands that take a value (to find the first positional).
+_VALUED = ("--target", "--timeout", "--max-steps", "-o", "--output")
+
+
+class CommandFailed(Exception):
+    """A failure to report as one line; ``code`` is the exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# -- wiring ----------------------------------------------------------------------------------
+
+
+def normalise_argv(argv: Sequence[str]) -> list[str]:
+    """Rewrite ``audit RUN_ID …`` to ``audit run RUN_ID …`` (argparse cannot have a
+    positional beside subcommands)."""
+    args = list(argv)
+    if not args or args[0] != "audit":
+        return args
+    i = 1
+    while i < len(args):
+        token = args[i]
+        if token in _VALUED:
+            i += 2
+        elif token.startswith("-"):
+            i += 1
+        else:
+            if token not in _SUBCOMMANDS:
+                args.insert(1, "run")
+            return args
+    return args
+
+
+def add_commands(
+    commands: Subparsers[argparse.ArgumentParser],
+    add_target_argument: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    """Add ``agentrt audit …`` to the ``agentrt`` parser."""
+    audit = commands.add_parser(
+        "audit",
+        help="provenance, usages, event chain verification and bundles (read only)",
+        description="Audit runs: `agentrt audit RUN_ID` prints the run's execution tree "
+        "(short for `agentrt audit run RUN_ID`).",
+    )
+    sub = audit.add_subparsers(dest="audit_command", required=True, metavar="COMMAND")
+
+    def client(name: str, help_text: str, handler: Handler) -> argparse.ArgumentParser:
+        parser = sub.add_parser(name, help=help_text, description=help_text)
+        add_target_argument(parser)
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=DEFAULT_TIMEOUT,
+            metavar="SECONDS",
+            help=f"per call (default {DEFAULT_TIMEOUT:g})",
+        )
+        parser.add_argument("--json", action="store_true", help="machine-readable output")
+        parser.set_defaults(handler=_guarded(handler))
+        return parser
+
+    for name, what, field in (
+        ("run", "a run's execution tree: agent version, thread, run, attempts, steps", "run_id"),
+        ("step", "a step's provenance chain, then its run's tree", "step_id"),
+        ("artifact", "an artifact's chain: step, attempt, run, agent version", "artifact_id"),
+        ("blob", "every step, checkpoint and artifact that produced or used a blob", "blob_digest"),
+    ):
+        parser = client(name, what, _provenance)
+        parser.add_argument("target_id", metavar=field.upper())
+        parser.add_argument(
+            "--max-steps", type=int, default=0, metavar="N", help="steps per run (default 1000)"
+        )
+        parser.set_defaults(field=field)
+
+    usages = client(
+        "usages", "runs and steps that used a component, schema, agent or model", _usages
+    )
+    usages.add_argument(
+        "ref", nargs="?", metavar="REF", help="a component: name@version, name@sha256:…, sha256:…"
+    )
+    which = usages.add_mutually_exclusive_group()
+    which.add_argument("--schema", metavar="DIGEST", help="a tool input schema digest instead")
+    which.add_argument("--agent", metavar="DIGEST", help="an agent version digest instead")
+    which.add_argument("--model", metavar="ID", help="a model id instead")
+    match = usages.add_mutually_exclusive_group()
+    match.add_argument("--requested", action="store_true", help="--model: requested ids only")
+    match.add_argument("--reported", action="store_true", help="--model: reported ids only")
+    usages.add_argument("--since", type=_time, metavar="TIME", help="from TIME (ISO 8601, UTC)")
+    usages.add_argument("--until", type=_time, metavar="TIME", help="before TIME (ISO 8601)")
+    usages.add_argument(
+        "--limit", type=int, default=100, metavar="N", help="at most N records (default 100)"
+    )
+    usages.add_argument("--page-token", default="", metavar="TOKEN", help="continue a listing")
+
+    verify = client(
+        "verify",
+        "verify a run's event chain (server) or an exported bundle (offline, no server)",
+        _verify,
+    )
+    verify.add_argument("subject", metavar="RUN_ID|BUNDLE")
+
+    export = client("export", "export a run as a self-contained, verifiable bundle", _export)
+    export.add_argument("run_id", metavar="RUN_ID")
+    export.add_argument("-o", "--output", metavar="FILE", help="write here (default stdout)")
+    export.add_argument("--jsonl", action="store_true", help="JSON Lines instead of one document")
+
+
+def _time(text: str) -> dt.datetime:
+    try:
+        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time") from exc
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
+def _guarded(handler: Handler) -> Handler:
+    """Every expected failure becomes one stderr line and an exit code, never a traceback."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except CommandFailed as exc:
+            return _fail(str(exc), exc.code)
+        except grpc.RpcError as exc:
+            call: Any = exc  # a failed call is both an RpcError and a grpc.Call
+            code, details = call.code(), call.details() or ""
+            if code == grpc.StatusCode.UNAVAILABLE:
+                details = f"cannot reach {resolve_target(args.target)}: {details}"
+            return _fail(f"{code.name}: {details}", EXIT_FAILED)
+
+    return run
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"agentrt: {' '.join(message.split())}", file=sys.stderr)
+    return code
+
+
+@contextlib.contextmanager
+def _audit(args: argparse.Namespace) -> Iterator[pb_grpc.AuditServiceStub]:
+    with grpc.insecure_channel(
+        resolve_target(args.target),
+        options=[("grpc.max_receive_message_length", 8 * 1024 * 1024)],
+    ) as channel:
+        yield pb_grpc.AuditServiceStub(channel)
+
+
+def _print_json(message: Message) -> None:
+    print(json_format.MessageToJson(message, preserving_proto_field_name=True))
+
+
+# -- provenance ------------------------------------------------------------------------------
+
+
+def _provenance(args: argparse.Namespace) -> int:
+    if args.max_steps < 0:
+        raise CommandFailed("--max-steps must not be negative", EXIT_USAGE)
+    request = pb.GetProvenanceRequest(max_steps=args.max_steps)
+    setattr(request, args.field, args.target_id)
+    with _audit(args) as stub:
+        response = stub.GetProvenance(request, timeout=args.timeout)
+    if args.json:
+        _print_json(response)
+        return 0
+    if args.field == "blob_digest":
+        _print_blob(args.target_id, response)
+        return 0
+    for record in response.records:
+        if args.field in ("artifact_id", "step_id"):
+            for line in chain_lines(record):
+                print(line)
+            if args.field == "step_id":
+                print()
+        if args.field != "artifact_id":
+            for line in tree_lines(record):
+                print(line)
+    return 0
+
+
+def _print_blob(digest: str, response: pb.GetProvenanceResponse) -> None:
+    if not response.blob_references:
+        print(f"blob {digest}: stored, but no step, checkpoint or artifact refers to it")
+        return
+    print(f"blob {digest}")
+    for ref in response.blob_references:
+        role = apb.BlobRole.Name(ref.role).removeprefix("BLOB_ROLE_").lower().replace("_", " ")
+        extra = ref.artifact_id or ref.checkpoint_id
+        print(f"  {role:<11} run {ref.run_id}  step {ref.step_id}{'  ' + extra if extra else ''}")
+    for record in response.records:
+        print()
+        for line in chain_lines(record):
+            print(line)
+
+
+def _name(enum: Any, value: int, prefix: str) -> str:
+    return str(enum.Name(value)).removeprefix(prefix) if value else "-"
+
+
+def _when(stamp: timestamp_pb2.Timestamp) -> str:
+    if not stamp.seconds and not stamp.nanos:
+        return "-"
+    moment = stamp.ToDatetime(tzinfo=dt.UTC)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _names_by_digest(version: rpb.AgentVersion) -> dict[str, str]:
+    closure = version.closure
+    entries = [closure.system_prompt, closure.model_policy, *closure.skills, *closure.tools]
+    return {e.digest: f"{e.name}@{e.version}" if e.name else "(inline)" for e in entries}
+
+
+def _agent_lines(record: apb.ProvenanceRecord) -> list[str]:
+    version = record.agent_version
+    if not version.digest:
+        return [f"agent {record.run.agent.agent_digest} (not in this registry)"]
+    publish = version.publish
+    source = publish.provenance
+    published = f"published {_when(publish.publish_time)} by {source.publisher or '-'}"
+    if source.source_repo or source.commit:
+        published += f", {source.source_repo or '-'} at {source.commit or '-'}"
+    if source.pipeline_url:
+        published += f", pipeline {source.pipeline_url}"
+    at_creation = ", ".join(
+        f"{t.tag} (event {t.event_sequence}, since {_when(t.since_time)})"
+        for t in record.tags_at_run_creation
+    )
+    return [
+        f"agent {version.agent_id}@{version.version_label} {version.digest}",
+        f"  {published}",
+        f"  tags at run creation: {at_creation or 'none'}; "
+        f"now: {', '.join(version.tags) or 'none'}",
+    ]
+
+
+def _run_lines(run: mpb.Run, indent: str) -> list[str]:
+    agent = run.agent
+    how = f"via tag {agent.resolved_via_tag}" if agent.resolved_via_tag else "pinned"
+    status = _name(enum_pb2.RunStatus, run.status, "RUN_STATUS_")
+    if run.terminal_reason:
+        status += f" ({_name(enum_pb2.TerminalReason, run.terminal_reason, 'TERMINAL_REASON_')})"
+    goal = json.dumps(run.goal.objective)
+    if run.goal.scope:
+        goal += f" scope {', '.join(run.goal.scope)}"
+    budget = run.budget
+    limits = ", ".join(
+        f"{name} {value}"
+        for name, value in (
+            ("max_steps", budget.max_steps),
+            ("max_model_tokens", budget.max_model_tokens),
+            ("max_cost_usd", budget.max_cost_usd),
+        )
+        if value
+    )
+    usage = run.usage
+    return [
+        f"{indent}run {run.id} {status}",
+        f"{indent}  agent ref {agent.requested_ref} -> {agent.version_label} {how} "
+        f"at {_when(agent.resolve_time)}",
+        f"{indent}  goal {goal}; input revision {run.input_revision}",
+        f"{indent}  budget {limits or 'unlimited'}; used {run.step_count} steps, "
+        f"{usage.input_tokens + usage.output_tokens} tokens, ${usage.cost_usd:.4f}",
+        f"{indent}  created {_when(run.create_time)}, ended {_when(run.end_time)}"
+        + (f": {run.terminal_message}" if run.terminal_message else ""),
+    ]
+
+
+def _attempt_line(attempt: mpb.Attempt, indent: str) -> str:
+    status = _name(enum_pb2.AttemptStatus, attempt.status, "ATTEMPT_STATUS_")
+    reason = _name(enum_pb2.AttemptReason, attempt.reason, "ATTEMPT_REASON_")
+    line = (
+        f"{indent}attempt {attempt.number} {attempt.id} {reason} worker {attempt.worker_id} "
+        f"epoch {attempt.lease_epoch} {status} {_when(attempt.start_time)}"
+        f"..{_when(attempt.end_time)}"
+    )
+    if attempt.error.message:
+        line += f" ({attempt.error.message})"
+    return line
+
+
+def step_lines(step: mpb.Step, names: dict[str, str], indent: str) -> list[str]:
+    """``#3 TOOL_CALL read_file SUCCEEDED`` and one line per resolved version."""
+    kind = _name(enum_pb2.StepType, step.type, "STEP_TYPE_")
+    status = _name(enum_pb2.StepStatus, step.status, "STEP_STATUS_")
+    if step.error_class:
+        status += f" ({_name(enum_pb2.ErrorClass, step.error_class, 'ERROR_CLASS_')})"
+    what = step.tool_name or step.completion_check or step.operation
+    lines = [f"{indent}#{step.sequence} {kind}{' ' + what if what else ''} {status}  {step.id}"]
+    v = step.versions
+    if v.HasField("model"):
+        m = v.model
+        model = m.requested_model_id
+        if m.reported_model_id and m.reported_model_id != m.requested_model_id:
+            model += f" -> reported {m.reported_model_id}"
+        elif m.reported_model_id:
+            model += " (reported the same)"
+        reason = _name(enum_pb2.CandidateReason, m.reason, "CANDIDATE_REASON_")
+        policy = names.get(m.policy_digest, m.policy_digest)
+        lines.append(
+            f"{indent}   model {model} via {m.candidate_name}/{m.provider} ({reason}), "
+            f"policy {policy}"
+        )
+    if v.system_prompt_digest:
+        prompt = names.get(v.system_prompt_digest, "")
+        lines.append(
+            f"{indent}   system prompt {prompt + ' ' if prompt else ''}{v.system_prompt_digest}"
+        )
+    if v.skills:
+        lines.append(f"{indent}   skills {', '.join(f'{s.name}@{s.version}' for s in v.skills)}")
+    if v.tools:
+        tools = ", ".join(
+            f"{t.name}@{t.version}"
+            + (
+                f" {_name(enum_pb2.PermissionDecision, t.decision, 'PERMISSION_DECISION_')}"
+                if t.decision
+                else ""
+            )
+            for t in v.tools
+        )
+        lines.append(f"{indent}   tools {tools}")
+    refs = [f"{n} {d}" for n, d in (("input", step.input_ref), ("output", step.output_ref)) if d]
+    if refs:
+        lines.append(f"{indent}   {'; '.join(refs)}")
+    if step.approval.decision:
+        decision = _name(enum_pb2.ApprovalDecision, step.approval.decision, "APPROVAL_DECISION_")
+        lines.append(f"{indent}   approval {decision} by {step.approval.approver}")
+    if step.error_message:
+        lines.append(f"{indent}   error: {' '.join(step.error_message.split())}")
+    return lines
+
+
+def tree_lines(record: apb.ProvenanceRecord) -> list[str]:
+    """The execution tree: agent version → thread → run → attempts → steps."""
+    lines = _agent_lines(record)
+    thread = record.thread
+    lines.append(f"  thread {thread.id} {json.dumps(thread.title)}")
+    lines += _run_lines(record.run, "    ")
+    names = _names_by_digest(record.agent_version)
+    steps_by_attempt: dict[str, list[mpb.Step]] = {}
+    for step in record.steps:
+        steps_by_attempt.setdefault(step.attempt_id, []).append(step)
+    for attempt in record.attempts:
+        lines.append(_attempt_line(attempt, "      "))
+        for step in steps_by_attempt.get(attempt.id, []):
+            lines += step_lines(step, names, "        ")
+    if record.steps_truncated:
+        lines.append(
+            f"      ... more steps after #{record.steps[-1].sequence if record.steps else 0} "
+            "(raise --max-steps)"
+        )
+    return lines
+
+
+def chain_lines(record: apb.ProvenanceRecord) -> list[str]:
+    """artifact → step → attempt → run → agent version, one line per link, details below."""
+    lines: list[str] = []
+    link = ""
+    if record.HasField("artifact"):
+        a = record.artifact
+        labels = ", ".join(f"{k}={v}" for k, v in sorted(a.labels.items()))
+        lines.append(
+            f"artifact {a.id} {json.dumps(a.name)} {a.media_type} {a.size} bytes {a.blob_digest}"
+            + (f" [{labels}]" if labels else "")
+        )
+        link = "  made by "
+    if record.HasField("step"):
+        first, *details = step_lines(record.step, _names_by_digest(record.agent_version), "")
+        lines.append(f"{link}step {first}")
+        lines += [f"     {line.strip()}" for line in details]
+        link = "  in "
+    if record.HasField("attempt"):
+        lines.append(_attempt_line(record.attempt, link))
+        link = "  of "
+    first, *details = _run_lines(record.run, "")
+    lines.append(link + first)
+    lines += [f"     {line.strip()}" for line in details]
+    first, *details = _agent_lines(record)
+    lines.append(f"  {first}")
+    lines += [f"     {line.strip()}" for line in details]
+    return lines
+
+
+# -- usages ----------------------------------------------------------------------------------
+
+
+def _usages(args: argparse.Namespace) -> int:
+    given = [x for x in (args.ref, args.schema, args.agent, args.model) if x]
+    if len(given) != 1:
+        raise CommandFailed(
+            "give exactly one of REF (a component), --schema DIGEST, --agent DIGEST or --model ID",
+            EXIT_USAGE,
+        )
+    if (args.requested or args.reported) and not args.model:
+        raise CommandFailed("--requested and --reported go with --model", EXIT_USAGE)
+    if args.limit < 1:
+        raise CommandFailed("--limit must be at least 1", EXIT_USAGE)
+    request = pb.FindUsagesRequest()
+    if args.schema:
+        request.tool_schema_digest = args.schema
+    elif args.agent:
+        request.agent_digest = args.agent
+    elif args.model:
+        request.model_id = args.model
+        request.model_match = (
+            apb.MODEL_MATCH_REQUESTED
+            if args.requested
+            else apb.MODEL_MATCH_REPORTED
+            if args.reported
+            else apb.MODEL_MATCH_ANY
+        )
+    else:
+        request.component_ref = args.ref
+    if args.since:
+        request.start_time.FromDatetime(args.since)
+    if args.until:
+        request.end_time.FromDatetime(args.until)
+    found = pb.FindUsagesResponse()
+    token = args.page_token
+    with _audit(args) as stub:
+        while len(found.usages) < args.limit:
+            request.page_size = min(1000, args.limit - len(found.usages))
+            request.page_token = token
+            page = stub.FindUsages(request, timeout=args.timeout)
+            found.usages.extend(page.usages)
+            token = page.next_page_token
+            if not token:
+                break
+    found.next_page_token = token
+    if args.json:
+        _print_json(found)
+        return 0
+    for usage in found.usages:
+        if usage.step_id:
+            kind = _name(enum_pb2.StepType, usage.step_type, "STEP_TYPE_")
+            where = f"#{usage.step_sequence} {kind} {usage.step_id}"
+        else:
+            where = "(run)"
+        print(f"{_when(usage.time)}  {usage.run_id}  {where}  {usage.matched}")
+    if not found.usages:
+        print("no usages found", file=sys.stderr)
+    if token:
+        print(f"more: --page-token {token}", file=sys.stderr)
+    return 0
+
+
+# -- verify ----------------------------------------------------------------------------------
+
+
+def _verify(args: argparse.Namespace) -> int:
+    subject: str = args.subject
+    path = Path(subject)
+    if path.exists():
+        return _verify_bundle(path, args.json)
+    if not has_prefix(subject, "run"):
+        raise CommandFailed(f"{subject}: no such file, and not a run id (run_…)", EXIT_USAGE)
+    with _audit(args) as stub:
+        response = stub.VerifyRun(pb.VerifyRunRequest(run_id=subject), timeout=args.timeout)
+    if args.json:
+        _print_json(response)
+    if not response.intact:
+        b = response.first_break
+        raise CommandFailed(
+            f"run {subject}: event chain broken at sequence {b.sequence}: {b.reason} "
+            f"(expected {b.expected_hash or '-'}, found {b.found_hash or '-'}; "
+            f"{response.event_count} events verified before it)"
+        )
+    if not args.json:
+        print(f"run {subject}: intact, {response.event_count} events, head {response.head_hash}")
+    return 0
+
+
+def _verify_bundle(path: Path, as_json: bool) -> int:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CommandFailed(f"{path}: cannot read: {exc.strerror}", EXIT_USAGE) from exc
+    try:
+        report = audit_bundle.verify_bundle(audit_bundle.decode(data))
+    except audit_bundle.BundleFormatError as exc:
+        raise CommandFailed(f"{path}: verification failed: {exc}") from exc
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "ok": report.ok,
+                    "digest": digest_bytes(data),
+                    "run_id": report.run_id,
+                    "agent": report.agent,
+                    "agent_digest": report.agent_digest,
+                    "component_count": report.component_count,
+                    "step_count": report.step_count,
+                    "event_count": report.event_count,
+                    "head_hash": report.head_hash,
+                    "failures": report.failures,
+                },
+                indent=2,
+            )
+        )
+    if not report.ok:
+        more = f" (and {len(report.failures) - 1} more)" if len(report.failures) > 1 else ""
+        raise CommandFailed(f"{path}: verification failed: {report.failures[0]}{more}")
+    if not as_json:
+        print(f"bundle {path}: verified offline ({digest_bytes(data)})")
+        print(f"  run {report.run_id}, agent {report.agent} {report.agent_digest}")
+        print(f"  {report.component_count} component digests recompute from their canonical form")
+        print("  the agent digest recomputes from its closure and is the run's binding")
+        print(f"  {report.step_count} steps: every recorded version is in the closure")
+        print(f"  {report.event_count} events chain to head {report.head_hash}")
+    return 0
+
+
+# -- export ----------------------------------------------------------------------------------
+
+
+def _export(args: argparse.Namespace) -> int:
+    to_stdout = not args.output or args.output == "-"
+    if args.json and to_stdout:
+        raise CommandFailed("--json describes a bundle written with -o FILE", EXIT_USAGE)
+    request = pb.ExportBundleRequest(
+        run_id=args.run_id, format=pb.BUNDLE_FORMAT_JSONL if args.jsonl else pb.BUNDLE_FORMAT_JSON
+    )
+    info: pb.BundleInfo | None = None
+    chunks: list[bytes] = []
+    with _audit(args) as stub:
+        for part in stub.ExportBundle(request, timeout=args.timeout):
+            if part.WhichOneof("part") == "info":
+                info = part.info
+            else:
+                chunks.append(part.chunk)
+    data = b"".join(chunks)
+    if info is None:
+        raise CommandFailed("the server sent no bundle header")
+    if len(data) != info.size or digest_bytes(data) != info.digest:
+        raise CommandFailed(
+            f"transfer damaged: got {len(data)} bytes {digest_bytes(data)}, the server sent "
+            f"{info.size} bytes {info.digest}"
+        )
+    if to_stdout:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return 0
+    target = Path(args.output)
+    partial = target.with_name(target.name + ".partial")
+    try:
+        partial.write_bytes(data)
+        os.replace(partial, target)  # a reader never sees half a bundle
+    except OSError as exc:
+        raise CommandFailed(f"{target}: cannot write: {exc.strerror}", EXIT_USAGE) from exc
+    if args.json:
+        _print_json(info)
+    else:
+        print(f"wrote {target}: {info.size} bytes, {info.digest}", file=sys.stderr)
+    return 0

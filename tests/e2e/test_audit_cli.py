@@ -1,0 +1,221 @@
+"""``agentrt audit …`` as an engineer or a script runs it: subprocesses against a real server.
+
+The server runs in-process (``server_address``, SQLite and PostgreSQL) over the history of
+:func:`tests.service.test_audit.build_history`; each command is its own process, so exit
+codes, stdout and the one-line stderr contract are what is tested. Bundles exported here are
+verified with no server at all (``AGENTRT_TARGET`` pointing nowhere).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from agentrt_base.db import normalise_url
+from tests.runtime_support import Stubs
+from tests.service.test_audit import History, build_history
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENTRT = [sys.executable, "-m", "runtime_service.cli.main"]
+NOWHERE = "127.0.0.1:1"
+
+
+def run(target: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRT_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "generated")])
+    env["AGENTRT_TARGET"] = target
+    return subprocess.run(
+        [*AGENTRT, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+
+
+def ok(target: str, *args: str) -> str:
+    result = run(target, *args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def failure(target: str, *args: str, code: int = 1) -> str:
+    """Run a command that must fail; return its single stderr line."""
+    result = run(target, *args)
+    assert result.returncode == code, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("agentrt: ")
+    return lines[0]
+
+
+@pytest.fixture
+def history(server_address: str) -> Iterator[History]:
+    stubs = Stubs.open(server_address)
+    try:
+        yield build_history(stubs)
+    finally:
+        stubs.close()
+
+
+def test_run_tree_artifact_chain_and_json(server_address: str, history: History) -> None:
+    h = history
+    tree = ok(server_address, "audit", h.run_a)
+    lines = tree.splitlines()
+    assert lines[0].startswith(f"agent coding_agent@agent_v7 {h.v7}")
+    assert "tags at run creation: prod (event 1" in tree and "now: stable" in tree
+    assert "4f2c9e1" in tree  # publish provenance: the commit
+    assert f"run {h.run_a} COMPLETED" in tree
+    assert "agent ref coding_agent:prod -> agent_v7 via tag prod" in tree
+    assert "attempt 1 " in tree and "worker w1 epoch 1" in tree
+    assert f"#1 MODEL_CALL FAILED (RATE_LIMITED)  {h.a_model}" in tree
+    assert "model claude-sonnet-4 via primary/anthropic" in tree
+    assert "model gpt-4.1 -> reported gpt-4.1-2025" in tree
+    assert "skills repo-debug@2.1.0" in tree and "tools read_file@1 ALLOW" in tree
+    assert "policy coding-balanced@3" in tree
+    # The indentation is the hierarchy: agent > thread > run > attempt > step.
+    depth = {
+        word: next(len(x) - len(x.lstrip()) for x in lines if x.lstrip().startswith(word))
+        for word in ("agent ", "thread ", "run ", "attempt ", "#1 ")
+    }
+    assert depth["agent "] < depth["thread "] < depth["run "] < depth["attempt "] < depth["#1 "]
+    assert ok(server_address, "audit", "run", h.run_a) == tree
+
+    chain = ok(server_address, "audit", "artifact", h.artifact).splitlines()
+    assert chain[0].startswith(f'artifact {h.artifact} "app.py"')
+    assert chain[1].startswith("  made by step #3 TOOL_CALL read_file SUCCEEDED")
+    assert any(x.startswith("  in attempt 1") for x in chain)
+    assert any(x.startswith(f"  of run {h.run_a}") for x in chain)
+    assert any(x.startswith(f"  agent coding_agent@agent_v7 {h.v7}") for x in chain)
+
+    data = json.loads(ok(server_address, "audit", "artifact", h.artifact, "--json"))
+    record = data["records"][0]
+    assert record["artifact"]["id"] == h.artifact
+    assert record["agent_version"]["digest"] == h.v7
+    assert [t["tag"] for t in record["tags_at_run_creation"]] == ["prod", "stable"]
+    blob = json.loads(ok(server_address, "audit", "blob", h.blob, "--json"))
+    assert len(blob["blob_references"]) == 3
+
+    assert "NOT_FOUND" in failure(server_address, "audit", "run_nope")
+    assert "INVALID_ARGUMENT" in failure(server_address, "audit", "blob", "sha256:nope")
+    assert "UNAVAILABLE" in failure(NOWHERE, "audit", h.run_a, "--timeout", "2")
+
+
+def test_usages(server_address: str, history: History) -> None:
+    h = history
+    lines = ok(server_address, "audit", "usages", "repo-debug@2.1.0").splitlines()
+    assert [x.split()[4] for x in lines] == [h.c_model, h.a_fallback, h.a_model]
+    assert all("repo-debug@2.1.0 sha256:" in x for x in lines)
+    reported = ok(server_address, "audit", "usages", "--model", "claude-sonnet-4", "--reported")
+    assert [x.split()[4] for x in reported.splitlines()] == [h.b_model]
+    schema = ok(server_address, "audit", "usages", "--schema", h.read_file_schema)
+    assert len(schema.splitlines()) == 6
+    agent = ok(server_address, "audit", "usages", "--agent", h.v7).splitlines()
+    assert [x.split()[1] for x in agent] == [h.run_c, h.run_a]
+    assert all("(run)" in x for x in agent)
+    # --limit pages through; --json carries the token for the rest.
+    page = json.loads(
+        ok(
+            server_address,
+            "audit",
+            "usages",
+            "--schema",
+            h.read_file_schema,
+            "--limit",
+            "4",
+            "--json",
+        )
+    )
+    assert len(page["usages"]) == 4 and page["next_page_token"]
+    rest = json.loads(
+        ok(
+            server_address,
+            "audit",
+            "usages",
+            "--schema",
+            h.read_file_schema,
+            "--page-token",
+            page["next_page_token"],
+            "--json",
+        )
+    )
+    assert len(rest["usages"]) == 2 and "next_page_token" not in rest
+    since = ok(
+        server_address,
+        "audit",
+        "usages",
+        "repo-debug@2.1.0",
+        "--since",
+        h.between_a_and_c.isoformat(),
+    )
+    assert [x.split()[4] for x in since.splitlines()] == [h.c_model]
+
+    assert "INVALID_ARGUMENT" in failure(server_address, "audit", "usages", "repo-debug@^2.1")
+    assert "NOT_FOUND" in failure(server_address, "audit", "usages", "repo-debug@9.9.9")
+    assert "--agent" in failure(server_address, "audit", "usages", h.v7)
+    failure(server_address, "audit", "usages", code=2)
+    failure(server_address, "audit", "usages", "repo-debug@2.1.0", "--model", "x", code=2)
+    failure(server_address, "audit", "usages", "--agent", h.v7, "--reported", code=2)
+    # argparse's own usage errors: exit 2 with its usage text.
+    result = run(server_address, "audit", "usages", "x@1", "--since", "yesterday")
+    assert result.returncode == 2 and "not an ISO 8601 time" in result.stderr
+
+
+def test_verify_run_and_bundles_offline(
+    server_address: str, history: History, database_url: str, tmp_path: Path
+) -> None:
+    h = history
+    assert ok(server_address, "audit", "verify", h.run_a).startswith(f"run {h.run_a}: intact")
+    bundle = tmp_path / "run_a.json"
+    run(server_address, "audit", "export", h.run_a, "-o", str(bundle)).check_returncode()
+    lines = bundle.with_suffix(".jsonl")
+    run(server_address, "audit", "export", h.run_a, "--jsonl", "-o", str(lines)).check_returncode()
+    # Offline: the target points nowhere, and nothing is contacted.
+    for path in (bundle, lines):
+        report = ok(NOWHERE, "audit", "verify", str(path))
+        assert report.startswith(f"bundle {path}: verified offline")
+        assert "8 component digests recompute" in report
+    data = json.loads(ok(NOWHERE, "audit", "verify", str(bundle), "--json"))
+    assert data["ok"] and data["agent_digest"] == h.v7 and data["failures"] == []
+    # To stdout, the same document (exported again, so at another time).
+    again = json.loads(run(server_address, "audit", "export", h.run_a).stdout)
+    assert {**again, "export_time": ""} == {**json.loads(bundle.read_text()), "export_time": ""}
+
+    document = json.loads(bundle.read_text())
+    skill = next(c for c in document["components"] if c["name"] == "repo-debug")
+    skill["spec"]["instructions"] = "Skip the tests."
+    tampered = tmp_path / "tampered.json"
+    tampered.write_text(json.dumps(document))
+    message = failure(NOWHERE, "audit", "verify", str(tampered))
+    assert "verification failed: component repo-debug@2.1.0: digest recomputes to" in message
+
+    truncated = tmp_path / "truncated.json"
+    truncated.write_bytes(bundle.read_bytes()[:-200])
+    assert "truncated" in failure(NOWHERE, "audit", "verify", str(truncated))
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(lines.read_text().splitlines(keepends=True)[:-3]))
+    assert "truncated" in failure(NOWHERE, "audit", "verify", str(cut))
+    failure(NOWHERE, "audit", "verify", str(tmp_path / "absent.json"), code=2)
+    failure(server_address, "audit", "export", h.run_a, "-o", str(tmp_path / "no/dir/x"), code=2)
+
+    # Tamper with the ledger itself: the server's verification names the event.
+    engine = sa.create_engine(normalise_url(database_url))
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "UPDATE runtime_events SET attributes_json = '{}' "
+                    "WHERE run_id = :r AND sequence = 2"
+                ),
+                {"r": h.run_a},
+            )
+    finally:
+        engine.dispose()
+    message = failure(server_address, "audit", "verify", h.run_a)
+    assert f"run {h.run_a}: event chain broken at sequence 2: hash mismatch" in message

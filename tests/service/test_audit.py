@@ -1,0 +1,800 @@
+"""AuditService through real gRPC on both engines, over a realistic history.
+
+The history (:func:`build_history`): coding_agent@agent_v7 published with CI provenance and
+tagged ``prod`` and ``stable``; run A via ``coding_agent:prod`` makes a rate-limited model
+call, a fallback call, a read_file call whose output is stored as a blob and made an
+artifact, and completes. Then ``prod`` moves to agent_v8 (repo-debug@2.2.0, apply_patch@3);
+run B via ``coding_agent:prod`` reads the same blob as its input; run C via the label
+``coding_agent@agent_v7`` makes one model call.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import pytest
+import sqlalchemy as sa
+from google.protobuf import struct_pb2, timestamp_pb2
+
+from agentrt.audit.v1 import audit_service_pb2 as apb
+from agentrt.audit.v1 import audit_service_pb2_grpc
+from agentrt.audit.v1 import message_pb2 as amsg
+from agentrt.registry.v1 import message_pb2 as rmsg
+from agentrt.registry.v1 import registry_service_pb2 as rpb
+from agentrt.runtime.v1 import enum_pb2, message_pb2
+from agentrt.runtime.v1 import runtime_service_pb2 as pb
+from agentrt.runtime.v1 import worker_service_pb2 as wpb
+from runtime_service import audit_bundle
+from runtime_service.audit_bundle import BundleFormatError, Link, verify_chain
+from runtime_service.events import event_hash
+from runtime_service.services.audit import TagEvent, tags_at
+from tests import registry_data
+from tests.runtime_support import Stubs
+from tests.support import ServerThread, error_details
+
+PROVENANCE = rmsg.Provenance(
+    publisher="ci-bot",
+    source_repo="https://git.example.com/agents/coding",
+    commit="4f2c9e1",
+    pipeline_url="https://ci.example.com/pipelines/812",
+)
+
+
+@dataclass
+class History:
+    v7: str
+    v8: str
+    run_a: str
+    run_b: str
+    run_c: str
+    artifact: str
+    blob: str
+    #: Run A's steps by role.
+    a_model: str
+    a_fallback: str
+    a_read: str
+    b_model: str
+    b_read: str
+    b_approval: str
+    b_patch: str
+    checkpoint: str
+    state_blob: str
+    c_model: str
+    read_file_schema: str
+    between_a_and_c: dt.datetime
+
+
+@dataclass
+class Env:
+    stubs: Stubs
+    audit: Any
+    server: ServerThread
+
+
+@pytest.fixture
+def env(database_url: str) -> Iterator[Env]:
+    server = ServerThread(database_url)
+    address = server.start()
+    stubs = Stubs.open(address)
+    try:
+        yield Env(stubs, audit_service_pb2_grpc.AuditServiceStub(stubs.channel), server)
+    finally:
+        stubs.close()
+        server.stop()
+
+
+def _args(**kw: Any) -> struct_pb2.Struct:
+    s = struct_pb2.Struct()
+    s.update(kw)
+    return s
+
+
+def _put_blob(stubs: Stubs, data: bytes, media_type: str = "text/plain") -> str:
+    requests = iter(
+        [
+            pb.PutBlobRequest(header=message_pb2.BlobHeader(media_type=media_type, size=len(data))),
+            pb.PutBlobRequest(chunk=data),
+        ]
+    )
+    return str(stubs.runtime.PutBlob(requests, timeout=10).blob.digest)
+
+
+def _step(stubs: Stubs, fence: Any, turn: str, kind: str, key: str, **spec: Any) -> Any:
+    types = {
+        "model": enum_pb2.STEP_TYPE_MODEL_CALL,
+        "tool": enum_pb2.STEP_TYPE_TOOL_CALL,
+    }
+    request = wpb.BeginStepRequest(
+        fence=fence, turn_id=turn, type=types[kind], idempotency_key=key, **spec
+    )
+    return stubs.worker.BeginStep(request, timeout=10)
+
+
+def _end(stubs: Stubs, fence: Any, step_id: str, **kw: Any) -> None:
+    kw.setdefault("status", enum_pb2.STEP_STATUS_SUCCEEDED)
+    stubs.worker.EndStep(wpb.EndStepRequest(fence=fence, step_id=step_id, **kw), timeout=10)
+
+
+def _publish(stubs: Stubs, definition: rmsg.AgentDefinition) -> str:
+    return str(
+        stubs.registry.PublishAgentVersion(
+            rpb.PublishAgentVersionRequest(definition=definition, provenance=PROVENANCE),
+            timeout=10,
+        ).agent_version.digest
+    )
+
+
+def _tag(stubs: Stubs, tag: str, digest: str) -> None:
+    stubs.registry.SetTag(
+        rpb.SetTagRequest(agent_id="coding_agent", tag=tag, digest=digest, actor="deployer"),
+        timeout=10,
+    )
+
+
+def build_history(stubs: Stubs) -> History:
+    registry_data.publish_all(stubs.registry, registry_data.coding_components())
+    v7 = _publish(stubs, registry_data.coding_definition())
+    _tag(stubs, "prod", v7)
+    _tag(stubs, "stable", v7)
+    tool = stubs.registry.GetComponent(rpb.GetComponentRequest(ref="read_file@1")).component
+
+    # Run A on v7 (via coding_agent:prod).
+    run_a = stubs.run(stubs.thread().id)
+    fence = stubs.acquire().fence
+    turn = stubs.worker.BeginTurn(wpb.BeginTurnRequest(fence=fence), timeout=10).turn.id
+    spec = message_pb2.ModelCallSpec(
+        estimated_input_tokens=100, skills=["repo-debug"], tools=["read_file"]
+    )
+    a_model = _step(stubs, fence, turn, "model", "m1", model_call=spec).step.id
+    _end(
+        stubs,
+        fence,
+        a_model,
+        status=enum_pb2.STEP_STATUS_FAILED,
+        error_class=enum_pb2.ERROR_CLASS_RATE_LIMITED,
+    )
+    retry = message_pb2.ModelCallSpec(
+        estimated_input_tokens=100,
+        skills=["repo-debug"],
+        tools=["read_file"],
+        previous_error_class=enum_pb2.ERROR_CLASS_RATE_LIMITED,
+        previous_candidate="primary",
+    )
+    a_fallback = _step(stubs, fence, turn, "model", "m1", model_call=retry).step.id
+    _end(stubs, fence, a_fallback, reported_model_id="gpt-4.1-2025")
+    read_call = message_pb2.ToolCallSpec(tool="read_file", arguments=_args(path="src/app.py"))
+    a_read = _step(stubs, fence, turn, "tool", "r1", tool_call=read_call).step.id
+    blob = _put_blob(stubs, b"def app():\n    return 42\n")
+    _end(stubs, fence, a_read, output_ref=blob)
+    artifact = stubs.worker.CreateArtifact(
+        wpb.CreateArtifactRequest(
+            fence=fence, step_id=a_read, name="app.py", blob_digest=blob, labels={"kind": "src"}
+        ),
+        timeout=10,
+    ).artifact.id
+    stubs.worker.EndTurn(wpb.EndTurnRequest(fence=fence, turn_id=turn), timeout=10)
+    stubs.complete(fence)
+
+    # prod moves to v8 after run A was created.
+    registry_data.publish_all(
+        stubs.registry,
+        [
+            registry_data.skill("repo-debug", "2.2.0", "Reproduce, bisect, fix, add a test."),
+            registry_data.tool(
+                "apply_patch",
+                "3",
+                {"type": "object", "properties": {"patch": {"type": "string"}}},
+                side_effects=True,
+            ),
+        ],
+    )
+    v8 = _publish(stubs, registry_data.coding_definition("agent_v8", "apply_patch@3"))
+    _tag(stubs, "prod", v8)
+
+    # Run B on v8 (via coding_agent:prod): a steer consumed by its model call, A's output
+    # blob as a tool call's input, a checkpoint, and apply_patch behind an approval, called
+    # by a second attempt once approved.
+    run_b = stubs.run(stubs.thread().id)
+    fence = stubs.acquire().fence
+    turn = stubs.worker.BeginTurn(wpb.BeginTurnRequest(fence=fence), timeout=10).turn.id
+    stubs.runtime.SendInput(
+        pb.SendInputRequest(
+            run_id=run_b.id,
+            kind=enum_pb2.INPUT_KIND_STEER,
+            content="prefer small diffs",
+            sender="alice",
+        ),
+        timeout=10,
+    )
+    b_model = _step(stubs, fence, turn, "model", "m1", model_call=spec).step.id
+    _end(stubs, fence, b_model, reported_model_id="claude-sonnet-4")
+    b_read = stubs.worker.BeginStep(
+        wpb.BeginStepRequest(
+            fence=fence,
+            turn_id=turn,
+            type=enum_pb2.STEP_TYPE_TOOL_CALL,
+            idempotency_key="r1",
+            input_ref=blob,
+            tool_call=read_call,
+        ),
+        timeout=10,
+    ).step.id
+    _end(stubs, fence, b_read)
+    state = _put_blob(stubs, b'{"files": ["src/app.py"]}', "application/json")
+    checkpoint = stubs.worker.WriteCheckpoint(
+        wpb.WriteCheckpointRequest(fence=fence, state_ref=state, after_sequence=2), timeout=10
+    ).checkpoint
+    patch = message_pb2.ToolCallSpec(tool="apply_patch", arguments=_args(patch="--- a\n+++ b\n"))
+    approval = _step(stubs, fence, turn, "tool", "p1", tool_call=patch).step
+    assert approval.type == enum_pb2.STEP_TYPE_APPROVAL_REQUEST
+    stubs.finish(fence, enum_pb2.ATTEMPT_OUTCOME_WAITING_APPROVAL)
+    stubs.runtime.ResolveApproval(
+        pb.ResolveApprovalRequest(
+            run_id=run_b.id,
+            step_id=approval.id,
+            decision=enum_pb2.APPROVAL_DECISION_APPROVE,
+            approver="alice",
+            comment="small and safe",
+        ),
+        timeout=10,
+    )
+    fence = stubs.acquire().fence
+    turn = stubs.worker.BeginTurn(wpb.BeginTurnRequest(fence=fence), timeout=10).turn.id
+    b_patch = _step(stubs, fence, turn, "tool", "p1", tool_call=patch).step.id
+    _end(stubs, fence, b_patch, side_effect=True)
+    stubs.worker.EndTurn(wpb.EndTurnRequest(fence=fence, turn_id=turn), timeout=10)
+    stubs.complete(fence)
+    between = dt.datetime.now(dt.UTC)
+
+    # Run C on v7 by label.
+    run_c = stubs.run(stubs.thread().id, ref="coding_agent@agent_v7")
+    fence = stubs.acquire().fence
+    turn = stubs.worker.BeginTurn(wpb.BeginTurnRequest(fence=fence), timeout=10).turn.id
+    c_model = _step(stubs, fence, turn, "model", "m1", model_call=spec).step.id
+    _end(stubs, fence, c_model, reported_model_id="claude-sonnet-4-20250514")
+    stubs.worker.EndTurn(wpb.EndTurnRequest(fence=fence, turn_id=turn), timeout=10)
+    stubs.complete(fence)
+    return History(
+        v7=v7,
+        v8=v8,
+        run_a=run_a.id,
+        run_b=run_b.id,
+        run_c=run_c.id,
+        artifact=artifact,
+        blob=blob,
+        a_model=a_model,
+        a_fallback=a_fallback,
+        a_read=a_read,
+        b_model=b_model,
+        b_read=b_read,
+        b_approval=approval.id,
+        b_patch=b_patch,
+        checkpoint=checkpoint.id,
+        state_blob=state,
+        c_model=c_model,
+        read_file_schema=tool.schema_digest,
+        between_a_and_c=between,
+    )
+
+
+def _error(call: Any) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as info:
+        call()
+    return info.value
+
+
+# -- provenance ------------------------------------------------------------------------------
+
+
+def test_provenance_of_an_artifact_reaches_the_agent_version_and_its_tags_at_creation(
+    env: Env,
+) -> None:
+    h = build_history(env.stubs)
+    response = env.audit.GetProvenance(apb.GetProvenanceRequest(artifact_id=h.artifact))
+    [record] = response.records
+    assert record.artifact.id == h.artifact and record.artifact.blob_digest == h.blob
+    assert record.step.id == h.a_read and record.step.output_ref == h.blob
+    assert record.step.versions.tools[0].name == "read_file"
+    assert record.attempt.id == record.step.attempt_id
+    assert record.attempt.number == 1 and record.attempt.worker_id == "w1"
+    assert record.attempt.lease_epoch >= 1
+    assert record.attempt.reason == enum_pb2.ATTEMPT_REASON_INITIAL
+    run = record.run
+    assert run.id == h.run_a and run.status == enum_pb2.RUN_STATUS_COMPLETED
+    assert run.goal.objective == "make the tests pass" and run.input_revision == 1
+    assert run.agent.requested_ref == "coding_agent:prod"
+    assert run.agent.resolved_via_tag == "prod" and run.agent.agent_digest == h.v7
+    assert run.agent.resolve_time.seconds > 0
+    assert record.thread.id == run.thread_id
+    version = record.agent_version
+    assert version.digest == h.v7 and version.version_label == "agent_v7"
+    assert version.publish.provenance.source_repo == PROVENANCE.source_repo
+    assert version.publish.provenance.commit == "4f2c9e1"
+    assert version.publish.provenance.pipeline_url == PROVENANCE.pipeline_url
+    assert [c.version for c in version.closure.skills] == ["2.1.0"]
+    # prod has moved to v8 since: now only `stable` points at v7, but at the run's creation
+    # both did, each set by its own tag event.
+    assert list(version.tags) == ["stable"]
+    tags = [(t.tag, t.event_sequence) for t in record.tags_at_run_creation]
+    assert tags == [("prod", 1), ("stable", 2)]
+    assert all(t.since_time.seconds > 0 for t in record.tags_at_run_creation)
+    # Every step of the run, in order, with what it resolved.
+    steps = list(record.steps)
+    assert [s.sequence for s in steps] == list(range(1, len(steps) + 1))
+    assert not record.steps_truncated
+    by_id = {s.id: s for s in steps}
+    first, fallback = by_id[h.a_model], by_id[h.a_fallback]
+    assert first.versions.model.requested_model_id == "claude-sonnet-4"
+    assert fallback.versions.model.requested_model_id == "gpt-4.1"
+    assert fallback.versions.model.reported_model_id == "gpt-4.1-2025"
+    assert fallback.versions.skills[0].version == "2.1.0"
+    assert fallback.versions.system_prompt_digest == version.closure.system_prompt.digest
+    assert [a.number for a in record.attempts] == [1]
+
+
+def test_provenance_steps_are_exactly_the_runtime_api_steps(env: Env) -> None:
+    """GetProvenance maps steps with its own faster twin of proto_map.step: it must give
+    the same messages as ListSteps for every kind of step (model calls with parameters and
+    steers, tool calls with arguments and blobs, an approval, a checkpoint, checks)."""
+    h = build_history(env.stubs)
+    kinds: set[int] = set()
+    for run_id in (h.run_a, h.run_b, h.run_c):
+        [record] = env.audit.GetProvenance(apb.GetProvenanceRequest(run_id=run_id)).records
+        listed = env.stubs.runtime.ListSteps(pb.ListStepsRequest(run_id=run_id)).steps
+        assert list(record.steps) == list(listed)
+        kinds |= {s.type for s in listed}
+    assert len(kinds) == 5  # model, tool, approval, checkpoint, completion check
+    [b] = env.audit.GetProvenance(apb.GetProvenanceRequest(run_id=h.run_b)).records
+    by_id = {s.id: s for s in b.steps}
+    assert by_id[h.b_model].consumed_input_ids
+    assert by_id[h.b_approval].approval.approver == "alice"
+    assert by_id[h.b_patch].approval_step_id == h.b_approval
+    assert [a.reason for a in b.attempts] == [
+        enum_pb2.ATTEMPT_REASON_INITIAL,
+        enum_pb2.ATTEMPT_REASON_RESUMED_AFTER_APPROVAL,
+    ]
+    [checkpoint] = env.audit.GetProvenance(
+        apb.GetProvenanceRequest(blob_digest=h.state_blob)
+    ).records
+    assert checkpoint.run.id == h.run_b
+    roles = env.audit.GetProvenance(apb.GetProvenanceRequest(blob_digest=h.state_blob))
+    assert amsg.BLOB_ROLE_CHECKPOINT in {r.role for r in roles.blob_references}
+    assert h.checkpoint in {r.checkpoint_id for r in roles.blob_references}
+
+
+def test_provenance_of_run_step_and_blob(env: Env) -> None:
+    h = build_history(env.stubs)
+    [run_b] = env.audit.GetProvenance(apb.GetProvenanceRequest(run_id=h.run_b)).records
+    assert run_b.agent_version.digest == h.v8
+    assert [t.tag for t in run_b.tags_at_run_creation] == ["prod"]
+    assert not run_b.HasField("step") and not run_b.HasField("artifact")
+    [step] = env.audit.GetProvenance(apb.GetProvenanceRequest(step_id=h.b_model)).records
+    assert step.step.versions.skills[0].version == "2.2.0"
+    assert step.attempt.id == step.step.attempt_id
+    capped = env.audit.GetProvenance(apb.GetProvenanceRequest(run_id=h.run_a, max_steps=2))
+    assert len(capped.records[0].steps) == 2 and capped.records[0].steps_truncated
+
+    # The blob: A's read_file output and artifact, B's read_file input.
+    blob = env.audit.GetProvenance(apb.GetProvenanceRequest(blob_digest=h.blob))
+    refs = {(r.role, r.run_id, r.step_id, r.artifact_id) for r in blob.blob_references}
+    assert refs == {
+        (amsg.BLOB_ROLE_STEP_OUTPUT, h.run_a, h.a_read, ""),
+        (amsg.BLOB_ROLE_ARTIFACT, h.run_a, h.a_read, h.artifact),
+        (amsg.BLOB_ROLE_STEP_INPUT, h.run_b, h.b_read, ""),
+    }
+    records = {r.run.id: r for r in blob.records}
+    assert set(records) == {h.run_a, h.run_b}
+    assert records[h.run_a].artifact.id == h.artifact
+    assert records[h.run_a].step.id == h.a_read
+    assert records[h.run_b].step.id == h.b_read
+    assert records[h.run_b].agent_version.digest == h.v8
+
+
+def test_provenance_refuses_bad_and_unknown_targets(env: Env) -> None:
+    audit = env.audit
+    for request, name in (
+        (apb.GetProvenanceRequest(run_id="run_nope"), "run_nope"),
+        (apb.GetProvenanceRequest(step_id="stp_nope"), "stp_nope"),
+        (apb.GetProvenanceRequest(artifact_id="art_nope"), "art_nope"),
+        (apb.GetProvenanceRequest(blob_digest="sha256:" + "0" * 64), "sha256:" + "0" * 64),
+    ):
+        error = _error(lambda r=request: audit.GetProvenance(r))
+        assert error.code() == grpc.StatusCode.NOT_FOUND
+        assert name in (error.details() or "")
+    error = _error(lambda: audit.GetProvenance(apb.GetProvenanceRequest(blob_digest="sha256:xyz")))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error_details(error)["BadRequest"].field_violations[0].field == "blob_digest"
+    error = _error(lambda: audit.GetProvenance(apb.GetProvenanceRequest()))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+# -- usages ----------------------------------------------------------------------------------
+
+
+def _usages(audit: Any, **query: Any) -> list[Any]:
+    return list(audit.FindUsages(apb.FindUsagesRequest(**query)).usages)
+
+
+def _all_pages(audit: Any, page_size: int, **query: Any) -> list[Any]:
+    found: list[Any] = []
+    token = ""
+    while True:
+        page = audit.FindUsages(
+            apb.FindUsagesRequest(page_size=page_size, page_token=token, **query)
+        )
+        assert len(page.usages) <= page_size
+        found += page.usages
+        token = page.next_page_token
+        if not token:
+            return found
+
+
+def test_usages_of_a_skill_version_schema_agent_and_model(env: Env) -> None:
+    h = build_history(env.stubs)
+    audit = env.audit
+    # repo-debug@2.1.0: the model calls of runs A and C (v7), not B (v8 pins 2.2.0); newest
+    # first.
+    found = _usages(audit, component_ref="repo-debug@2.1.0")
+    assert [u.step_id for u in found] == [h.c_model, h.a_fallback, h.a_model]
+    assert all(u.step_type == enum_pb2.STEP_TYPE_MODEL_CALL for u in found)
+    assert found[0].matched.startswith("repo-debug@2.1.0 sha256:")
+    assert found[0].run_id == h.run_c and found[0].agent_digest == h.v7
+    assert found[0].thread_id and found[0].attempt_id and found[0].step_sequence >= 1
+    times = [u.time.ToDatetime() for u in found]
+    assert times == sorted(times, reverse=True)
+    # The same by digest, and by name@digest.
+    digest = found[0].matched.split()[1]
+    assert [u.step_id for u in _usages(audit, component_ref=digest)] == [u.step_id for u in found]
+    assert len(_usages(audit, component_ref=f"repo-debug@{digest}")) == 3
+    assert [u.step_id for u in _usages(audit, component_ref="repo-debug@2.2.0")] == [h.b_model]
+
+    # A tool schema: every step that offered or called read_file@1 (both agent versions pin it).
+    by_schema = _usages(audit, tool_schema_digest=h.read_file_schema)
+    assert {u.step_id for u in by_schema} == {
+        h.a_model,
+        h.a_fallback,
+        h.a_read,
+        h.b_model,
+        h.b_read,
+        h.c_model,
+    }
+    assert by_schema[0].matched == f"read_file@1 schema {h.read_file_schema}"
+
+    # An agent digest: the runs bound to it (run-level records).
+    bound = _usages(audit, agent_digest=h.v7)
+    assert [u.run_id for u in bound] == [h.run_c, h.run_a]
+    assert all(u.step_id == "" for u in bound)
+    assert bound[0].matched == f"coding_agent@agent_v7 {h.v7}"
+    assert [u.run_id for u in _usages(audit, agent_digest=h.v8)] == [h.run_b]
+
+    # A permission policy is not recorded per step: the runs whose agent pins it.
+    policy = _usages(audit, component_ref="workspace-safe@4")
+    assert {u.run_id for u in policy} == {h.run_a, h.run_b, h.run_c}
+
+    # Models: requested vs reported.
+    requested = _usages(audit, model_id="claude-sonnet-4", model_match=amsg.MODEL_MATCH_REQUESTED)
+    assert [u.step_id for u in requested] == [h.c_model, h.b_model, h.a_model]
+    reported = _usages(audit, model_id="claude-sonnet-4", model_match=amsg.MODEL_MATCH_REPORTED)
+    assert [u.step_id for u in reported] == [h.b_model]
+    assert reported[0].matched == "model claude-sonnet-4 (reported)"
+    both = _usages(audit, model_id="claude-sonnet-4")
+    assert [u.step_id for u in both] == [h.c_model, h.b_model, h.a_model]
+    assert both[1].matched == "model claude-sonnet-4 (requested, reported)"
+    assert [u.step_id for u in _usages(audit, model_id="gpt-4.1-2025")] == [h.a_fallback]
+    assert _usages(audit, model_id="gpt-4.1-2025", model_match=amsg.MODEL_MATCH_REQUESTED) == []
+
+
+def _stamp(value: dt.datetime) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(value)
+    return stamp
+
+
+def test_usages_time_range_and_pagination(env: Env) -> None:
+    h = build_history(env.stubs)
+    audit = env.audit
+    cut = _stamp(h.between_a_and_c)
+    later = _usages(audit, component_ref="repo-debug@2.1.0", start_time=cut)
+    assert [u.step_id for u in later] == [h.c_model]
+    earlier = _usages(audit, component_ref="repo-debug@2.1.0", end_time=cut)
+    assert [u.step_id for u in earlier] == [h.a_fallback, h.a_model]
+    assert [u.run_id for u in _usages(audit, agent_digest=h.v7, end_time=cut)] == [h.run_a]
+
+    # Every page size gives the same sequence as one big page, newest first, no repeats.
+    for query in (
+        {"tool_schema_digest": h.read_file_schema},
+        {"model_id": "claude-sonnet-4"},
+        {"agent_digest": h.v7},
+        {"component_ref": "workspace-safe@4"},
+    ):
+        whole = [(u.run_id, u.step_id) for u in _usages(audit, **query)]
+        for size in (1, 2, 4):
+            paged = [(u.run_id, u.step_id) for u in _all_pages(audit, size, **query)]
+            assert paged == whole, (query, size)
+
+    first = audit.FindUsages(
+        apb.FindUsagesRequest(tool_schema_digest=h.read_file_schema, page_size=2)
+    )
+    error = _error(
+        lambda: audit.FindUsages(
+            apb.FindUsagesRequest(
+                tool_schema_digest=h.read_file_schema,
+                page_size=2,
+                page_token=first.next_page_token,
+                start_time=cut,
+            )
+        )
+    )
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    error = _error(lambda: audit.FindUsages(apb.FindUsagesRequest(model_id="x", page_token="zz")))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_usages_refuse_malformed_and_unknown_references(env: Env) -> None:
+    h = build_history(env.stubs)
+    audit = env.audit
+
+    def code(**query: Any) -> tuple[grpc.StatusCode, str]:
+        error = _error(lambda: audit.FindUsages(apb.FindUsagesRequest(**query)))
+        return error.code(), error.details() or ""
+
+    assert code(component_ref="repo-debug@^2.1")[0] == grpc.StatusCode.INVALID_ARGUMENT
+    assert code(component_ref="repo-debug")[0] == grpc.StatusCode.INVALID_ARGUMENT
+    assert code(component_ref="repo-debug:prod")[0] == grpc.StatusCode.INVALID_ARGUMENT
+    assert code(component_ref="sha256:ABC")[0] == grpc.StatusCode.INVALID_ARGUMENT
+    assert code(tool_schema_digest="read_file@1")[0] == grpc.StatusCode.INVALID_ARGUMENT
+    assert code(agent_digest="coding_agent@agent_v7")[0] == grpc.StatusCode.INVALID_ARGUMENT
+    assert code()[0] == grpc.StatusCode.INVALID_ARGUMENT
+    status, message = code(component_ref="repo-debug@9.9.9")
+    assert status == grpc.StatusCode.NOT_FOUND and "repo-debug@9.9.9" in message
+    status, message = code(component_ref=h.v7)
+    assert status == grpc.StatusCode.NOT_FOUND and "agent version" in message
+    cut = _stamp(h.between_a_and_c)
+    assert code(model_id="x", start_time=cut, end_time=cut)[0] == grpc.StatusCode.INVALID_ARGUMENT
+    # A well-formed digest nothing used is simply unused.
+    assert _usages(audit, tool_schema_digest="sha256:" + "1" * 64) == []
+
+
+# -- the event chain -------------------------------------------------------------------------
+
+
+def _verify(audit: Any, run_id: str) -> Any:
+    return audit.VerifyRun(apb.VerifyRunRequest(run_id=run_id))
+
+
+def _sql(env: Env, statement: str, **params: Any) -> None:
+    database = env.server.server.database
+    assert database is not None
+    database.write_sync(lambda session: session.execute(sa.text(statement), params))
+
+
+def test_verify_run_intact_then_tampered_rows_are_caught(env: Env) -> None:
+    h = build_history(env.stubs)
+    audit = env.audit
+    run = env.stubs.runtime.GetRun(pb.GetRunRequest(run_id=h.run_a)).run
+    intact = _verify(audit, h.run_a)
+    assert intact.intact and not intact.HasField("first_break")
+    assert intact.event_count == run.last_event_sequence > 10
+    assert intact.head_hash.startswith("sha256:")
+
+    # Run A: rewrite the attributes of event 3 (valid JSON, different content).
+    _sql(
+        env,
+        "UPDATE runtime_events SET attributes_json = :a WHERE run_id = :r AND sequence = 3",
+        a='{"reason":"nothing to see"}',
+        r=h.run_a,
+    )
+    broken = _verify(audit, h.run_a)
+    assert not broken.intact and broken.event_count == 2
+    assert broken.first_break.sequence == 3
+    assert broken.first_break.reason.startswith("hash mismatch")
+    assert broken.first_break.found_hash != broken.first_break.expected_hash
+
+    # Run B: delete an event in the middle: a gap.
+    _sql(env, "DELETE FROM runtime_events WHERE run_id = :r AND sequence = 4", r=h.run_b)
+    gap = _verify(audit, h.run_b).first_break
+    assert gap.sequence == 5 and "sequence gap after 3" in gap.reason
+
+    # Run C: rewrite event 2 *and* its hash, as a careful forger would: event 3 no longer
+    # links to it.
+    database = env.server.server.database
+    assert database is not None
+
+    def forge(session: Any) -> None:
+        row = session.execute(
+            sa.text("SELECT * FROM runtime_events WHERE run_id = :r AND sequence = 2"),
+            {"r": h.run_c},
+        ).one()
+        attributes = {**json.loads(row.attributes_json), "reason": "forged"}
+        event_time = row.event_time
+        if isinstance(event_time, str):  # SQLite hands back text through sa.text()
+            event_time = dt.datetime.fromisoformat(event_time).replace(tzinfo=dt.UTC)
+        from runtime_service.events import format_time
+
+        forged = event_hash(
+            event_id=row.id,
+            thread_id=row.thread_id,
+            run_id=row.run_id,
+            sequence=2,
+            event_type=row.event_type,
+            event_time=format_time(event_time),
+            attributes=attributes,
+            prev_hash=row.prev_hash,
+        )
+        session.execute(
+            sa.text(
+                "UPDATE runtime_events SET attributes_json = :a, hash = :h "
+                "WHERE run_id = :r AND sequence = 2"
+            ),
+            {"a": json.dumps(attributes), "h": forged, "r": h.run_c},
+        )
+
+    database.write_sync(forge)
+    link = _verify(audit, h.run_c).first_break
+    assert link.sequence == 3 and link.reason.startswith("prev_hash does not match")
+
+
+def test_verify_run_catches_a_truncated_chain_and_unknown_runs(env: Env) -> None:
+    h = build_history(env.stubs)
+    last = env.stubs.runtime.GetRun(pb.GetRunRequest(run_id=h.run_c)).run.last_event_sequence
+    _sql(env, "DELETE FROM runtime_events WHERE run_id = :r AND sequence = :s", r=h.run_c, s=last)
+    report = _verify(env.audit, h.run_c)
+    assert not report.intact and report.event_count == last - 1
+    assert report.first_break.sequence == last
+    assert "missing at the end" in report.first_break.reason
+    error = _error(lambda: _verify(env.audit, "run_nope"))
+    assert error.code() == grpc.StatusCode.NOT_FOUND and "run_nope" in (error.details() or "")
+
+
+# -- bundles ---------------------------------------------------------------------------------
+
+
+def _export(audit: Any, run_id: str, fmt: Any = 0) -> tuple[Any, bytes]:
+    parts = list(audit.ExportBundle(apb.ExportBundleRequest(run_id=run_id, format=fmt)))
+    assert parts[0].WhichOneof("part") == "info"
+    data = b"".join(p.chunk for p in parts[1:])
+    return parts[0].info, data
+
+
+def test_exported_bundle_verifies_offline_in_both_formats(env: Env) -> None:
+    h = build_history(env.stubs)
+    info, data = _export(env.audit, h.run_a)
+    assert info.run_id == h.run_a and info.size == len(data)
+    assert info.media_type == "application/json" and info.format == apb.BUNDLE_FORMAT_JSON
+    from registry.canonical import digest_bytes
+
+    assert info.digest == digest_bytes(data)
+    assert info.installation_id.startswith("ins_") and info.export_time.seconds > 0
+    document = audit_bundle.decode(data)
+    report = audit_bundle.verify_bundle(document)
+    assert report.ok, report.failures
+    assert report.agent == "coding_agent@agent_v7" and report.agent_digest == h.v7
+    assert report.component_count == 8  # 7 published + the inline system prompt
+    assert report.event_count == len(document["events"]) > 10
+    assert report.head_hash == _verify(env.audit, h.run_a).head_hash
+    assert [t["tag"] for t in document["agent"]["tags_at_run_creation"]] == ["prod", "stable"]
+    assert {a["id"] for a in document["artifacts"]} == {h.artifact}
+
+    info, lines = _export(env.audit, h.run_a, apb.BUNDLE_FORMAT_JSONL)
+    assert info.media_type == "application/jsonl"
+    assert audit_bundle.decode(lines) == {**document, "export_time": info_time(lines)}
+    assert audit_bundle.verify_bundle(audit_bundle.decode(lines)).ok
+    error = _error(lambda: _export(env.audit, "run_nope"))
+    assert error.code() == grpc.StatusCode.NOT_FOUND
+
+
+def info_time(jsonl: bytes) -> str:
+    return str(json.loads(jsonl.split(b"\n", 1)[0])["export_time"])
+
+
+def test_tampered_and_truncated_bundles_fail_naming_what(env: Env) -> None:
+    h = build_history(env.stubs)
+    _, data = _export(env.audit, h.run_a)
+    document = audit_bundle.decode(data)
+
+    def failures(change: Any) -> list[str]:
+        changed = copy.deepcopy(document)
+        change(changed)
+        return audit_bundle.verify_bundle(changed).failures
+
+    def by_name(d: dict[str, Any], name: str) -> dict[str, Any]:
+        return next(c for c in d["components"] if c["name"] == name)
+
+    def skill(d: dict[str, Any]) -> None:
+        by_name(d, "repo-debug")["spec"]["instructions"] = "Delete the tests."
+
+    assert failures(skill)[0].startswith("component repo-debug@2.1.0: digest recomputes to")
+
+    def version(d: dict[str, Any]) -> None:
+        by_name(d, "read_file")["version"] = "2"
+
+    assert "component read_file@2" in failures(version)[0]
+
+    def closure(d: dict[str, Any]) -> None:
+        d["agent"]["closure"] = [
+            e for e in d["agent"]["closure"] if e["slot"] != "tools[run_tests]"
+        ]
+
+    assert any("agent coding_agent@agent_v7: digest recomputes" in f for f in failures(closure))
+
+    def step(d: dict[str, Any]) -> None:
+        model = next(s for s in d["steps"] if s["id"] == h.a_fallback)
+        model["versions"]["skills"][0]["digest"] = "sha256:" + "e" * 64
+
+    assert any(
+        "skill repo-debug@2.1.0" in f and "not in the agent's closure" in f for f in failures(step)
+    )
+
+    def event(d: dict[str, Any]) -> None:
+        d["events"][4]["attributes"]["reason"] = "edited"
+
+    assert any("event chain broken at sequence 5: hash mismatch" in f for f in failures(event))
+
+    def tail(d: dict[str, Any]) -> None:
+        d["events"].pop()
+
+    assert any("missing at the end" in f for f in failures(tail))
+
+    with pytest.raises(BundleFormatError, match="truncated"):
+        audit_bundle.decode(data[: len(data) // 2])
+    _, lines = _export(env.audit, h.run_a, apb.BUNDLE_FORMAT_JSONL)
+    cut = lines[: lines.rindex(b"\n", 0, len(lines) - 1) + 1]  # drop the last record line
+    with pytest.raises(BundleFormatError, match="truncated"):
+        audit_bundle.decode(cut)
+
+
+# -- pure pieces -----------------------------------------------------------------------------
+
+
+def _chain(n: int) -> list[Link]:
+    links, prev = [], ""
+    for i in range(1, n + 1):
+        link = Link(
+            f"evt_{i}",
+            "thr",
+            "run",
+            i,
+            "run.amended",
+            "2026-01-01T00:00:00.000000Z",
+            {"i": i},
+            prev,
+            "",
+        )
+        link = Link(**{**link.__dict__, "hash": link.recomputed_hash()})
+        links.append(link)
+        prev = link.hash
+    return links
+
+
+def test_verify_chain_reports_the_first_broken_link() -> None:
+    links = _chain(5)
+    assert verify_chain(links, head=(5, links[-1].hash), chain=("thr", "run")).intact
+    assert verify_chain([]).intact and verify_chain([], head=(0, "")).intact
+    first = verify_chain(links[1:]).first_break
+    assert first is not None and "starts at sequence 2" in first.reason
+    swapped = verify_chain([links[0], links[2], links[1]]).first_break
+    assert swapped is not None and swapped.sequence == 3 and "gap after 1" in swapped.reason
+    other = verify_chain(links, chain=("thr", "run_other")).first_break
+    assert other is not None and "belongs to chain" in other.reason
+    longer = verify_chain(links, head=(4, links[3].hash)).first_break
+    assert longer is not None and longer.sequence == 5
+
+
+def test_tags_at_replays_the_history() -> None:
+    t = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    events = [
+        TagEvent(1, "prod", "SET", "sha256:a", t),
+        TagEvent(2, "canary", "SET", "sha256:a", t),
+        TagEvent(3, "prod", "SET", "sha256:b", t),
+        TagEvent(4, "canary", "DELETE", "", t),
+        TagEvent(5, "prod", "SET", "sha256:a", t),
+    ]
+    assert [(x.tag, x.event_sequence) for x in tags_at(events, "sha256:a")] == [("prod", 5)]
+    assert [x.tag for x in tags_at(events[:2], "sha256:a")] == ["canary", "prod"]
+    assert tags_at(events[:4], "sha256:b")[0].event_sequence == 3
