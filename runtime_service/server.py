@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -203,6 +204,13 @@ async def serve(settings: ServerSettings) -> None:
     server = AgentrtServer(settings)
     try:
         await server.start()
+        # Everything allocated at start-up (modules, protos, caches' scaffolding) lives for the
+        # process: move it out of the collector's view, and collect the young generation less
+        # eagerly, so a large answer (an audit provenance of thousands of objects) does not
+        # trigger full collections mid-request. Measured: the SQLite provenance tail.
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(50_000, 20, 20)
         assert server.database is not None
         log.info(
             "agentrt ready: listening on %s, database %s",
