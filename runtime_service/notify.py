@@ -47,17 +47,13 @@ class Notifier:
             for event in self._waiters.get(key, ()):
                 event.set()
 
-    async def wait(self, keys: Iterable[str], timeout: float | None) -> bool:  # noqa: ASYNC109
-        """Sleep until one of ``keys`` is woken or ``timeout`` passes; True if woken.
-
-        Callers register *before* reading the database (see :meth:`subscribe`) so a commit
-        between their read and their sleep cannot be missed.
-        """
-        with self.subscribe(keys) as event:
-            return await self.sleep(event, timeout)
-
     @contextlib.contextmanager
     def subscribe(self, keys: Iterable[str]) -> Iterator[asyncio.Event]:
+        """Register a waiter on ``keys`` for the duration of the block.
+
+        Callers register *before* reading the database, so a commit between their read and
+        their sleep cannot be missed.
+        """
         event = asyncio.Event()
         registered = list(keys)
         for key in registered:
@@ -79,10 +75,6 @@ class Notifier:
         except TimeoutError:
             return False
         return True
-
-    def waiting(self) -> int:
-        """Number of keys with at least one waiter (for tests and metrics)."""
-        return len(self._waiters)
 
     # -- PostgreSQL ------------------------------------------------------------------------
 
