@@ -15,18 +15,22 @@ SQLAlchemy work is handed to executors here rather than done on the loop:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Dialect, Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+
+if TYPE_CHECKING:
+    from agentrt_base.raw import RawTx
 
 T = TypeVar("T")
 
@@ -139,8 +143,10 @@ def _postgres_engine(url: URL, *, pool_size: int) -> Engine:
 
 @dataclass
 class _Job:
-    fn: Callable[[Session], Any]
+    fn: Callable[[Any], Any]
     future: Future[Any]
+    #: True: ``fn`` takes a :class:`~agentrt_base.raw.RawTx`, not a Session.
+    raw: bool = False
 
 
 class GroupCommitWriter:
@@ -151,18 +157,23 @@ class GroupCommitWriter:
     own work), commits once, and only then answers every waiter. One fsync covers the batch,
     so durable commits cost about what unsynchronised ones do (``shared/PERFORMANCE.md``,
     "group commit"), and nothing is acknowledged before it is on disk.
+
+    Each ORM job gets a Session of its own, joined to the batch's connection: jobs never see
+    each other's identity map, so a raw job (plain SQL on the driver connection) between two
+    ORM jobs cannot leave a later one reading a stale object.
     """
 
-    def __init__(self, sessions: sessionmaker[Session], max_batch: int = 64) -> None:
-        self._sessions = sessions
+    def __init__(self, engine: Engine, max_batch: int = 64) -> None:
+        self._engine = engine
         self._max_batch = max_batch
+        self._conn: sa.Connection | None = None
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="agentrt-db-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, fn: Callable[[Session], T]) -> Future[T]:
+    def submit(self, fn: Callable[[Any], T], *, raw: bool = False) -> Future[T]:
         future: Future[T] = Future()
-        self._queue.put(_Job(fn, future))
+        self._queue.put(_Job(fn, future, raw))
         return future
 
     def close(self) -> None:
@@ -170,6 +181,12 @@ class GroupCommitWriter:
         self._thread.join()
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            self._discard()
+
+    def _serve(self) -> None:
         while True:
             job = self._queue.get()
             if job is None:
@@ -189,28 +206,46 @@ class GroupCommitWriter:
             if stopping:
                 return
 
+    def _connection(self) -> sa.Connection:
+        # The writer keeps its one connection: checking it out of the pool and back for
+        # every batch cost more than a small batch's own statements.
+        if self._conn is None:
+            self._conn = self._engine.connect()
+        return self._conn
+
+    def _discard(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            with contextlib.suppress(Exception):
+                conn.close()
+
     def _commit(self, batch: list[_Job]) -> None:
-        if len(batch) == 1:
-            job = batch[0]
-            try:
-                with self._sessions.begin() as session:
-                    result = job.fn(session)
-            except BaseException as exc:
-                job.future.set_exception(exc)
-            else:
-                job.future.set_result(result)
-            return
+        # A lone job needs no savepoint: if it fails, the whole transaction rolls back.
+        alone = len(batch) == 1
         outcomes: list[tuple[bool, Any]] = []
         try:
-            with self._sessions.begin() as session:
+            conn = self._connection()
+            transaction = conn.begin()
+            try:
                 for job in batch:
                     try:
-                        with session.begin_nested():
-                            outcomes.append((True, job.fn(session)))
+                        outcomes.append((True, _run_job(conn, job, savepoint=not alone)))
                     except Exception as exc:
                         outcomes.append((False, exc))
+                if alone and not outcomes[0][0]:
+                    # (A lone ORM job that failed has already rolled it back itself.)
+                    if transaction.is_active:
+                        transaction.rollback()
+                else:
+                    transaction.commit()
+            except BaseException:
+                if transaction.is_active:
+                    transaction.rollback()
+                raise
         except BaseException as exc:
-            # The commit itself failed: nothing of the batch is durable, so nobody succeeded.
+            # The transaction itself failed (the commit, or the database): nothing of the
+            # batch is durable, so nobody succeeded; the connection starts afresh.
+            self._discard()
             for job in batch:
                 job.future.set_exception(exc)
             return
@@ -219,6 +254,35 @@ class GroupCommitWriter:
                 job.future.set_result(value)
             else:
                 job.future.set_exception(value)
+
+
+def _run_job(conn: sa.Connection, job: _Job, *, savepoint: bool) -> Any:
+    """Run one job in ``conn``'s open transaction, inside a savepoint of its own if asked."""
+    if job.raw:
+        from agentrt_base.raw import RawTx
+
+        driver: Any = conn.connection.driver_connection
+        tx = RawTx(conn.dialect, driver)
+        if not savepoint:
+            return job.fn(tx)
+        # Plain SAVEPOINT statements on the driver connection: SQLAlchemy's nested
+        # transaction costs more than the job's own statements.
+        driver.execute("SAVEPOINT agentrt_job")
+        try:
+            result = job.fn(tx)
+        except BaseException:
+            driver.execute("ROLLBACK TO SAVEPOINT agentrt_job")
+            driver.execute("RELEASE SAVEPOINT agentrt_job")
+            raise
+        driver.execute("RELEASE SAVEPOINT agentrt_job")
+        return result
+    session = Session(
+        bind=conn,
+        join_transaction_mode="create_savepoint" if savepoint else "rollback_only",
+        expire_on_commit=False,
+    )
+    with session, session.begin():
+        return job.fn(session)
 
 
 class Database:
@@ -232,7 +296,10 @@ class Database:
         self.url = normalise_url(url)
         self.dialect_name = self.url.get_backend_name()
         if self.is_sqlite:
-            self.write_engine = _sqlite_engine(self.url, pool_size=1, immediate=True)
+            # Two: the group-commit writer keeps one for itself; the other serves the rare
+            # write outside it (migrations at start-up, ``write_sync``), which simply waits
+            # for the writer's lock between batches.
+            self.write_engine = _sqlite_engine(self.url, pool_size=2, immediate=True)
             self.read_engine = _sqlite_engine(self.url, pool_size=read_pool_size, immediate=False)
             writer_threads = 1
         else:
@@ -242,7 +309,7 @@ class Database:
         self._write_sessions = sessionmaker(self.write_engine, expire_on_commit=False)
         self._read_sessions = sessionmaker(self.read_engine, expire_on_commit=False)
         self._group: GroupCommitWriter | None = (
-            GroupCommitWriter(self._write_sessions) if self.is_sqlite else None
+            GroupCommitWriter(self.write_engine) if self.is_sqlite else None
         )
         self._write_executor = ThreadPoolExecutor(writer_threads, "agentrt-db-write")
         self._read_executor = ThreadPoolExecutor(read_pool_size, "agentrt-db-read")
@@ -286,6 +353,20 @@ class Database:
             return await asyncio.wrap_future(self._group.submit(fn))
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._write_executor, self.write_sync, fn)
+
+    def write_raw_sync(self, fn: Callable[[RawTx], T]) -> T:
+        """Run ``fn`` on the driver connection of one write transaction on this thread."""
+        from agentrt_base.raw import RawTx
+
+        with self.write_engine.begin() as conn:
+            return fn(RawTx(conn.dialect, conn.connection.driver_connection))
+
+    async def write_raw(self, fn: Callable[[RawTx], T]) -> T:
+        """Like :meth:`write`, for a job written in plain SQL (``agentrt_base.raw``)."""
+        if self._group is not None:
+            return await asyncio.wrap_future(self._group.submit(fn, raw=True))
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._write_executor, self.write_raw_sync, fn)
 
     async def read(self, fn: Callable[[Session], T]) -> T:
         """Run ``fn`` in one read transaction on a reader thread."""

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Iterator
 
 import sqlalchemy as sa
 
+from agentrt_base import raw
+
 log = logging.getLogger("agentrt.notify")
 
 CHANNEL = "agentrt_events"
@@ -108,6 +110,18 @@ class Notifier:
                 log.warning("LISTEN connection lost (%s); reconnecting", exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
+
+
+_NOTIFY = raw.Statement("SELECT pg_notify(:channel, :payload)")
+
+
+def notify_raw(tx: raw.RawTx, keys: Iterable[str]) -> None:
+    """:func:`notify_in_transaction` for a job written in plain SQL."""
+    if tx.dialect_name != "postgresql":
+        return
+    payload = " ".join(sorted(set(keys)))
+    if payload:
+        tx.execute(_NOTIFY, {"channel": CHANNEL, "payload": payload})
 
 
 def notify_in_transaction(conn: sa.Connection, keys: Iterable[str]) -> None:

@@ -20,17 +20,33 @@ from runtime_service.store.ledger import (
 )
 from runtime_service.store.tables import AttemptRow, MessageRow, RunRow, ThreadRow
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
 
 def timestamp(value: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
     if value is None:
         return None
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromDatetime(value)
-    return stamp
+    # What Timestamp.FromDatetime computes, without its calendar detour (a Step carries two
+    # of these on every BeginStep and EndStep answer).
+    if value.tzinfo is None:  # naive means UTC, as for FromDatetime
+        value = value.replace(tzinfo=dt.UTC)
+    delta = value - _EPOCH
+    return timestamp_pb2.Timestamp(
+        seconds=delta.days * 86_400 + delta.seconds, nanos=delta.microseconds * 1000
+    )
+
+
+_ENUM_VALUES: dict[tuple[int, str], int] = {}
 
 
 def _enum(enum: Any, prefix: str, value: str) -> Any:
-    return enum.Value(prefix + value) if value else 0
+    if not value:
+        return 0
+    key = (id(enum), prefix + value)
+    number = _ENUM_VALUES.get(key)
+    if number is None:
+        number = _ENUM_VALUES[key] = enum.Value(prefix + value)
+    return number
 
 
 def thread(row: ThreadRow) -> message_pb2.Thread:

@@ -30,6 +30,10 @@ class BoundAgents:
     def __init__(self, capacity: int = 256) -> None:
         self._cache: LruCache[str, Bound] = LruCache(capacity)
 
+    def cached(self, digest: str) -> Bound | None:
+        """The bound definition if it is already built (no database needed), else None."""
+        return self._cache.get(digest)
+
     def get(self, session: Session, digest: str) -> Bound:
         cached = self._cache.get(digest)
         if cached is not None:

@@ -12,6 +12,7 @@ from typing import TypeVar
 from sqlalchemy.orm import Session
 
 from agentrt_base.db import Database
+from agentrt_base.raw import RawTx
 from runtime_service import notify
 from runtime_service.notify import Notifier
 
@@ -56,6 +57,22 @@ class Runtime:
             return result
 
         result = await self.database.write(run)
+        self.notifier.wake(keys)
+        return result
+
+    async def write_raw(self, fn: Callable[[RawTx], T]) -> T:
+        """:meth:`write` for a job written in plain SQL (the step path); ``fn`` names what to
+        wake in ``tx.wake``."""
+
+        keys: list[str] = []
+
+        def run(tx: RawTx) -> T:
+            result = fn(tx)
+            notify.notify_raw(tx, tx.wake)
+            keys.extend(tx.wake)
+            return result
+
+        result = await self.database.write_raw(run)
         self.notifier.wake(keys)
         return result
 

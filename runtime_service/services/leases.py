@@ -14,7 +14,7 @@ import json
 import logging
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
@@ -90,6 +90,23 @@ def _label(session: Session, key: str) -> sa.ColumnElement[Any]:
         value: sa.ColumnElement[Any] = sa.cast(RunRow.labels_json, JSONB)[key].astext
         return value
     return sa.func.json_extract(RunRow.labels_json, "$." + json.dumps(key))
+
+
+class _FenceView(Protocol):
+    current_attempt_id: str
+    lease_epoch: int
+    lease_expire_time: dt.datetime
+
+
+def fence_holds(view: _FenceView, attempt_id: str, lease_epoch: int, now: dt.datetime) -> bool:
+    """Whether a run's current attempt, epoch and lease still match a fence (the rule
+    :func:`fenced` enforces, for the step path's plain-SQL view of the run)."""
+    return (
+        view.current_attempt_id == attempt_id
+        and view.lease_epoch == lease_epoch
+        and lease_epoch > 0
+        and view.lease_expire_time >= now
+    )
 
 
 def fenced(session: Session, attempt_id: str, lease_epoch: int) -> tuple[RunRow, AttemptRow]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -28,17 +28,20 @@ from agentrt_base.errors import (
     ViolationCollector,
 )
 from agentrt_base.ids import new_id
+from agentrt_base.lru import LruCache
 from agentrt_base.paging import next_page_token, page_request
+from agentrt_base.raw import RawTx
 from registry import refs
-from runtime_service import resolution
+from runtime_service import events, notify, resolution
 from runtime_service.blobs import require_blob
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.resolution import BoundDefinition
 from runtime_service.services import transitions
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime, scoped_request_id
-from runtime_service.services.leases import fenced
+from runtime_service.services.leases import fence_holds, fenced
 from runtime_service.services.runs import run_for_update
+from runtime_service.store import step_sql
 from runtime_service.store.ledger import (
     ArtifactRow,
     BlobRow,
@@ -55,6 +58,8 @@ _INSERT_USAGE = sa.insert(StepUsageRow)
 _INSERT_STEP = sa.insert(StepRow)
 _STEP_COLUMNS = list(StepRow.__table__.columns)
 MAX_INPUT_BYTES = 256 * 1024
+#: ResolvedVersions answers by (bound digest, recorded resolution): see _resolved_for.
+_RESOLVED: LruCache[tuple[str, ...], message_pb2.ResolvedVersions] = LruCache(1024)
 MAX_TEXT = 64 * 1024
 
 
@@ -83,12 +88,60 @@ class StepRequest:
     details: str = ""
 
 
+class _Budgeted(Protocol):
+    """What a budget check reads: a run row, or the step path's view of one."""
+
+    max_steps: int
+    max_model_tokens: int
+    max_cost_usd: float
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    step_count: int
+
+
 @dataclass
 class StepOutcome:
     step: StepRow
     existing: bool
     resolved: message_pb2.ResolvedVersions | None
     steers: list[InputRow]
+
+
+@dataclass(frozen=True)
+class _StepEnd:
+    """How a worker says a step ended (EndStep), applied the same way by both paths."""
+
+    status: str
+    output_ref: str
+    summary: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    reported_model_id: str
+    error_class: str
+    error_message: str
+    retryable: bool
+    side_effect: bool
+
+    def repeats(self, step: StepRow) -> bool:
+        """Whether an ended step already ended this way (a repeated EndStep is a no-op)."""
+        return (step.status, step.output_ref, step.input_tokens, step.output_tokens) == (
+            self.status,
+            self.output_ref,
+            self.input_tokens,
+            self.output_tokens,
+        )
+
+    def apply(self, step: StepRow, now: dt.datetime) -> None:
+        step.status, step.end_time = self.status, now
+        step.output_ref, step.summary = self.output_ref, self.summary
+        step.input_tokens, step.output_tokens = self.input_tokens, self.output_tokens
+        step.cost_usd = self.cost_usd
+        step.reported_model_id = self.reported_model_id
+        step.error_class, step.error_message = self.error_class, self.error_message
+        step.retryable = self.retryable
+        step.side_effect = step.side_effect or self.side_effect
 
 
 @dataclass
@@ -101,6 +154,186 @@ class Recorded:
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
+def _step_row(
+    attempt_id: str,
+    turn_id: str,
+    sequence: int,
+    input_revision: int,
+    req: StepRequest,
+    retry_of: str,
+    now: dt.datetime,
+    *,
+    status: str,
+    type_: str,
+    run_id: str,
+) -> StepRow:
+    """A new step as both paths record it, before its resolution is filled in."""
+    return step_sql.detached_step(
+        {
+            **_blank_step(),
+            "id": new_id("stp"),
+            "run_id": run_id,
+            "attempt_id": attempt_id,
+            "turn_id": turn_id,
+            "sequence": sequence,
+            "type": type_,
+            "operation": req.operation,
+            "status": status,
+            "idempotency_key": req.idempotency_key,
+            "input_ref": req.input_ref,
+            "start_time": now,
+            "end_time": None if status in ("STARTED", "WAITING_APPROVAL") else now,
+            "retry_of_step_id": retry_of,
+            "input_revision": input_revision,
+        }
+    )
+
+
+def _choose_model(bound: BoundDefinition, req: StepRequest) -> resolution.ModelChoice:
+    return resolution.choose_model(
+        bound.model_policy.spec,
+        estimated_input_tokens=req.estimated_input_tokens,
+        previous_error_class=req.previous_error_class,
+        previous_candidate=req.previous_candidate,
+    )
+
+
+def _resolve_model(
+    step: StepRow,
+    bound: BoundDefinition,
+    req: StepRequest,
+    choice: resolution.ModelChoice,
+    ceiling: str,
+) -> None:
+    """Record on a MODEL_CALL step what was resolved for it: the candidate, the prompt, and
+    the pinned skills and tools it offers (each tool with its decision under ``ceiling``)."""
+    candidate = choice.candidate
+    step.model_policy_digest = bound.model_policy.digest
+    step.candidate_name = str(candidate.get("name", ""))
+    step.candidate_reason = choice.reason
+    step.provider = str(candidate.get("provider", ""))
+    step.requested_model_id = str(candidate.get("model_id", ""))
+    step.parameters_json = _dumps(candidate.get("parameters", {}))
+    step.system_prompt_digest = bound.system_prompt.digest
+    step.context_digest = req.context_digest
+    step.skills_json = _dumps(
+        [
+            {"name": s.name, "version": s.version, "digest": s.digest}
+            for s in (bound.skills[n] for n in sorted(set(req.skills)))
+        ]
+    )
+    step.tools_json = _dumps(
+        [
+            _recorded_tool(t, resolution.permission(bound, t.name, ceiling))
+            for t in (bound.tools[n] for n in sorted(set(req.tools)))
+        ]
+    )
+
+
+def _recorded_tool(pinned: resolution.Pinned, decision: str) -> dict[str, Any]:
+    return {
+        "name": pinned.name,
+        "version": pinned.version,
+        "digest": pinned.digest,
+        "schema_digest": pinned.schema_digest,
+        "decision": decision,
+    }
+
+
+def _call_tool(
+    step: StepRow, req: StepRequest, pinned: resolution.Pinned, tools: list[dict[str, Any]]
+) -> None:
+    """Record on a TOOL_CALL step the call it makes to a pinned tool."""
+    step.tool_name = req.tool
+    step.tool_arguments_json = _dumps(req.arguments)
+    step.tools_json = _dumps(tools)
+    step.side_effect = bool(pinned.spec.get("side_effects"))
+
+
+def _started_attributes(step: StepRow) -> event_pb2.StepStartedAttributes:
+    from runtime_service import proto_map
+
+    return event_pb2.StepStartedAttributes(
+        step_id=step.id,
+        attempt_id=step.attempt_id,
+        turn_id=step.turn_id,
+        step_sequence=step.sequence,
+        type=enum_pb2.StepType.Value(f"STEP_TYPE_{step.type}"),
+        operation=step.operation,
+        idempotency_key=step.idempotency_key,
+        input_ref=step.input_ref,
+        retry_of_step_id=step.retry_of_step_id,
+        tool_name=step.tool_name,
+        versions=proto_map.step_versions(step),
+        status=enum_pb2.StepStatus.Value(f"STEP_STATUS_{step.status}"),
+    )
+
+
+def _ended_attributes(step: StepRow) -> event_pb2.StepEndedAttributes:
+    return event_pb2.StepEndedAttributes(
+        step_id=step.id,
+        status=enum_pb2.StepStatus.Value(f"STEP_STATUS_{step.status}"),
+        output_ref=step.output_ref,
+        error_class=enum_pb2.ErrorClass.Value(f"ERROR_CLASS_{step.error_class or 'UNSPECIFIED'}"),
+        error_message=step.error_message,
+        side_effect=step.side_effect,
+        usage=message_pb2.Usage(
+            input_tokens=step.input_tokens,
+            output_tokens=step.output_tokens,
+            cost_usd=step.cost_usd,
+        ),
+        reported_model_id=step.reported_model_id,
+    )
+
+
+def _reported_usage_rows(step: StepRow) -> list[dict[str, Any]]:
+    """The usage row of the model the provider reported, set at EndStep."""
+    if not step.reported_model_id:
+        return []
+    return [
+        {
+            "step_id": step.id,
+            "kind": "model_reported",
+            "name": step.reported_model_id,
+            "version": "",
+            "digest": "",
+            "schema_digest": "",
+            "run_id": step.run_id,
+            "start_time": step.start_time,
+        }
+    ]
+
+
+def _usage_rows(step: StepRow) -> list[dict[str, Any]]:
+    """Every version the step used, as rows of the index behind FindUsages."""
+    rows: list[dict[str, Any]] = []
+
+    def add(kind: str, name: str, version: str, digest: str, schema: str = "") -> None:
+        rows.append(
+            {
+                "step_id": step.id,
+                "kind": kind,
+                "name": name,
+                "version": version,
+                "digest": digest,
+                "schema_digest": schema,
+                "run_id": step.run_id,
+                "start_time": step.start_time,
+            }
+        )
+
+    if step.model_policy_digest:
+        add("model_policy", "", "", step.model_policy_digest)
+        add("model_requested", step.requested_model_id, "", "")
+    if step.system_prompt_digest:
+        add("system_prompt", "", "", step.system_prompt_digest)
+    for skill in json.loads(step.skills_json):
+        add("skill", skill["name"], skill["version"], skill["digest"])
+    for tool in json.loads(step.tools_json):
+        add("tool", tool["name"], tool["version"], tool["digest"], tool["schema_digest"])
+    return rows
 
 
 def _open_turn(session: Session, attempt: AttemptRow) -> TurnRow | None:
@@ -356,7 +589,86 @@ class StepsService:
 
     async def begin_step(self, req: StepRequest) -> StepOutcome:
         self._check_step_request(req)
+        fast = await self._rt.write_raw(lambda tx: self._begin_common(tx, req))
+        if fast is not None:
+            return fast
         return await self._write_recorded(lambda session: self._begin_step(session, req))  # type: ignore[no-any-return]
+
+    def _begin_common(self, tx: RawTx, req: StepRequest) -> StepOutcome | None:
+        """BeginStep's common case in plain SQL: a step that is simply recorded and started.
+
+        Returns None, having written nothing, for anything else (a fence that no longer
+        holds, a closed turn, a missing blob, a repeated idempotency key, a budget reached,
+        a steer waiting, a skill or tool to deny, a tool needing approval, a definition not
+        yet cached): the ORM path then handles it, and answers its errors, in one place.
+        Both paths build the step, its event and its usage rows with the same functions.
+        """
+        state = step_sql.begin_state(
+            tx, req.attempt_id, req.turn_id, req.idempotency_key, req.input_ref
+        )
+        now = utcnow()
+        if (
+            state is None
+            or not fence_holds(state, req.attempt_id, req.lease_epoch, now)
+            or state.turn_attempt_id != req.attempt_id
+            or state.turn_status != "OPEN"
+            or (req.input_ref and not state.input_blob)
+            or state.keyed_step_id is not None
+        ):
+            return None
+        cached = self._bound.cached(state.agent_digest)
+        estimate = req.estimated_input_tokens if req.type == "MODEL_CALL" else 0
+        if cached is None or self._budget_error(state, estimate) is not None:
+            return None
+        bound = cached.definition
+        step = _step_row(
+            req.attempt_id,
+            req.turn_id,
+            state.last_step_sequence + 1,
+            state.input_revision,
+            req,
+            req.retry_of_step_id,
+            now,
+            status="STARTED",
+            type_=req.type,
+            run_id=state.run_id,
+        )
+        if req.type == "MODEL_CALL":
+            if (
+                state.pending_steers
+                or any(n not in bound.skills for n in req.skills)
+                or any(n not in bound.tools for n in req.tools)
+            ):
+                return None
+            _resolve_model(step, bound, req, _choose_model(bound, req), state.permission_ceiling)
+        elif req.type == "TOOL_CALL":
+            pinned = bound.tools.get(req.tool)
+            if pinned is None:
+                return None
+            decision = resolution.permission(bound, req.tool, state.permission_ceiling)
+            if decision != "ALLOW" or resolution.argument_error(pinned, req.arguments):
+                return None
+            _call_tool(step, req, pinned, [_recorded_tool(pinned, decision)])
+        elif req.check in bound.completion_checks:
+            step.completion_check = req.check
+        else:
+            return None
+        chain = events.Chain(
+            state.thread_id, state.run_id, state.last_event_sequence, state.last_event_hash
+        )
+        step_sql.insert_step(tx, step)
+        events.append_raw(tx, chain, _started_attributes(step), now)
+        step_sql.insert_usages(tx, _usage_rows(step))
+        step_sql.advance_run(
+            tx,
+            state.run_id,
+            step.sequence,
+            state.step_count + 1,
+            chain.last_sequence,
+            chain.last_hash,
+        )
+        tx.wake += [notify.run_key(state.run_id), notify.thread_key(state.thread_id)]
+        return StepOutcome(step, False, self._resolved_for(bound, step), [])
 
     @staticmethod
     def _check_step_request(req: StepRequest) -> None:
@@ -450,7 +762,7 @@ class StepsService:
         return Recorded(StepOutcome(step, False, message_pb2.ResolvedVersions(), []))
 
     @staticmethod
-    def _budget_error(run: RunRow, estimated_tokens: int = 0) -> ResourceExhausted | None:
+    def _budget_error(run: _Budgeted, estimated_tokens: int = 0) -> ResourceExhausted | None:
         exceeded = ""
         used_tokens = run.input_tokens + run.output_tokens
         if run.max_steps and run.step_count + 1 > run.max_steps:
@@ -525,138 +837,35 @@ class StepsService:
         type_ = type_ or req.type
         if type_ in COUNTED:
             run.step_count += 1
-        step = StepRow(
-            id=new_id("stp"),
-            run_id=run.id,
-            attempt_id=attempt.id,
-            turn_id=turn.id,
-            sequence=run.last_step_sequence,
-            type=type_,
-            operation=req.operation,
-            status=status,
-            idempotency_key=req.idempotency_key,
-            input_ref=req.input_ref,
-            output_ref="",
-            summary="",
-            start_time=now,
-            end_time=None if status in ("STARTED", "WAITING_APPROVAL") else now,
-            error_class="",
-            error_message="",
-            retryable=False,
-            retry_of_step_id=retry_of,
-            side_effect=False,
-            input_tokens=0,
-            output_tokens=0,
-            cost_usd=0.0,
-            input_revision=run.input_revision,
-            consumed_input_ids_json="[]",
-            tool_name="",
-            tool_arguments_json="{}",
-            approval_decision="",
-            approver="",
-            approval_comment="",
-            approval_time=None,
-            approval_step_id="",
-            completion_check="",
-            model_policy_digest="",
-            candidate_name="",
-            candidate_reason="",
-            provider="",
-            requested_model_id="",
-            parameters_json="{}",
-            reported_model_id="",
-            system_prompt_digest="",
-            context_digest="",
-            skills_json="[]",
-            tools_json="[]",
-        )
         # Not added to the session: _started inserts it with one Core statement once every
         # field is set (an ORM unit-of-work flush of a 45-column row cost more than the rest
         # of BeginStep).
-        return step
+        return _step_row(
+            attempt.id,
+            turn.id,
+            run.last_step_sequence,
+            run.input_revision,
+            req,
+            retry_of,
+            now,
+            status=status,
+            type_=type_,
+            run_id=run.id,
+        )
 
     def _started(self, session: Session, run: RunRow, step: StepRow, now: dt.datetime) -> None:
         """Insert the (fully built) step and record ``step.started`` (and ``step.ended`` for
         a step that is born ended, such as a denial), plus its usage index rows."""
-        from runtime_service import proto_map
-
         session.execute(_INSERT_STEP, {c.key: getattr(step, c.key) for c in _STEP_COLUMNS})
-        transitions.append_run_event(
-            session,
-            run,
-            event_pb2.StepStartedAttributes(
-                step_id=step.id,
-                attempt_id=step.attempt_id,
-                turn_id=step.turn_id,
-                step_sequence=step.sequence,
-                type=enum_pb2.StepType.Value(f"STEP_TYPE_{step.type}"),
-                operation=step.operation,
-                idempotency_key=step.idempotency_key,
-                input_ref=step.input_ref,
-                retry_of_step_id=step.retry_of_step_id,
-                tool_name=step.tool_name,
-                versions=proto_map.step_versions(step),
-                status=enum_pb2.StepStatus.Value(f"STEP_STATUS_{step.status}"),
-            ),
-            now,
-        )
+        transitions.append_run_event(session, run, _started_attributes(step), now)
         if step.status != "STARTED":
             self._ended_event(session, run, step, now)
-        self._record_usages(session, step)
-
-    def _ended_event(self, session: Session, run: RunRow, step: StepRow, now: dt.datetime) -> None:
-        transitions.append_run_event(
-            session,
-            run,
-            event_pb2.StepEndedAttributes(
-                step_id=step.id,
-                status=enum_pb2.StepStatus.Value(f"STEP_STATUS_{step.status}"),
-                output_ref=step.output_ref,
-                error_class=enum_pb2.ErrorClass.Value(
-                    f"ERROR_CLASS_{step.error_class or 'UNSPECIFIED'}"
-                ),
-                error_message=step.error_message,
-                side_effect=step.side_effect,
-                usage=message_pb2.Usage(
-                    input_tokens=step.input_tokens,
-                    output_tokens=step.output_tokens,
-                    cost_usd=step.cost_usd,
-                ),
-                reported_model_id=step.reported_model_id,
-            ),
-            now,
-        )
-
-    @staticmethod
-    def _record_usages(session: Session, step: StepRow) -> None:
-        """Index every version the step used, for reverse look-ups (FindUsages)."""
-        rows: list[dict[str, Any]] = []
-
-        def add(kind: str, name: str, version: str, digest: str, schema: str = "") -> None:
-            rows.append(
-                {
-                    "step_id": step.id,
-                    "kind": kind,
-                    "name": name,
-                    "version": version,
-                    "digest": digest,
-                    "schema_digest": schema,
-                    "run_id": step.run_id,
-                    "start_time": step.start_time,
-                }
-            )
-
-        if step.model_policy_digest:
-            add("model_policy", "", "", step.model_policy_digest)
-            add("model_requested", step.requested_model_id, "", "")
-        if step.system_prompt_digest:
-            add("system_prompt", "", "", step.system_prompt_digest)
-        for skill in json.loads(step.skills_json):
-            add("skill", skill["name"], skill["version"], skill["digest"])
-        for tool in json.loads(step.tools_json):
-            add("tool", tool["name"], tool["version"], tool["digest"], tool["schema_digest"])
+        rows = _usage_rows(step)
         if rows:
             session.execute(_INSERT_USAGE, rows)
+
+    def _ended_event(self, session: Session, run: RunRow, step: StepRow, now: dt.datetime) -> None:
+        transitions.append_run_event(session, run, _ended_attributes(step), now)
 
     def _deny(
         self,
@@ -714,40 +923,9 @@ class StepsService:
                     message, reason="NOT_IN_DEFINITION", metadata={"denied": ",".join(unknown)}
                 ),
             )
-        choice = resolution.choose_model(
-            bound.model_policy.spec,
-            estimated_input_tokens=req.estimated_input_tokens,
-            previous_error_class=req.previous_error_class,
-            previous_candidate=req.previous_candidate,
-        )
+        choice = _choose_model(bound, req)
         step = self._new_step(session, run, attempt, turn, req, retry_of, now, status="STARTED")
-        candidate = choice.candidate
-        step.model_policy_digest = bound.model_policy.digest
-        step.candidate_name = str(candidate.get("name", ""))
-        step.candidate_reason = choice.reason
-        step.provider = str(candidate.get("provider", ""))
-        step.requested_model_id = str(candidate.get("model_id", ""))
-        step.parameters_json = _dumps(candidate.get("parameters", {}))
-        step.system_prompt_digest = bound.system_prompt.digest
-        step.context_digest = req.context_digest
-        step.skills_json = _dumps(
-            [
-                {"name": s.name, "version": s.version, "digest": s.digest}
-                for s in (bound.skills[n] for n in sorted(set(req.skills)))
-            ]
-        )
-        step.tools_json = _dumps(
-            [
-                {
-                    "name": t.name,
-                    "version": t.version,
-                    "digest": t.digest,
-                    "schema_digest": t.schema_digest,
-                    "decision": resolution.permission(bound, t.name, run.permission_ceiling),
-                }
-                for t in (bound.tools[n] for n in sorted(set(req.tools)))
-            ]
-        )
+        _resolve_model(step, bound, req, choice, run.permission_ceiling)
         steers = _pending_inputs(session, run, ("STEER",))
         step.consumed_input_ids_json = _dumps([i.id for i in steers])
         self._started(session, run, step, now)
@@ -782,16 +960,8 @@ class StepsService:
                     message, reason="NOT_IN_DEFINITION", metadata={"tool": req.tool}
                 ),
             )
-        tools = [
-            {
-                "name": pinned.name,
-                "version": pinned.version,
-                "digest": pinned.digest,
-                "schema_digest": pinned.schema_digest,
-            }
-        ]
         decision = resolution.permission(bound, req.tool, run.permission_ceiling)
-        tools[0]["decision"] = decision
+        tools = [_recorded_tool(pinned, decision)]
         if decision == "DENY":
             message = f"tool {req.tool!r} is denied by the permission policy or the run's ceiling"
             return self._deny(
@@ -852,10 +1022,7 @@ class StepsService:
             )
             return Recorded(StepOutcome(step, False, self._resolved_for(bound, step), []))
         step = self._new_step(session, run, attempt, turn, req, retry_of, now, status="STARTED")
-        step.tool_name = req.tool
-        step.tool_arguments_json = _dumps(req.arguments)
-        step.tools_json = _dumps(tools)
-        step.side_effect = bool(pinned.spec.get("side_effects"))
+        _call_tool(step, req, pinned, tools)
         self._started(session, run, step, now)
         return Recorded(StepOutcome(step, False, self._resolved_for(bound, step), []))
 
@@ -906,7 +1073,32 @@ class StepsService:
 
     @staticmethod
     def _resolved_for(bound: BoundDefinition, step: StepRow) -> message_pb2.ResolvedVersions:
-        """The contents a worker needs for a step (what the step recorded, with content)."""
+        """The contents a worker needs for a step (what the step recorded, with content).
+
+        Kept per bound digest and recorded resolution: both are immutable, and building the
+        message (a prompt, skill files, tool schemas as Structs) on every model call cost
+        more than recording the step. Callers copy it, never change it.
+        """
+        key = (
+            bound.digest,
+            step.type,
+            step.model_policy_digest,
+            step.candidate_name,
+            step.candidate_reason,
+            step.provider,
+            step.requested_model_id,
+            step.parameters_json,
+            step.skills_json,
+            step.tools_json,
+        )
+        cached = _RESOLVED.get(key)
+        if cached is None:
+            cached = StepsService._build_resolved(bound, step)
+            _RESOLVED.put(key, cached)
+        return cached
+
+    @staticmethod
+    def _build_resolved(bound: BoundDefinition, step: StepRow) -> message_pb2.ResolvedVersions:
         out = message_pb2.ResolvedVersions()
         if step.type == "MODEL_CALL":
             out.model.policy_digest = step.model_policy_digest
@@ -983,19 +1175,32 @@ class StepsService:
             problems.add("error_message", f"larger than {MAX_TEXT} bytes")
         problems.raise_if_any("invalid step outcome")
 
+        outcome = _StepEnd(
+            status=status,
+            output_ref=output_ref,
+            summary=summary,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cost_usd=cost_usd,
+            reported_model_id=reported_model_id[:200],
+            error_class=error_class,
+            error_message=error_message,
+            retryable=retryable,
+            side_effect=side_effect,
+        )
+        fast = await self._rt.write_raw(
+            lambda tx: self._end_common(tx, attempt_id, lease_epoch, step_id, outcome)
+        )
+        if fast is not None:
+            return fast
+
         def write(session: Session) -> StepRow:
             run, attempt = fenced(session, attempt_id, lease_epoch)
             step = session.get(StepRow, step_id)
             if step is None or step.run_id != run.id:
                 raise NotFound("step", step_id)
-            same = (step.status, step.output_ref, step.input_tokens, step.output_tokens) == (
-                status,
-                output_ref,
-                input_tokens,
-                output_tokens,
-            )
             if step.status != "STARTED":
-                if same:
+                if outcome.repeats(step):
                     return step  # a repeated EndStep: nothing changes
                 raise FailedPrecondition(
                     f"step {step_id} already ended {step.status}; it cannot end {status}",
@@ -1009,41 +1214,51 @@ class StepsService:
             if output_ref:
                 require_blob(session, output_ref, "output_ref")
             now = utcnow()
-            step.status, step.end_time = status, now
-            step.output_ref, step.summary = output_ref, summary
-            step.input_tokens, step.output_tokens, step.cost_usd = (
-                input_tokens,
-                output_tokens,
-                cost_usd,
-            )
-            step.reported_model_id = reported_model_id[:200]
-            step.error_class, step.error_message, step.retryable = (
-                error_class,
-                error_message,
-                retryable,
-            )
-            step.side_effect = step.side_effect or side_effect
+            outcome.apply(step, now)
             for owner in (attempt, run):
                 owner.input_tokens += input_tokens
                 owner.output_tokens += output_tokens
                 owner.cost_usd += cost_usd
             self._ended_event(session, run, step, now)
-            if step.reported_model_id:
-                session.execute(
-                    sa.insert(StepUsageRow).values(
-                        step_id=step.id,
-                        kind="model_reported",
-                        name=step.reported_model_id,
-                        version="",
-                        digest="",
-                        schema_digest="",
-                        run_id=run.id,
-                        start_time=step.start_time,
-                    )
-                )
+            rows = _reported_usage_rows(step)
+            if rows:
+                session.execute(_INSERT_USAGE, rows)
             return step
 
         return await self._rt.write(write)
+
+    def _end_common(
+        self, tx: RawTx, attempt_id: str, lease_epoch: int, step_id: str, outcome: _StepEnd
+    ) -> StepRow | None:
+        """EndStep's common case in plain SQL: a started step of this attempt ends.
+
+        Returns None, having written nothing, for anything else (a lost fence, an unknown or
+        already ended step, a step of another attempt, a missing blob): the ORM path then
+        answers it, as for BeginStep.
+        """
+        state = step_sql.end_state(tx, attempt_id, step_id, outcome.output_ref)
+        now = utcnow()
+        if (
+            state is None
+            or not fence_holds(state, attempt_id, lease_epoch, now)
+            or state.step is None
+            or state.step.run_id != state.run_id
+            or state.step.status != "STARTED"
+            or state.step.attempt_id != attempt_id
+            or (outcome.output_ref and not state.output_blob)
+        ):
+            return None
+        step = state.step
+        outcome.apply(step, now)
+        chain = events.Chain(
+            state.thread_id, state.run_id, state.last_event_sequence, state.last_event_hash
+        )
+        step_sql.end_step(tx, step)
+        events.append_raw(tx, chain, _ended_attributes(step), now)
+        step_sql.add_usage(tx, step, state.run_id, chain.last_sequence, chain.last_hash)
+        step_sql.insert_usages(tx, _reported_usage_rows(step))
+        tx.wake += [notify.run_key(state.run_id), notify.thread_key(state.thread_id)]
+        return step
 
     # -- approvals -------------------------------------------------------------------------
 

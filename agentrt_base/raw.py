@@ -1,0 +1,126 @@
+"""Hand-written SQL on the driver's own connection, for the few statements of the hot path.
+
+SQLAlchemy's execution machinery costs far more CPU than the driver call beneath it
+(``shared/PERFORMANCE.md``: a single-row insert is 42 µs raw, 99 µs Core, 296 µs ORM). BeginStep
+and EndStep run half a dozen statements each inside the one SQLite writer thread, so there
+that difference *is* the throughput. Those statements are written here as plain SQL and run on
+the DBAPI connection (``sqlite3`` or ``psycopg``) inside the transaction the writer opened;
+everything else goes through SQLAlchemy.
+
+Values are passed in the form SQLAlchemy would store them: timestamps go through the
+:class:`~agentrt_base.db.UTCDateTime` processors of the dialect, so a row written here is
+byte-for-byte what the ORM would have written and reads back the same through either path.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy.engine import Dialect
+
+from agentrt_base.db import UTCDateTime
+
+_NAMED = re.compile(r"(?<![:\w]):(\w+)")
+
+
+class Statement:
+    """One SQL text written with ``:name`` parameters, rendered once per driver paramstyle.
+
+    ``sqlite3`` takes ``:name`` as written; ``psycopg`` wants ``%(name)s``. Text that differs
+    between the engines beyond that (``FOR UPDATE``) is given per dialect.
+    """
+
+    def __init__(self, sql: str, *, postgresql: str | None = None) -> None:
+        self._sql = {"sqlite": sql, "postgresql": postgresql if postgresql is not None else sql}
+        self._rendered: dict[str, str] = {}
+
+    def render(self, dialect_name: str) -> str:
+        text = self._rendered.get(dialect_name)
+        if text is None:
+            text = self._sql[dialect_name]
+            if dialect_name == "postgresql":
+                text = _NAMED.sub(r"%(\1)s", text.replace("%", "%%"))
+            self._rendered[dialect_name] = text
+        return text
+
+
+class RawTx:
+    """The driver connection of one open write transaction, and what to wake after commit.
+
+    Built by :class:`~agentrt_base.db.Database` for a ``write_raw`` job; the job must not
+    commit, roll back or keep the connection.
+    """
+
+    def __init__(self, dialect: Dialect, connection: Any) -> None:
+        self.dialect_name = dialect.name
+        self._conn = connection
+        self._to_db, self._from_db = _time_processors(dialect)
+        self._last_time: dt.datetime | None = None
+        self._last_stored: Any = None
+        #: Keys to wake once the transaction commits (see ``runtime_service.notify``).
+        self.wake: list[str] = []
+
+    def execute(self, statement: Statement, params: Mapping[str, Any]) -> Any:
+        """Run one statement; returns the driver's cursor."""
+        return self._conn.execute(statement.render(self.dialect_name), params)
+
+    def one(self, statement: Statement, params: Mapping[str, Any]) -> Sequence[Any] | None:
+        """The first row of a query (a tuple in select-list order), or None."""
+        row: Sequence[Any] | None = self.execute(statement, params).fetchone()
+        return row
+
+    def execute_many(self, statement: Statement, rows: Iterable[Mapping[str, Any]]) -> None:
+        sql = statement.render(self.dialect_name)
+        if self.dialect_name == "sqlite":
+            self._conn.executemany(sql, rows)
+        else:
+            with self._conn.cursor() as cursor:
+                cursor.executemany(sql, list(rows))
+
+    def time(self, value: dt.datetime | None) -> Any:
+        """A timestamp as this dialect stores it (a step stores one instant several times:
+        the last conversion is kept)."""
+        if value is not self._last_time:
+            self._last_time, self._last_stored = value, self._to_db(value)
+        return self._last_stored
+
+    def read_time(self, value: Any) -> dt.datetime | None:
+        """A stored timestamp as the aware UTC datetime the ORM would have returned."""
+        result: dt.datetime | None = self._from_db(value)
+        return result
+
+
+_PROCESSORS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {}
+
+
+def _sqlite_time(value: dt.datetime | None) -> str | None:
+    """SQLAlchemy's SQLite storage form (``YYYY-MM-DD HH:MM:SS.ffffff``, in UTC), by the
+    C-coded ``isoformat`` instead of its Python formatter."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        raise ValueError("naive datetime given to a UTC column")
+    return value.astimezone(dt.UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
+def _sqlite_read_time(value: str | None) -> dt.datetime | None:
+    if value is None:
+        return None
+    return dt.datetime.fromisoformat(value).replace(tzinfo=dt.UTC)
+
+
+def _time_processors(dialect: Dialect) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    if dialect.name == "sqlite":
+        return _sqlite_time, _sqlite_read_time
+    found = _PROCESSORS.get(dialect.name)
+    if found is None:
+        # The dialect's own implementation of the type: the generic one lacks the driver's
+        # conversions.
+        kind = UTCDateTime().dialect_impl(dialect)
+        to_db = kind.bind_processor(dialect) or (lambda v: v)
+        from_db = kind.result_processor(dialect, None) or (lambda v: v)
+        found = _PROCESSORS[dialect.name] = (to_db, from_db)
+    return found

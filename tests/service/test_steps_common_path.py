@@ -1,0 +1,166 @@
+"""BeginStep and EndStep have two ways to write: plain SQL for the common case
+(``StepsService._begin_common`` / ``_end_common``) and the ORM for everything else. The same
+script run once each way must store the same steps, usages, events and counters, in the same
+stored form, with an intact event chain; and the common case must really take the fast way."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from agentrt.audit.v1 import audit_service_pb2 as apb
+from agentrt.audit.v1 import audit_service_pb2_grpc
+from agentrt.runtime.v1 import enum_pb2, message_pb2
+from agentrt_base.db import normalise_url
+from runtime_service.services.steps import StepsService
+from tests.runtime_support import Stubs
+from tests.service.test_steps_helpers import digest_of, put_blob, start
+
+#: Columns whose values necessarily differ between two runs (their ids and clocks).
+_VARYING = {"id", "run_id", "attempt_id", "turn_id", "step_id", "start_time", "end_time"}
+_STORED_TIME = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}$")
+
+
+@pytest.fixture
+def stubs(server_address: str) -> Iterator[Stubs]:
+    s = Stubs.open(server_address)
+    yield s
+    s.close()
+
+
+def _script(stubs: Stubs, *, publish: bool) -> str:
+    """Every kind of step the common path takes, ended every way it takes."""
+    w = start(stubs, publish=publish)
+    output = put_blob(stubs, b"the model's answer").blob.digest
+    model = w.model(
+        "plan",
+        operation="plan",
+        input_ref=output,
+        estimated_input_tokens=40,
+        skills=["repo-debug"],
+        tools=["read_file", "apply_patch"],
+        context_digest=digest_of(b"context"),
+    )
+    w.end(
+        model.step.id,
+        output_ref=output,
+        summary="planned",
+        usage=message_pb2.Usage(input_tokens=30, output_tokens=7, cost_usd=0.25),
+        reported_model_id="claude-sonnet-4-20250514",
+    )
+    tool = w.tool("read_file", key="read", path="src/app.py")
+    w.end(
+        tool.step.id,
+        enum_pb2.STEP_STATUS_FAILED,
+        error_class=enum_pb2.ERROR_CLASS_TOOL_ERROR,
+        error_message="no such file",
+        retryable=True,
+        side_effect=True,
+    )
+    w.check("tests-pass")
+    plain = w.model()
+    w.end(plain.step.id, enum_pb2.STEP_STATUS_CANCELLED)
+    return w.run_id
+
+
+def _stored(url: str, run_id: str) -> dict[str, Any]:
+    """What a run left in the database, with its own ids replaced by stable names."""
+    engine = sa.create_engine(normalise_url(url))
+    try:
+        with engine.connect() as conn:
+
+            def rows(sql: str) -> list[dict[str, Any]]:
+                return [dict(r._mapping) for r in conn.execute(sa.text(sql), {"r": run_id})]
+
+            steps = rows("SELECT * FROM runtime_steps WHERE run_id = :r ORDER BY sequence")
+            usages = rows(
+                "SELECT u.* FROM runtime_step_usages u JOIN runtime_steps s ON s.id = u.step_id"
+                " WHERE s.run_id = :r ORDER BY s.sequence, u.kind, u.name"
+            )
+            # The step events (the others, such as run.created, carry the run's own clock).
+            events = rows(
+                "SELECT event_type, sequence, attributes_json FROM runtime_events"
+                " WHERE run_id = :r AND event_type LIKE 'step.%' ORDER BY sequence"
+            )
+            [run] = rows(
+                "SELECT step_count, last_step_sequence, input_tokens, output_tokens, cost_usd,"
+                " last_event_sequence FROM runtime_runs WHERE id = :r"
+            )
+            [attempt] = rows(
+                "SELECT input_tokens, output_tokens, cost_usd FROM runtime_attempts"
+                " WHERE run_id = :r"
+            )
+            stored_times: list[Any] = []
+            if engine.dialect.name == "sqlite":
+                stored_times = [
+                    v
+                    for r in conn.exec_driver_sql(
+                        "SELECT start_time, end_time FROM runtime_steps WHERE run_id = ?",
+                        (run_id,),
+                    )
+                    for v in r
+                ]
+    finally:
+        engine.dispose()
+    names = {run_id: "<run>"}
+    for step in steps:
+        names[step["id"]] = f"<step {step['sequence']}>"
+        names[step["attempt_id"]] = "<attempt>"
+        names[step["turn_id"]] = "<turn>"
+
+    def named(text: str) -> str:
+        for real, name in names.items():
+            text = text.replace(real, name)
+        return text
+
+    return {
+        "steps": [{k: v for k, v in s.items() if k not in _VARYING} for s in steps],
+        "usages": [{k: v for k, v in u.items() if k not in _VARYING} for u in usages],
+        "events": [{**e, "attributes_json": named(e["attributes_json"])} for e in events],
+        "run": run,
+        "attempt": attempt,
+        "stored_times": stored_times,
+    }
+
+
+def test_the_common_path_stores_exactly_what_the_orm_path_stores(
+    stubs: Stubs, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    taken: list[str] = []
+    begin, end = StepsService._begin_common, StepsService._end_common
+
+    def spy_begin(self: StepsService, *a: Any) -> Any:
+        result = begin(self, *a)
+        taken.append("begin" if result is not None else "begin: ORM")
+        return result
+
+    def spy_end(self: StepsService, *a: Any) -> Any:
+        result = end(self, *a)
+        taken.append("end" if result is not None else "end: ORM")
+        return result
+
+    monkeypatch.setattr(StepsService, "_begin_common", spy_begin)
+    monkeypatch.setattr(StepsService, "_end_common", spy_end)
+    fast_run = _script(stubs, publish=True)
+    assert taken == ["begin", "end"] * 4
+
+    monkeypatch.setattr(StepsService, "_begin_common", lambda *a: None)
+    monkeypatch.setattr(StepsService, "_end_common", lambda *a: None)
+    orm_run = _script(stubs, publish=False)
+
+    fast, orm = _stored(database_url, fast_run), _stored(database_url, orm_run)
+    for part in ("steps", "usages", "events", "run", "attempt"):
+        assert fast[part] == orm[part], part
+    assert len(fast["steps"]) == 4 and len(fast["usages"]) == 11 and len(fast["events"]) == 8
+    # Times are stored as SQLAlchemy stores them, so both paths' rows sort and compare alike.
+    for value in fast["stored_times"] + orm["stored_times"]:
+        assert value is None or _STORED_TIME.match(value), value
+
+    audit = audit_service_pb2_grpc.AuditServiceStub(stubs.channel)
+    for run_id in (fast_run, orm_run):
+        verified = audit.VerifyRun(apb.VerifyRunRequest(run_id=run_id))
+        assert verified.intact and verified.event_count == fast["run"]["last_event_sequence"]

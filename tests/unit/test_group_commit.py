@@ -1,0 +1,151 @@
+"""The SQLite group-commit writer: jobs queued together share one transaction, each in its
+own savepoint, ORM jobs and plain-SQL jobs alike; a refused job changes nothing, the others
+commit; nothing is answered before the commit."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from agentrt_base.db import GroupCommitWriter, _sqlite_engine
+from agentrt_base.raw import RawTx, Statement
+
+_INSERT = Statement("INSERT INTO items (name) VALUES (:name)")
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[sa.Engine]:
+    engine = _sqlite_engine(
+        sa.make_url(f"sqlite:///{tmp_path / 'group.db'}"), pool_size=2, immediate=True
+    )
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE items (name TEXT PRIMARY KEY, n INTEGER DEFAULT 0)")
+    yield engine
+    engine.dispose()
+
+
+def _names(engine: sa.Engine) -> list[str]:
+    with engine.connect() as conn:
+        return [r[0] for r in conn.exec_driver_sql("SELECT name FROM items ORDER BY name")]
+
+
+def _orm(name: str) -> Any:
+    def job(session: Session) -> str:
+        session.execute(sa.text("INSERT INTO items (name) VALUES (:n)"), {"n": name})
+        return name
+
+    return job
+
+
+def _raw(name: str) -> Any:
+    def job(tx: RawTx) -> str:
+        tx.execute(_INSERT, {"name": name})
+        return name
+
+    return job
+
+
+def _batched(writer: GroupCommitWriter, jobs: list[tuple[Any, bool]]) -> list[Future[Any]]:
+    """Submit ``jobs`` while the writer is held up, so they are taken as one batch."""
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(session: Session) -> None:
+        entered.set()
+        release.wait(10)
+
+    first = writer.submit(hold)
+    entered.wait(10)
+    futures = [writer.submit(fn, raw=raw) for fn, raw in jobs]
+    release.set()
+    first.result(10)
+    return futures
+
+
+def test_a_batch_mixes_orm_and_plain_sql_jobs_and_a_refused_one_changes_nothing(
+    engine: sa.Engine,
+) -> None:
+    writer = GroupCommitWriter(engine)
+    try:
+        futures = _batched(
+            writer,
+            [
+                (_orm("a"), False),
+                (_raw("b"), True),
+                (_raw("a"), True),  # duplicate key: refused
+                (_orm("b"), False),  # duplicate key: refused
+                (_orm("c"), False),
+                (_raw("d"), True),
+            ],
+        )
+        results = []
+        for f in futures:
+            try:
+                results.append(f.result(10))
+            except sa.exc.IntegrityError:
+                results.append("refused")
+            except Exception as exc:  # the driver's own error for a plain-SQL job
+                results.append(type(exc).__name__)
+        assert results == ["a", "b", "IntegrityError", "refused", "c", "d"]
+        assert _names(engine) == ["a", "b", "c", "d"]
+    finally:
+        writer.close()
+
+
+def test_a_lone_refused_job_rolls_back_and_the_writer_goes_on(engine: sa.Engine) -> None:
+    writer = GroupCommitWriter(engine)
+    try:
+        assert writer.submit(_raw("x"), raw=True).result(10) == "x"
+
+        def half_then_fail(session: Session) -> None:
+            session.execute(sa.text("INSERT INTO items (name) VALUES ('half')"))
+            raise ValueError("refused")
+
+        with pytest.raises(ValueError):
+            writer.submit(half_then_fail).result(10)
+        assert writer.submit(_orm("y")).result(10) == "y"
+        assert _names(engine) == ["x", "y"]
+    finally:
+        writer.close()
+
+
+class _Base(DeclarativeBase):
+    pass
+
+
+class _Item(_Base):
+    __tablename__ = "items"
+    name: Mapped[str] = mapped_column(primary_key=True)
+    n: Mapped[int]
+
+
+_BUMP = Statement("UPDATE items SET n = n + 1 WHERE name = :name")
+
+
+def test_an_orm_job_sees_what_a_plain_sql_job_before_it_in_the_batch_wrote(
+    engine: sa.Engine,
+) -> None:
+    """Each ORM job has a Session of its own: had the batch shared one, the second job
+    would get the object the first loaded from the identity map, without the raw update."""
+    writer = GroupCommitWriter(engine)
+    try:
+        writer.submit(_raw("a"), raw=True).result(10)
+
+        def read_n(session: Session) -> int:
+            item = session.get(_Item, "a")
+            assert item is not None
+            return item.n
+
+        def bump(tx: RawTx) -> None:
+            tx.execute(_BUMP, {"name": "a"})
+
+        futures = _batched(writer, [(read_n, False), (bump, True), (read_n, False)])
+        assert [f.result(10) for f in futures] == [0, None, 1]
+    finally:
+        writer.close()
