@@ -122,6 +122,9 @@ def _sqlite_engine(url: URL, *, pool_size: int, immediate: bool) -> Engine:
         cursor.execute("PRAGMA synchronous=FULL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA busy_timeout=30000")
+        # Savepoints (one per job in a group commit) keep their sub-journals in memory, not
+        # in a temporary file created and unlinked for every job.
+        cursor.execute("PRAGMA temp_store=MEMORY")
         cursor.close()
 
     @event.listens_for(engine, "begin")

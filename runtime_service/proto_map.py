@@ -9,6 +9,7 @@ from typing import Any
 from google.protobuf import json_format, timestamp_pb2
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
+from agentrt_base.lru import LruCache
 from runtime_service.events import StoredEvent
 from runtime_service.store.ledger import (
     ArtifactRow,
@@ -195,10 +196,45 @@ def event(stored: StoredEvent) -> event_pb2.Event:
     return out
 
 
+def _json(text: str) -> Any:
+    # Most steps store empty lists and objects: skip the parser for them.
+    if text == "[]":
+        return []
+    if text == "{}":
+        return {}
+    return json.loads(text)
+
+
+#: StepVersions by the columns they are built from (all immutable once recorded) except the
+#: context digest, which differs on nearly every model call and is set on the copy.
+_VERSIONS: LruCache[tuple[Any, ...], message_pb2.StepVersions] = LruCache(4096)
+
+
 def step_versions(row: StepRow) -> message_pb2.StepVersions:
-    out = message_pb2.StepVersions(
-        system_prompt_digest=row.system_prompt_digest, context_digest=row.context_digest
+    key = (
+        row.system_prompt_digest,
+        row.model_policy_digest,
+        row.candidate_name,
+        row.candidate_reason,
+        row.provider,
+        row.requested_model_id,
+        row.reported_model_id,
+        row.parameters_json,
+        row.skills_json,
+        row.tools_json,
     )
+    cached = _VERSIONS.get(key)
+    if cached is None:
+        cached = _build_versions(row)
+        _VERSIONS.put(key, cached)
+    out = message_pb2.StepVersions()
+    out.CopyFrom(cached)
+    out.context_digest = row.context_digest
+    return out
+
+
+def _build_versions(row: StepRow) -> message_pb2.StepVersions:
+    out = message_pb2.StepVersions(system_prompt_digest=row.system_prompt_digest)
     if row.model_policy_digest:
         out.model.CopyFrom(
             message_pb2.RecordedModel(
@@ -210,10 +246,10 @@ def step_versions(row: StepRow) -> message_pb2.StepVersions:
                 reported_model_id=row.reported_model_id,
             )
         )
-        out.model.parameters.update(json.loads(row.parameters_json))
-    for skill in json.loads(row.skills_json):
+        out.model.parameters.update(_json(row.parameters_json))
+    for skill in _json(row.skills_json):
         out.skills.add(name=skill["name"], version=skill["version"], digest=skill["digest"])
-    for tool in json.loads(row.tools_json):
+    for tool in _json(row.tools_json):
         out.tools.add(
             name=tool["name"],
             version=tool["version"],
@@ -252,14 +288,13 @@ def step(row: StepRow) -> message_pb2.Step:
         ),
         versions=step_versions(row),
         input_revision=row.input_revision,
-        consumed_input_ids=json.loads(row.consumed_input_ids_json),
+        consumed_input_ids=_json(row.consumed_input_ids_json),
         tool_name=row.tool_name,
         approval_step_id=row.approval_step_id,
         completion_check=row.completion_check,
     )
-    arguments = json.loads(row.tool_arguments_json)
     if row.tool_name:
-        out.tool_arguments.update(arguments)
+        out.tool_arguments.update(_json(row.tool_arguments_json))
     if row.approval_decision:
         out.approval.CopyFrom(
             message_pb2.Approval(

@@ -18,13 +18,24 @@ def enum_name(enum: Any, prefix: str, value: int, field: str, *, required: bool 
         if required:
             raise InvalidArgument.for_field(field, "required")
         return ""
-    if value not in enum.values():
+    names = _NAMES.get((id(enum), prefix))
+    if names is None:
+        names = _NAMES[(id(enum), prefix)] = {
+            number: name.removeprefix(prefix) for name, number in enum.items()
+        }
+    name = names.get(value)
+    if name is None:
         raise InvalidArgument.for_field(field, f"unknown enum value {value}")
-    name: str = enum.Name(value)
-    return name.removeprefix(prefix)
+    return name
+
+
+#: Bare names by number, per (enum, prefix): enums are module-level singletons.
+_NAMES: dict[tuple[int, str], dict[int, str]] = {}
 
 
 def struct_json(message: struct_pb2.Struct) -> dict[str, Any]:
+    if not message.fields:
+        return {}
     value: dict[str, Any] = json_format.MessageToDict(message)
     return value
 

@@ -133,15 +133,22 @@ class _StepEnd:
             self.output_tokens,
         )
 
-    def apply(self, step: StepRow, now: dt.datetime) -> None:
-        step.status, step.end_time = self.status, now
-        step.output_ref, step.summary = self.output_ref, self.summary
-        step.input_tokens, step.output_tokens = self.input_tokens, self.output_tokens
-        step.cost_usd = self.cost_usd
-        step.reported_model_id = self.reported_model_id
-        step.error_class, step.error_message = self.error_class, self.error_message
-        step.retryable = self.retryable
-        step.side_effect = step.side_effect or self.side_effect
+    def changes(self, step: StepRow, now: dt.datetime) -> dict[str, Any]:
+        """The columns ending ``step`` this way sets."""
+        return {
+            "status": self.status,
+            "end_time": now,
+            "output_ref": self.output_ref,
+            "summary": self.summary,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost_usd": self.cost_usd,
+            "reported_model_id": self.reported_model_id,
+            "error_class": self.error_class,
+            "error_message": self.error_message,
+            "retryable": self.retryable,
+            "side_effect": step.side_effect or self.side_effect,
+        }
 
 
 @dataclass
@@ -207,28 +214,32 @@ def _resolve_model(
     choice: resolution.ModelChoice,
     ceiling: str,
 ) -> None:
-    """Record on a MODEL_CALL step what was resolved for it: the candidate, the prompt, and
-    the pinned skills and tools it offers (each tool with its decision under ``ceiling``)."""
+    """Record on a new MODEL_CALL step what was resolved for it: the candidate, the prompt,
+    and the pinned skills and tools it offers (each tool with its decision under
+    ``ceiling``)."""
     candidate = choice.candidate
-    step.model_policy_digest = bound.model_policy.digest
-    step.candidate_name = str(candidate.get("name", ""))
-    step.candidate_reason = choice.reason
-    step.provider = str(candidate.get("provider", ""))
-    step.requested_model_id = str(candidate.get("model_id", ""))
-    step.parameters_json = _dumps(candidate.get("parameters", {}))
-    step.system_prompt_digest = bound.system_prompt.digest
-    step.context_digest = req.context_digest
-    step.skills_json = _dumps(
-        [
-            {"name": s.name, "version": s.version, "digest": s.digest}
-            for s in (bound.skills[n] for n in sorted(set(req.skills)))
-        ]
-    )
-    step.tools_json = _dumps(
-        [
-            _recorded_tool(t, resolution.permission(bound, t.name, ceiling))
-            for t in (bound.tools[n] for n in sorted(set(req.tools)))
-        ]
+    step_sql.fill(
+        step,
+        model_policy_digest=bound.model_policy.digest,
+        candidate_name=str(candidate.get("name", "")),
+        candidate_reason=choice.reason,
+        provider=str(candidate.get("provider", "")),
+        requested_model_id=str(candidate.get("model_id", "")),
+        parameters_json=_dumps(candidate.get("parameters", {})),
+        system_prompt_digest=bound.system_prompt.digest,
+        context_digest=req.context_digest,
+        skills_json=_dumps(
+            [
+                {"name": s.name, "version": s.version, "digest": s.digest}
+                for s in (bound.skills[n] for n in sorted(set(req.skills)))
+            ]
+        ),
+        tools_json=_dumps(
+            [
+                _recorded_tool(t, resolution.permission(bound, t.name, ceiling))
+                for t in (bound.tools[n] for n in sorted(set(req.tools)))
+            ]
+        ),
     )
 
 
@@ -245,11 +256,14 @@ def _recorded_tool(pinned: resolution.Pinned, decision: str) -> dict[str, Any]:
 def _call_tool(
     step: StepRow, req: StepRequest, pinned: resolution.Pinned, tools: list[dict[str, Any]]
 ) -> None:
-    """Record on a TOOL_CALL step the call it makes to a pinned tool."""
-    step.tool_name = req.tool
-    step.tool_arguments_json = _dumps(req.arguments)
-    step.tools_json = _dumps(tools)
-    step.side_effect = bool(pinned.spec.get("side_effects"))
+    """Record on a new TOOL_CALL step the call it makes to a pinned tool."""
+    step_sql.fill(
+        step,
+        tool_name=req.tool,
+        tool_arguments_json=_dumps(req.arguments),
+        tools_json=_dumps(tools),
+        side_effect=bool(pinned.spec.get("side_effects")),
+    )
 
 
 def _started_attributes(step: StepRow) -> event_pb2.StepStartedAttributes:
@@ -1214,7 +1228,8 @@ class StepsService:
             if output_ref:
                 require_blob(session, output_ref, "output_ref")
             now = utcnow()
-            outcome.apply(step, now)
+            for key, value in outcome.changes(step, now).items():
+                setattr(step, key, value)  # a loaded row: the ORM flushes what changed
             for owner in (attempt, run):
                 owner.input_tokens += input_tokens
                 owner.output_tokens += output_tokens
@@ -1249,7 +1264,7 @@ class StepsService:
         ):
             return None
         step = state.step
-        outcome.apply(step, now)
+        step_sql.fill(step, **outcome.changes(step, now))
         chain = events.Chain(
             state.thread_id, state.run_id, state.last_event_sequence, state.last_event_hash
         )

@@ -130,6 +130,12 @@ def detached_step(values: dict[str, Any]) -> StepRow:
     return step
 
 
+def fill(step: StepRow, **values: Any) -> None:
+    """Set columns of a step built by :func:`detached_step` (one the ORM does not track, so
+    its change events would be wasted work)."""
+    attributes.instance_dict(step).update(values)
+
+
 _ADVANCE_RUN = Statement(
     "UPDATE runtime_runs SET last_step_sequence = :sequence, step_count = :step_count,"
     " last_event_sequence = :event_sequence, last_event_hash = :event_hash WHERE id = :id"
