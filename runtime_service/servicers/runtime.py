@@ -164,6 +164,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
             request.content,
             struct_json(request.data),
             request.run_id,
+            request.request_id,
         )
         return pb.AppendMessageResponse(message=pm.message(message))
 

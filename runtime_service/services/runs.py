@@ -263,7 +263,13 @@ class RunsService:
     # -- messages --------------------------------------------------------------------------
 
     async def append_message(
-        self, thread_id: str, role: str, content: str, data: dict[str, Any], run_id: str
+        self,
+        thread_id: str,
+        role: str,
+        content: str,
+        data: dict[str, Any],
+        run_id: str,
+        request_id: str = "",
     ) -> MessageRow:
         problems = ViolationCollector()
         if role not in ROLES:
@@ -272,10 +278,21 @@ class RunsService:
             problems.add("content", f"content and data together exceed {MAX_TEXT_BYTES} bytes")
         if not content and not data:
             problems.add("content", "required: text content or structured data")
+        _check_request_id(request_id, problems)
         problems.raise_if_any("invalid message")
+        # A request id names one AppendMessage within its thread (AIP-155), as for CreateRun.
+        request_key = scoped_request_id(thread_id, request_id)
 
         def write(session: Session) -> MessageRow:
             thread = _thread_for_update(session, thread_id)
+            # Checked under the thread's lock, so two concurrent retries cannot both miss it.
+            # A retry returns the first message as it is, whatever this request carries.
+            if request_key:
+                earlier = session.scalar(
+                    sa.select(MessageRow).where(MessageRow.request_id == request_key)
+                )
+                if earlier is not None:
+                    return earlier
             if run_id:
                 run = session.get(RunRow, run_id)
                 if run is None:
@@ -290,6 +307,7 @@ class RunsService:
             message = MessageRow(
                 id=new_id("msg"),
                 thread_id=thread_id,
+                request_id=request_key,
                 seq=(last or 0) + 1,
                 role=role,
                 content=content,

@@ -40,6 +40,8 @@ class MessageRow(Base):
 
     id: Mapped[str] = mapped_column(_ID, primary_key=True)
     thread_id: Mapped[str] = mapped_column(_ID, sa.ForeignKey("runtime_threads.id"))
+    # scoped_request_id(thread_id, request_id): AppendMessage is idempotent per thread.
+    request_id: Mapped[str | None] = mapped_column(sa.String(128), unique=True)
     # Per-thread position, so paging is exact even when ids from two replicas interleave.
     seq: Mapped[int] = mapped_column(sa.BigInteger)
     role: Mapped[str] = mapped_column(sa.String(16))

@@ -11,12 +11,14 @@ from typing import Any
 
 import grpc
 import pytest
+import sqlalchemy as sa
 from google.protobuf import struct_pb2
 
 from agentrt.registry.v1 import registry_service_pb2 as rpb
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
+from agentrt_base.db import normalise_url
 from tests import registry_data
 from tests.runtime_support import Stubs
 from tests.support import error_details
@@ -226,6 +228,111 @@ def test_messages_append_and_page_in_both_orders_with_run_filter(stubs: Stubs) -
     )
     assert missing.code() == grpc.StatusCode.NOT_FOUND
     assert page_all() == oldest_first
+
+
+def thread_ledger(database_url: str, thread_id: str) -> tuple[list[tuple[str, int]], list[str]]:
+    """A thread's messages as (id, seq) in seq order, and its own events' types in order, read
+    beside the server (``seq`` is not in the contract)."""
+    engine = sa.create_engine(normalise_url(database_url))
+    try:
+        with engine.connect() as conn:
+            messages = conn.execute(
+                sa.text("SELECT id, seq FROM runtime_messages WHERE thread_id = :t ORDER BY seq"),
+                {"t": thread_id},
+            ).all()
+            events = conn.execute(
+                sa.text(
+                    "SELECT event_type FROM runtime_events"
+                    " WHERE thread_id = :t AND run_id = '' ORDER BY sequence"
+                ),
+                {"t": thread_id},
+            ).all()
+            return [(m.id, int(m.seq)) for m in messages], [e.event_type for e in events]
+    finally:
+        engine.dispose()
+
+
+def test_append_message_is_idempotent_by_request_id(stubs: Stubs, database_url: str) -> None:
+    thread = stubs.thread()
+
+    def append(
+        request_id: str,
+        content: str = "hello",
+        role: int = E.MESSAGE_ROLE_USER,
+        thread_id: str = thread.id,
+    ) -> message_pb2.Message:
+        return stubs.runtime.AppendMessage(
+            pb.AppendMessageRequest(
+                thread_id=thread_id, role=role, content=content, request_id=request_id
+            ),
+            timeout=10,
+        ).message
+
+    first = append("req-1")
+    ledger = thread_ledger(database_url, thread.id)
+    assert ledger == ([(first.id, 1)], ["thread.created", "thread.message_appended"])
+
+    # A retry returns the first message (same id, same seq, same create_time) and writes
+    # neither a message nor an event.
+    assert append("req-1") == first
+    assert thread_ledger(database_url, thread.id) == ledger
+    # So does a retry that carries something else: like every request_id-idempotent create,
+    # the first request wins and the retry's fields are not compared.
+    assert append("req-1", "changed", role=E.MESSAGE_ROLE_ASSISTANT) == first
+    assert thread_ledger(database_url, thread.id) == ledger
+
+    # Another request id is another message.
+    second = append("req-2")
+    assert second.id != first.id
+    messages, events = thread_ledger(database_url, thread.id)
+    assert messages == [(first.id, 1), (second.id, 2)]
+    assert events == ["thread.created", *["thread.message_appended"] * 2]
+
+    # Concurrent retries of one append make one message (and no error).
+    with ThreadPoolExecutor(8) as pool:
+        ids = set(pool.map(lambda _: append("req-3").id, range(8)))
+    assert len(ids) == 1
+    messages, events = thread_ledger(database_url, thread.id)
+    assert [m for m, _ in messages] == [first.id, second.id, *ids]
+    assert events == ["thread.created", *["thread.message_appended"] * 3]
+
+    # The key is scoped to the thread: the same request id on another thread appends there.
+    other = stubs.thread()
+    elsewhere = append("req-1", thread_id=other.id)
+    assert elsewhere.id != first.id and elsewhere.thread_id == other.id
+    assert thread_ledger(database_url, other.id) == (
+        [(elsewhere.id, 1)],
+        ["thread.created", "thread.message_appended"],
+    )
+    assert len(thread_ledger(database_url, thread.id)[0]) == 3
+
+    # Without a request id every append is a new message.
+    assert append("").id != append("").id
+    listed = stubs.runtime.ListMessages(pb.ListMessagesRequest(thread_id=thread.id), timeout=10)
+    assert [m.content for m in listed.messages] == ["hello"] * 5
+
+
+def test_append_message_refuses_a_request_id_over_128_characters(
+    stubs: Stubs, database_url: str
+) -> None:
+    thread = stubs.thread()
+    error = rpc_error(
+        stubs.runtime.AppendMessage,
+        pb.AppendMessageRequest(
+            thread_id=thread.id, role=E.MESSAGE_ROLE_USER, content="x", request_id="r" * 129
+        ),
+        timeout=10,
+    )
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert [v.field for v in error_details(error)["BadRequest"].field_violations] == ["request_id"]
+    assert thread_ledger(database_url, thread.id) == ([], ["thread.created"])
+    longest = stubs.runtime.AppendMessage(
+        pb.AppendMessageRequest(
+            thread_id=thread.id, role=E.MESSAGE_ROLE_USER, content="x", request_id="r" * 128
+        ),
+        timeout=10,
+    ).message
+    assert thread_ledger(database_url, thread.id)[0] == [(longest.id, 1)]
 
 
 # -- concurrency policies --------------------------------------------------------------------
