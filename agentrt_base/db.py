@@ -147,9 +147,18 @@ def _postgres_engine(url: URL, *, pool_size: int) -> Engine:
 @dataclass
 class _Job:
     fn: Callable[[Any], Any]
-    future: Future[Any]
+    #: A concurrent future, or (with ``loop``) an asyncio future of that loop.
+    future: Future[Any] | asyncio.Future[Any]
     #: True: ``fn`` takes a :class:`~agentrt_base.raw.RawTx`, not a Session.
     raw: bool = False
+    loop: asyncio.AbstractEventLoop | None = None
+
+    def claim(self) -> bool:
+        """Mark the job as running; False if its waiter gave up first (then it does not run:
+        nothing was acknowledged, and settling a cancelled future would raise)."""
+        if self.loop is None:
+            return self.future.set_running_or_notify_cancel()  # type: ignore[union-attr]
+        return not self.future.cancelled()
 
 
 class GroupCommitWriter:
@@ -175,8 +184,17 @@ class GroupCommitWriter:
         self._thread.start()
 
     def submit(self, fn: Callable[[Any], T], *, raw: bool = False) -> Future[T]:
+        """Queue ``fn``; the returned future is settled after the commit."""
         future: Future[T] = Future()
         self._queue.put(_Job(fn, future, raw))
+        return future
+
+    def submit_async(self, fn: Callable[[Any], T], *, raw: bool = False) -> asyncio.Future[T]:
+        """Queue ``fn`` from a coroutine: the result comes back on the caller's loop, with one
+        wake-up of that loop per batch rather than one per job."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put(_Job(fn, future, raw, loop))
         return future
 
     def close(self) -> None:
@@ -223,6 +241,9 @@ class GroupCommitWriter:
                 conn.close()
 
     def _commit(self, batch: list[_Job]) -> None:
+        batch = [job for job in batch if job.claim()]
+        if not batch:
+            return
         # A lone job needs no savepoint: if it fails, the whole transaction rolls back.
         alone = len(batch) == 1
         outcomes: list[tuple[bool, Any]] = []
@@ -249,14 +270,35 @@ class GroupCommitWriter:
             # The transaction itself failed (the commit, or the database): nothing of the
             # batch is durable, so nobody succeeded; the connection starts afresh.
             self._discard()
-            for job in batch:
-                job.future.set_exception(exc)
-            return
-        for job, (ok, value) in zip(batch, outcomes, strict=True):
-            if ok:
-                job.future.set_result(value)
-            else:
-                job.future.set_exception(value)
+            outcomes = [(False, exc)] * len(batch)
+        _answer(batch, outcomes)
+
+
+def _answer(batch: list[_Job], outcomes: list[tuple[bool, Any]]) -> None:
+    """Settle every waiter of a batch: concurrent futures here, asyncio futures with one
+    ``call_soon_threadsafe`` per loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, bool, Any]]] = {}
+    for job, (ok, value) in zip(batch, outcomes, strict=True):
+        if job.loop is not None:
+            by_loop.setdefault(job.loop, []).append((job.future, ok, value))
+        elif ok:
+            job.future.set_result(value)
+        else:
+            job.future.set_exception(value)
+    for loop, settled in by_loop.items():
+        # A loop closed meanwhile has nobody left to answer.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_settle, settled)
+
+
+def _settle(settled: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    for future, ok, value in settled:
+        if future.cancelled():  # the caller gave up while the batch ran; it is committed
+            continue
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
 
 
 def _run_job(conn: sa.Connection, job: _Job, *, savepoint: bool) -> Any:
@@ -353,7 +395,7 @@ class Database:
         each in its own savepoint); it must not commit or roll back itself.
         """
         if self._group is not None:
-            return await asyncio.wrap_future(self._group.submit(fn))
+            return await self._group.submit_async(fn)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._write_executor, self.write_sync, fn)
 
@@ -367,7 +409,7 @@ class Database:
     async def write_raw(self, fn: Callable[[RawTx], T]) -> T:
         """Like :meth:`write`, for a job written in plain SQL (``agentrt_base.raw``)."""
         if self._group is not None:
-            return await asyncio.wrap_future(self._group.submit(fn, raw=True))
+            return await self._group.submit_async(fn, raw=True)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._write_executor, self.write_raw_sync, fn)
 

@@ -4,6 +4,7 @@ commit; nothing is answered before the commit."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -147,5 +148,37 @@ def test_an_orm_job_sees_what_a_plain_sql_job_before_it_in_the_batch_wrote(
 
         futures = _batched(writer, [(read_n, False), (bump, True), (read_n, False)])
         assert [f.result(10) for f in futures] == [0, None, 1]
+    finally:
+        writer.close()
+
+
+def test_a_waiter_that_gives_up_does_not_stop_the_writer(engine: sa.Engine) -> None:
+    """A job whose caller was cancelled while it was queued does not run; one cancelled while
+    its batch ran is committed but not answered; the writer goes on either way."""
+    writer = GroupCommitWriter(engine)
+
+    async def scenario() -> list[str]:
+        entered, release = threading.Event(), threading.Event()
+
+        def hold(session: Session) -> None:
+            entered.set()
+            release.wait(10)
+
+        held = writer.submit_async(hold)
+        await asyncio.get_running_loop().run_in_executor(None, entered.wait, 10)
+        queued = writer.submit_async(_raw("never"), raw=True)
+        queued.cancel()
+        concurrent = writer.submit(_raw("never-either"), raw=True)
+        concurrent.cancel()
+        release.set()
+        await held
+        return [
+            await writer.submit_async(_orm("after")),
+            await writer.submit_async(_raw("z"), raw=True),
+        ]
+
+    try:
+        assert asyncio.run(scenario()) == ["after", "z"]
+        assert _names(engine) == ["after", "z"]
     finally:
         writer.close()
