@@ -239,30 +239,28 @@ _ADD_RUN_USAGE = Statement(
 )
 
 
+_END_COLUMNS = (
+    "id",
+    "status",
+    "output_ref",
+    "summary",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
+    "reported_model_id",
+    "error_class",
+    "error_message",
+    "retryable",
+    "side_effect",
+)
+
+
 def end_step(tx: RawTx, step: StepRow) -> None:
     """Store an ended step's outcome (the columns EndStep sets)."""
-    values = step_values(tx, step)
-    tx.execute(
-        _END_STEP,
-        {
-            key: values[key]
-            for key in (
-                "id",
-                "status",
-                "end_time",
-                "output_ref",
-                "summary",
-                "input_tokens",
-                "output_tokens",
-                "cost_usd",
-                "reported_model_id",
-                "error_class",
-                "error_message",
-                "retryable",
-                "side_effect",
-            )
-        },
-    )
+    state = attributes.instance_dict(step)
+    values = {key: state[key] for key in _END_COLUMNS}
+    values["end_time"] = tx.time(state["end_time"])
+    tx.execute(_END_STEP, values)
 
 
 def add_usage(
