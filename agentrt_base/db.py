@@ -254,6 +254,8 @@ class GroupCommitWriter:
                 for job in batch:
                     try:
                         outcomes.append((True, _run_job(conn, job, savepoint=not alone)))
+                    except _BatchBroken:
+                        raise
                     except Exception as exc:
                         outcomes.append((False, exc))
                 if alone and not outcomes[0][0]:
@@ -272,6 +274,10 @@ class GroupCommitWriter:
             self._discard()
             outcomes = [(False, exc)] * len(batch)
         _answer(batch, outcomes)
+
+
+class _BatchBroken(Exception):
+    """A job failed and its savepoint could not be rolled back: fail the whole batch."""
 
 
 def _answer(batch: list[_Job], outcomes: list[tuple[bool, Any]]) -> None:
@@ -316,8 +322,12 @@ def _run_job(conn: sa.Connection, job: _Job, *, savepoint: bool) -> Any:
         try:
             result = job.fn(tx)
         except BaseException:
-            driver.execute("ROLLBACK TO SAVEPOINT agentrt_job")
-            driver.execute("RELEASE SAVEPOINT agentrt_job")
+            try:
+                driver.execute("ROLLBACK TO SAVEPOINT agentrt_job")
+                driver.execute("RELEASE SAVEPOINT agentrt_job")
+            except Exception as exc:
+                # The job's partial writes could not be undone: the batch must not commit.
+                raise _BatchBroken from exc
             raise
         driver.execute("RELEASE SAVEPOINT agentrt_job")
         return result

@@ -33,10 +33,23 @@ def _insert(table: str, columns: tuple[str, ...]) -> Statement:
     )
 
 
-def _locked(sql: str) -> Statement:
-    """The run row is locked: by ``FOR UPDATE`` on PostgreSQL; on SQLite the one writer
-    already holds the database lock (``BEGIN IMMEDIATE``)."""
-    return Statement(sql, postgresql=sql + " FOR UPDATE OF r")
+_LOCK_RUN = Statement(
+    "SELECT r.id FROM runtime_attempts a JOIN runtime_runs r ON r.id = a.run_id"
+    " WHERE a.id = :attempt_id FOR UPDATE OF r"
+)
+
+
+def _lock_run(tx: RawTx, attempt_id: str) -> None:
+    """Lock the run behind an attempt before reading its state.
+
+    On PostgreSQL this is a statement of its own: under READ COMMITTED a statement that waited
+    for a row lock re-reads the locked row but not its subqueries and joins, so reading the
+    step, the idempotency key or the inputs in the locking statement could miss what the
+    transaction it waited for committed. On SQLite the one writer already holds the database
+    lock (``BEGIN IMMEDIATE``).
+    """
+    if tx.dialect_name == "postgresql":
+        tx.execute(_LOCK_RUN, {"attempt_id": attempt_id})
 
 
 INSERT_STEP = _insert("runtime_steps", STEP_COLUMNS)
@@ -75,7 +88,7 @@ class BeginState:
     input_blob: bool
 
 
-_BEGIN_STATE = _locked(
+_BEGIN_STATE = Statement(
     "SELECT r.id, r.thread_id, r.current_attempt_id, r.lease_epoch, r.agent_digest,"
     " r.permission_ceiling, r.max_steps, r.max_model_tokens, r.max_cost_usd, r.input_tokens,"
     " r.output_tokens, r.cost_usd, r.step_count, r.last_step_sequence, r.input_revision,"
@@ -94,7 +107,8 @@ _BEGIN_STATE = _locked(
 def begin_state(
     tx: RawTx, attempt_id: str, turn_id: str, idempotency_key: str, input_ref: str
 ) -> BeginState | None:
-    """One statement: the run (locked) behind the attempt, and the rest of BeginState."""
+    """The run (locked) behind the attempt, and the rest of BeginState, in one read."""
+    _lock_run(tx, attempt_id)
     row = tx.one(
         _BEGIN_STATE,
         {
@@ -182,7 +196,7 @@ class EndState:
     step: StepRow | None
 
 
-_END_STATE = _locked(
+_END_STATE = Statement(
     "SELECT r.id, r.thread_id, r.current_attempt_id, r.lease_epoch, r.last_event_sequence,"
     " r.last_event_hash, a.lease_expire_time,"
     " (SELECT count(*) FROM runtime_blobs b WHERE b.digest = :output_ref), "
@@ -194,6 +208,8 @@ _END_STATE = _locked(
 
 
 def end_state(tx: RawTx, attempt_id: str, step_id: str, output_ref: str) -> EndState | None:
+    """The run (locked) behind the attempt, and the step, in one read."""
+    _lock_run(tx, attempt_id)
     row = tx.one(
         _END_STATE, {"attempt_id": attempt_id, "step_id": step_id, "output_ref": output_ref}
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt_base.db import normalise_url
 from runtime_service.services.steps import StepsService
 from tests.runtime_support import Stubs
-from tests.service.test_steps_helpers import digest_of, put_blob, start
+from tests.service.test_steps_helpers import digest_of, get_run, list_steps, put_blob, start
 
 #: Columns whose values necessarily differ between two runs (their ids and clocks).
 _VARYING = {"id", "run_id", "attempt_id", "turn_id", "step_id", "start_time", "end_time"}
@@ -164,3 +165,21 @@ def test_the_common_path_stores_exactly_what_the_orm_path_stores(
     for run_id in (fast_run, orm_run):
         verified = audit.VerifyRun(apb.VerifyRunRequest(run_id=run_id))
         assert verified.intact and verified.event_count == fast["run"]["last_event_sequence"]
+
+
+def test_concurrent_repeats_of_a_step_call_record_it_once(stubs: Stubs) -> None:
+    """Retries racing each other (a worker that timed out and called again) on the common
+    path: one step, begun once, ended once, its usage counted once, on both engines."""
+    w = start(stubs)
+    with ThreadPoolExecutor(8) as pool:
+        begun = list(pool.map(lambda _: w.model("same-key"), range(8)))
+    assert len({b.step.id for b in begun}) == 1
+    assert sum(not b.existing for b in begun) == 1
+    step_id = begun[0].step.id
+    usage = message_pb2.Usage(input_tokens=5, output_tokens=2, cost_usd=0.5)
+    with ThreadPoolExecutor(8) as pool:
+        ended = list(pool.map(lambda _: w.end(step_id, usage=usage), range(8)))
+    assert {e.status for e in ended} == {enum_pb2.STEP_STATUS_SUCCEEDED}
+    run = get_run(stubs, w.run_id)
+    assert (run.usage.input_tokens, run.usage.output_tokens, run.step_count) == (5, 2, 1)
+    assert [s.id for s in list_steps(stubs, w.run_id)] == [step_id]
