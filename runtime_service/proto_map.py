@@ -210,19 +210,23 @@ def _json(text: str) -> Any:
 _VERSIONS: LruCache[tuple[Any, ...], message_pb2.StepVersions] = LruCache(4096)
 
 
-def step_versions(row: StepRow) -> message_pb2.StepVersions:
-    key = (
-        row.system_prompt_digest,
+def recorded_resolution(row: StepRow) -> tuple[str, ...]:
+    """The columns in which a step records what BeginStep resolved for it (immutable once
+    recorded): the key of the caches built from them."""
+    return (
         row.model_policy_digest,
         row.candidate_name,
         row.candidate_reason,
         row.provider,
         row.requested_model_id,
-        row.reported_model_id,
         row.parameters_json,
         row.skills_json,
         row.tools_json,
     )
+
+
+def step_versions(row: StepRow) -> message_pb2.StepVersions:
+    key = (row.system_prompt_digest, row.reported_model_id, *recorded_resolution(row))
     cached = _VERSIONS.get(key)
     if cached is None:
         cached = _build_versions(row)

@@ -32,7 +32,7 @@ from agentrt_base.lru import LruCache
 from agentrt_base.paging import next_page_token, page_request
 from agentrt_base.raw import RawTx
 from registry import refs
-from runtime_service import events, notify, resolution
+from runtime_service import events, notify, proto_map, resolution
 from runtime_service.blobs import require_blob
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.resolution import BoundDefinition
@@ -267,8 +267,6 @@ def _call_tool(
 
 
 def _started_attributes(step: StepRow) -> event_pb2.StepStartedAttributes:
-    from runtime_service import proto_map
-
     return event_pb2.StepStartedAttributes(
         step_id=step.id,
         attempt_id=step.attempt_id,
@@ -1093,18 +1091,7 @@ class StepsService:
         message (a prompt, skill files, tool schemas as Structs) on every model call cost
         more than recording the step. Callers copy it, never change it.
         """
-        key = (
-            bound.digest,
-            step.type,
-            step.model_policy_digest,
-            step.candidate_name,
-            step.candidate_reason,
-            step.provider,
-            step.requested_model_id,
-            step.parameters_json,
-            step.skills_json,
-            step.tools_json,
-        )
+        key = (bound.digest, step.type, *proto_map.recorded_resolution(step))
         cached = _RESOLVED.get(key)
         if cached is None:
             cached = StepsService._build_resolved(bound, step)
