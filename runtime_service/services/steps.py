@@ -8,6 +8,7 @@ first and answered with its error afterwards, through :class:`Recorded`.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from dataclasses import dataclass, field
@@ -98,6 +99,21 @@ class _Budgeted(Protocol):
     output_tokens: int
     cost_usd: float
     step_count: int
+
+
+@dataclass
+class _Begin:
+    """One BeginStep on the ORM path: the locked run, its attempt and open turn, the bound
+    definition, the request, the step it retries and the time it happens."""
+
+    session: Session
+    run: RunRow
+    attempt: AttemptRow
+    turn: TurnRow
+    bound: BoundDefinition
+    req: StepRequest
+    retry_of: str
+    now: dt.datetime
 
 
 @dataclass
@@ -727,9 +743,16 @@ class StepsService:
             )
         if req.input_ref:
             require_blob(session, req.input_ref, "input_ref")
-        bound = self._bound.get(session, run.agent_digest).definition
-        now = utcnow()
-        retry_of = req.retry_of_step_id
+        b = _Begin(
+            session,
+            run,
+            attempt,
+            turn,
+            self._bound.get(session, run.agent_digest).definition,
+            req,
+            req.retry_of_step_id,
+            utcnow(),
+        )
         if req.idempotency_key:
             earlier = session.scalar(
                 sa.select(StepRow)
@@ -738,10 +761,10 @@ class StepsService:
                 .limit(1)
             )
             if earlier is not None:
-                reused = self._reuse(session, run, attempt, turn, bound, earlier, req, now)
+                reused = self._reuse(b, earlier)
                 if reused is not None:
                     return reused
-                retry_of = retry_of or earlier.id
+                b.retry_of = b.retry_of or earlier.id
         budget_error = self._budget_error(
             run, req.estimated_input_tokens if req.type == "MODEL_CALL" else 0
         )
@@ -751,7 +774,7 @@ class StepsService:
                 run,
                 Trigger.BUDGET,
                 Actor.RUNTIME,
-                now,
+                b.now,
                 attempt=attempt,
                 message=budget_error.message,
                 error_class="BUDGET_EXCEEDED",
@@ -759,18 +782,18 @@ class StepsService:
             )
             return Recorded(None, budget_error)
         if req.type == "MODEL_CALL":
-            return self._model_call(session, run, attempt, turn, bound, req, retry_of, now)
+            return self._model_call(b)
         if req.type == "TOOL_CALL":
-            return self._tool_call(session, run, attempt, turn, bound, req, retry_of, now)
-        if req.check not in bound.completion_checks:
+            return self._tool_call(b)
+        if req.check not in b.bound.completion_checks:
             raise InvalidArgument.for_field(
                 "completion_check.check",
                 f"{req.check!r} is not a check of the bound completion policy "
-                f"({', '.join(bound.completion_checks) or 'none'})",
+                f"({', '.join(b.bound.completion_checks) or 'none'})",
             )
-        step = self._new_step(session, run, attempt, turn, req, retry_of, now, status="STARTED")
+        step = self._new_step(b, status="STARTED")
         step.completion_check = req.check
-        self._started(session, run, step, now)
+        self._started(session, run, step, b.now)
         return Recorded(StepOutcome(step, False, message_pb2.ResolvedVersions(), []))
 
     @staticmethod
@@ -799,67 +822,48 @@ class StepsService:
             metadata={"budget": name},
         )
 
-    def _reuse(
-        self,
-        session: Session,
-        run: RunRow,
-        attempt: AttemptRow,
-        turn: TurnRow,
-        bound: BoundDefinition,
-        earlier: StepRow,
-        req: StepRequest,
-        now: dt.datetime,
-    ) -> Recorded | None:
+    def _reuse(self, b: _Begin, earlier: StepRow) -> Recorded | None:
         """The answer for a repeated idempotency key, or None to create a (retry) step."""
         if earlier.type == "APPROVAL_REQUEST":
             if not earlier.approval_decision:
                 return Recorded(StepOutcome(earlier, True, None, []))
             # The decision is in: the resumed attempt now gets the tool call itself.
-            return self._after_approval(session, run, attempt, turn, bound, earlier, req, now)
+            return self._after_approval(b, earlier)
         if earlier.status in ("SUCCEEDED", "DENIED", "WAITING_APPROVAL") or (
-            earlier.status == "STARTED" and earlier.attempt_id == attempt.id
+            earlier.status == "STARTED" and earlier.attempt_id == b.attempt.id
         ):
             # Fix: an existing step is returned "with its original resolution and inputs";
             # without the steers it consumed, a worker that lost the first response would
             # never see them (they are delivered exactly once, to this step).
             steers = list(
-                session.scalars(
+                b.session.scalars(
                     sa.select(InputRow)
                     .where(InputRow.delivered_step_id == earlier.id)
                     .order_by(InputRow.create_time, InputRow.id)
                 )
             )
-            return Recorded(StepOutcome(earlier, True, self._resolved_for(bound, earlier), steers))
+            return Recorded(
+                StepOutcome(earlier, True, self._resolved_for(b.bound, earlier), steers)
+            )
         return None
 
-    def _new_step(
-        self,
-        session: Session,
-        run: RunRow,
-        attempt: AttemptRow,
-        turn: TurnRow,
-        req: StepRequest,
-        retry_of: str,
-        now: dt.datetime,
-        *,
-        status: str,
-        type_: str = "",
-    ) -> StepRow:
+    def _new_step(self, b: _Begin, *, status: str, type_: str = "") -> StepRow:
+        run = b.run
         run.last_step_sequence += 1
-        type_ = type_ or req.type
+        type_ = type_ or b.req.type
         if type_ in COUNTED:
             run.step_count += 1
         # Not added to the session: _started inserts it with one Core statement once every
         # field is set (an ORM unit-of-work flush of a 45-column row cost more than the rest
         # of BeginStep).
         return _step_row(
-            attempt.id,
-            turn.id,
+            b.attempt.id,
+            b.turn.id,
             run.last_step_sequence,
             run.input_revision,
-            req,
-            retry_of,
-            now,
+            b.req,
+            b.retry_of,
+            b.now,
             status=status,
             type_=type_,
             run_id=run.id,
@@ -881,13 +885,7 @@ class StepsService:
 
     def _deny(
         self,
-        session: Session,
-        run: RunRow,
-        attempt: AttemptRow,
-        turn: TurnRow,
-        req: StepRequest,
-        retry_of: str,
-        now: dt.datetime,
+        b: _Begin,
         *,
         message: str,
         error: AgentrtError,
@@ -895,26 +893,18 @@ class StepsService:
         error_class: str = "PERMISSION_DENIED",
         tools: list[dict[str, Any]] | None = None,
     ) -> Recorded:
-        step = self._new_step(session, run, attempt, turn, req, retry_of, now, status=status)
+        """Record a refused step (the issue wants denials kept), then answer ``error``."""
+        step = self._new_step(b, status=status)
         step.error_class, step.error_message = error_class, message
-        step.tool_name = req.tool
-        step.tool_arguments_json = _dumps(req.arguments)
+        step.tool_name = b.req.tool
+        step.tool_arguments_json = _dumps(b.req.arguments)
         step.tools_json = _dumps(tools or [])
-        self._started(session, run, step, now)
+        self._started(b.session, b.run, step, b.now)
         error.metadata["step_id"] = step.id
         return Recorded(StepOutcome(step, False, None, []), error)
 
-    def _model_call(
-        self,
-        session: Session,
-        run: RunRow,
-        attempt: AttemptRow,
-        turn: TurnRow,
-        bound: BoundDefinition,
-        req: StepRequest,
-        retry_of: str,
-        now: dt.datetime,
-    ) -> Recorded:
+    def _model_call(self, b: _Begin) -> Recorded:
+        req, bound = b.req, b.bound
         unknown = [f"skill {s}" for s in req.skills if s not in bound.skills]
         unknown += [f"tool {t}" for t in req.tools if t not in bound.tools]
         if unknown:
@@ -923,67 +913,40 @@ class StepsService:
                 + ", ".join(unknown)
             )
             return self._deny(
-                session,
-                run,
-                attempt,
-                turn,
-                req,
-                retry_of,
-                now,
+                b,
                 message=message,
                 error=PermissionDenied(
                     message, reason="NOT_IN_DEFINITION", metadata={"denied": ",".join(unknown)}
                 ),
             )
         choice = _choose_model(bound, req)
-        step = self._new_step(session, run, attempt, turn, req, retry_of, now, status="STARTED")
-        _resolve_model(step, bound, req, choice, run.permission_ceiling)
-        steers = _pending_inputs(session, run, ("STEER",))
+        step = self._new_step(b, status="STARTED")
+        _resolve_model(step, bound, req, choice, b.run.permission_ceiling)
+        steers = _pending_inputs(b.session, b.run, ("STEER",))
         step.consumed_input_ids_json = _dumps([i.id for i in steers])
-        self._started(session, run, step, now)
-        _deliver(session, run, steers, now, turn_id=turn.id, step_id=step.id)
+        self._started(b.session, b.run, step, b.now)
+        _deliver(b.session, b.run, steers, b.now, turn_id=b.turn.id, step_id=step.id)
         return Recorded(StepOutcome(step, False, self._resolved_for(bound, step), steers))
 
-    def _tool_call(
-        self,
-        session: Session,
-        run: RunRow,
-        attempt: AttemptRow,
-        turn: TurnRow,
-        bound: BoundDefinition,
-        req: StepRequest,
-        retry_of: str,
-        now: dt.datetime,
-    ) -> Recorded:
+    def _tool_call(self, b: _Begin) -> Recorded:
+        req, bound = b.req, b.bound
         pinned = bound.tools.get(req.tool)
         if pinned is None:
             where = f"{bound.agent_id}@{bound.version_label}"
             message = f"tool {req.tool!r} is not in the bound definition {where}"
             return self._deny(
-                session,
-                run,
-                attempt,
-                turn,
-                req,
-                retry_of,
-                now,
+                b,
                 message=message,
                 error=PermissionDenied(
                     message, reason="NOT_IN_DEFINITION", metadata={"tool": req.tool}
                 ),
             )
-        decision = resolution.permission(bound, req.tool, run.permission_ceiling)
+        decision = resolution.permission(bound, req.tool, b.run.permission_ceiling)
         tools = [_recorded_tool(pinned, decision)]
         if decision == "DENY":
             message = f"tool {req.tool!r} is denied by the permission policy or the run's ceiling"
             return self._deny(
-                session,
-                run,
-                attempt,
-                turn,
-                req,
-                retry_of,
-                now,
+                b,
                 message=message,
                 tools=tools,
                 error=PermissionDenied(message, reason="TOOL_DENIED", metadata={"tool": req.tool}),
@@ -997,13 +960,7 @@ class StepsService:
                 f"tool_call.arguments{problem.split(':')[0][1:]}", message
             )
             return self._deny(
-                session,
-                run,
-                attempt,
-                turn,
-                req,
-                retry_of,
-                now,
+                b,
                 message=message,
                 status="FAILED",
                 error_class="INVALID_ARGUMENTS",
@@ -1011,67 +968,46 @@ class StepsService:
                 error=error,
             )
         if decision == "REQUIRE_APPROVAL":
-            step = self._new_step(
-                session,
-                run,
-                attempt,
-                turn,
-                req,
-                retry_of,
-                now,
-                status="WAITING_APPROVAL",
-                type_="APPROVAL_REQUEST",
-            )
+            step = self._new_step(b, status="WAITING_APPROVAL", type_="APPROVAL_REQUEST")
             step.tool_name = req.tool
             step.tool_arguments_json = _dumps(req.arguments)
             step.tools_json = _dumps(tools)
-            self._started(session, run, step, now)
+            self._started(b.session, b.run, step, b.now)
             transitions.append_run_event(
-                session,
-                run,
+                b.session,
+                b.run,
                 event_pb2.ApprovalRequestedAttributes(step_id=step.id, tool_name=req.tool),
-                now,
+                b.now,
             )
             return Recorded(StepOutcome(step, False, self._resolved_for(bound, step), []))
-        step = self._new_step(session, run, attempt, turn, req, retry_of, now, status="STARTED")
+        step = self._new_step(b, status="STARTED")
         _call_tool(step, req, pinned, tools)
-        self._started(session, run, step, now)
+        self._started(b.session, b.run, step, b.now)
         return Recorded(StepOutcome(step, False, self._resolved_for(bound, step), []))
 
-    def _after_approval(
-        self,
-        session: Session,
-        run: RunRow,
-        attempt: AttemptRow,
-        turn: TurnRow,
-        bound: BoundDefinition,
-        approval: StepRow,
-        req: StepRequest,
-        now: dt.datetime,
-    ) -> Recorded:
-        following = session.scalar(
+    def _after_approval(self, b: _Begin, approval: StepRow) -> Recorded:
+        following = b.session.scalar(
             sa.select(StepRow).where(
                 StepRow.approval_step_id == approval.id, StepRow.type == "TOOL_CALL"
             )
         )
         if following is not None:
-            return Recorded(StepOutcome(following, True, self._resolved_for(bound, following), []))
+            return Recorded(
+                StepOutcome(following, True, self._resolved_for(b.bound, following), [])
+            )
         approved = approval.approval_decision == "APPROVE"
-        call = StepRequest(
-            **{
-                **req.__dict__,
-                "tool": approval.tool_name,
-                "arguments": json.loads(approval.tool_arguments_json),
-            }
+        call = dataclasses.replace(
+            b.req, tool=approval.tool_name, arguments=json.loads(approval.tool_arguments_json)
         )
         step = self._new_step(
-            session, run, attempt, turn, call, "", now, status="STARTED" if approved else "DENIED"
+            dataclasses.replace(b, req=call, retry_of=""),
+            status="STARTED" if approved else "DENIED",
         )
         step.tool_name = approval.tool_name
         step.tool_arguments_json = approval.tool_arguments_json
         step.tools_json = approval.tools_json
         step.approval_step_id = approval.id
-        approved_tool = bound.tools.get(approval.tool_name)
+        approved_tool = b.bound.tools.get(approval.tool_name)
         if approved:
             step.side_effect = bool(approved_tool and approved_tool.spec.get("side_effects"))
         else:
@@ -1080,8 +1016,8 @@ class StepsService:
             step.error_message = (
                 f"denied by {approval.approver}: {approval.approval_comment}".strip()
             )
-        self._started(session, run, step, now)
-        return Recorded(StepOutcome(step, False, self._resolved_for(bound, step), []))
+        self._started(b.session, b.run, step, b.now)
+        return Recorded(StepOutcome(step, False, self._resolved_for(b.bound, step), []))
 
     @staticmethod
     def _resolved_for(bound: BoundDefinition, step: StepRow) -> message_pb2.ResolvedVersions:
