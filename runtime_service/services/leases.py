@@ -75,11 +75,16 @@ class HeartbeatResult:
     input_revision: int
 
 
+_LOCK_FENCED = (
+    sa.select(RunRow.id)
+    .join(AttemptRow, AttemptRow.run_id == RunRow.id)
+    .where(AttemptRow.id == sa.bindparam("attempt_id"))
+    .with_for_update(of=RunRow)
+)
 _FENCED = (
     sa.select(RunRow, AttemptRow)
     .join(AttemptRow, AttemptRow.run_id == RunRow.id)
     .where(AttemptRow.id == sa.bindparam("attempt_id"))
-    .with_for_update(of=RunRow)
     .execution_options(populate_existing=True)
 )
 
@@ -118,9 +123,12 @@ def fenced(session: Session, attempt_id: str, lease_epoch: int) -> tuple[RunRow,
     """
     if not attempt_id or lease_epoch <= 0:
         raise InvalidArgument.for_field("fence", "required: attempt_id and lease_epoch")
-    # One statement: the attempt and its run, the run row locked (FOR UPDATE OF the run on
-    # PostgreSQL; SQLite's writer holds the database lock already). The step path calls this
-    # twice per step, so it is kept to a single round trip.
+    # The run row is locked first, by a statement of its own, on PostgreSQL (SQLite's writer
+    # holds the database lock already): a READ COMMITTED statement that waited for a row lock
+    # re-reads the locked row but not its joins, so an attempt read in the locking statement
+    # could predate the transaction it waited for (its usage totals then lost that update).
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(_LOCK_FENCED, {"attempt_id": attempt_id})
     found = session.execute(_FENCED, {"attempt_id": attempt_id}).first()
     if found is None:
         raise LeaseLost(f"attempt {attempt_id} does not exist", metadata={"attempt_status": ""})

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from agentrt.audit.v1 import audit_service_pb2 as apb
 from agentrt.audit.v1 import audit_service_pb2_grpc
 from agentrt.runtime.v1 import enum_pb2, message_pb2
+from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt_base.db import normalise_url
 from runtime_service.services.steps import StepsService
 from tests.runtime_support import Stubs
@@ -183,3 +184,21 @@ def test_concurrent_repeats_of_a_step_call_record_it_once(stubs: Stubs) -> None:
     run = get_run(stubs, w.run_id)
     assert (run.usage.input_tokens, run.usage.output_tokens, run.step_count) == (5, 2, 1)
     assert [s.id for s in list_steps(stubs, w.run_id)] == [step_id]
+
+
+def test_the_orm_path_adds_concurrent_usage_to_the_attempt_without_losing_any(
+    stubs: Stubs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parallel EndSteps of one attempt on the ORM path (the plain-SQL path switched off):
+    each adds its usage to the attempt it read under the run's lock. On PostgreSQL that read
+    must come after the lock, or a call that waited would add to a stale total."""
+    monkeypatch.setattr(StepsService, "_end_common", lambda *a: None)
+    w = start(stubs)
+    steps = [w.model().step.id for _ in range(8)]
+    usage = message_pb2.Usage(input_tokens=1, output_tokens=2, cost_usd=0.25)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda step_id: w.end(step_id, usage=usage), steps))
+    run = get_run(stubs, w.run_id)
+    [attempt] = stubs.runtime.ListAttempts(pb.ListAttemptsRequest(run_id=w.run_id)).attempts
+    for total in (run.usage, attempt.usage):
+        assert (total.input_tokens, total.output_tokens, total.cost_usd) == (8, 16, 2.0)
