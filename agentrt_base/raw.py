@@ -14,9 +14,10 @@ byte-for-byte what the ORM would have written and reads back the same through ei
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.engine import Dialect
@@ -79,6 +80,17 @@ class RawTx:
         else:
             with self._conn.cursor() as cursor:
                 cursor.executemany(sql, list(rows))
+
+    @contextlib.contextmanager
+    def pipeline(self) -> Iterator[None]:
+        """Send the statements of the block without waiting for each answer (psycopg's pipeline
+        mode: one round trip, synchronised when a result is fetched and at the end); a no-op on
+        SQLite, which has no round trips."""
+        if self.dialect_name != "postgresql":
+            yield
+            return
+        with self._conn.pipeline():
+            yield
 
     def time(self, value: dt.datetime | None) -> Any:
         """A timestamp as this dialect stores it (a step stores one instant several times:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 import sqlalchemy as sa
@@ -84,8 +84,6 @@ class Chain:
     run_id: str
     last_sequence: int
     last_hash: str
-    #: (thread cursor, run id) of each event appended, for wake-ups after commit.
-    appended: list[tuple[int, str]] = field(default_factory=list)
 
 
 # Prebuilt with bind parameters: every state change appends at least one event, and building
@@ -126,8 +124,27 @@ _RAW_INSERT_EVENT = raw.Statement(
 )
 
 
+# PostgreSQL takes the cursor and inserts the event in one statement (a data-modifying CTE), so
+# the step path's writes can go to the server in one pipelined round trip; the hash does not
+# cover the cursor, so it need not be known here. SQLite has no DML in CTEs: two statements.
+_RAW_APPEND_EVENT_PG = raw.Statement(
+    "",
+    postgresql="WITH c AS (UPDATE runtime_threads SET event_cursor = event_cursor + 1"
+    " WHERE id = :thread_id RETURNING event_cursor)"
+    " INSERT INTO runtime_events (id, thread_id, run_id, sequence, thread_cursor, event_type,"
+    " event_time, attributes_json, prev_hash, hash) SELECT :id, :thread_id, :run_id, :sequence,"
+    " c.event_cursor, :event_type, :event_time, :attributes_json, :prev_hash, :hash FROM c",
+)
+
+
 def append_raw(tx: raw.RawTx, chain: Chain, attributes: Message, now: dt.datetime) -> None:
     """:func:`append` in plain SQL, for the step path (the same rows, the same hashes)."""
+    if tx.dialect_name == "postgresql":
+        row = _next_event(chain, attributes, now, 0)
+        del row["thread_cursor"]
+        row["event_time"] = tx.time(now)
+        tx.execute(_RAW_APPEND_EVENT_PG, row)
+        return
     found = tx.one(_RAW_BUMP_CURSOR, {"thread": chain.thread_id})
     if found is None:
         raise LookupError(f"thread {chain.thread_id} does not exist")
@@ -165,7 +182,6 @@ def _next_event(chain: Chain, attributes: Message, now: dt.datetime, cursor: int
         "hash": digest,
     }
     chain.last_sequence, chain.last_hash = sequence, digest
-    chain.appended.append((cursor, chain.run_id))
     return row
 
 

@@ -684,17 +684,18 @@ class StepsService:
         chain = events.Chain(
             state.thread_id, state.run_id, state.last_event_sequence, state.last_event_hash
         )
-        step_sql.insert_step(tx, step)
-        events.append_raw(tx, chain, _started_attributes(step), now)
-        step_sql.insert_usages(tx, _usage_rows(step))
-        step_sql.advance_run(
-            tx,
-            state.run_id,
-            step.sequence,
-            state.step_count + 1,
-            chain.last_sequence,
-            chain.last_hash,
-        )
+        with tx.pipeline():  # the writes: one round trip on PostgreSQL
+            step_sql.insert_step(tx, step)
+            events.append_raw(tx, chain, _started_attributes(step), now)
+            step_sql.insert_usages(tx, _usage_rows(step))
+            step_sql.advance_run(
+                tx,
+                state.run_id,
+                step.sequence,
+                state.step_count + 1,
+                chain.last_sequence,
+                chain.last_hash,
+            )
         tx.wake += [notify.run_key(state.run_id), notify.thread_key(state.thread_id)]
         return StepOutcome(step, False, self._resolved_for(bound, step), [])
 
@@ -1191,10 +1192,11 @@ class StepsService:
         chain = events.Chain(
             state.thread_id, state.run_id, state.last_event_sequence, state.last_event_hash
         )
-        step_sql.end_step(tx, step)
-        events.append_raw(tx, chain, _ended_attributes(step), now)
-        step_sql.add_usage(tx, step, state.run_id, chain.last_sequence, chain.last_hash)
-        step_sql.insert_usages(tx, _reported_usage_rows(step))
+        with tx.pipeline():  # the writes: one round trip on PostgreSQL
+            step_sql.end_step(tx, step)
+            events.append_raw(tx, chain, _ended_attributes(step), now)
+            step_sql.add_usage(tx, step, state.run_id, chain.last_sequence, chain.last_hash)
+            step_sql.insert_usages(tx, _reported_usage_rows(step))
         tx.wake += [notify.run_key(state.run_id), notify.thread_key(state.thread_id)]
         return step
 

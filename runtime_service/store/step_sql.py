@@ -108,16 +108,17 @@ def begin_state(
     tx: RawTx, attempt_id: str, turn_id: str, idempotency_key: str, input_ref: str
 ) -> BeginState | None:
     """The run (locked) behind the attempt, and the rest of BeginState, in one read."""
-    _lock_run(tx, attempt_id)
-    row = tx.one(
-        _BEGIN_STATE,
-        {
-            "attempt_id": attempt_id,
-            "turn_id": turn_id,
-            "key": idempotency_key,
-            "input_ref": input_ref,
-        },
-    )
+    with tx.pipeline():  # the lock and the read: one round trip on PostgreSQL
+        _lock_run(tx, attempt_id)
+        row = tx.one(
+            _BEGIN_STATE,
+            {
+                "attempt_id": attempt_id,
+                "turn_id": turn_id,
+                "key": idempotency_key,
+                "input_ref": input_ref,
+            },
+        )
     if row is None:
         return None
     values = list(row)
@@ -209,10 +210,11 @@ _END_STATE = Statement(
 
 def end_state(tx: RawTx, attempt_id: str, step_id: str, output_ref: str) -> EndState | None:
     """The run (locked) behind the attempt, and the step, in one read."""
-    _lock_run(tx, attempt_id)
-    row = tx.one(
-        _END_STATE, {"attempt_id": attempt_id, "step_id": step_id, "output_ref": output_ref}
-    )
+    with tx.pipeline():  # the lock and the read: one round trip on PostgreSQL
+        _lock_run(tx, attempt_id)
+        row = tx.one(
+            _END_STATE, {"attempt_id": attempt_id, "step_id": step_id, "output_ref": output_ref}
+        )
     if row is None:
         return None
     step = None
