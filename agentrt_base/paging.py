@@ -10,10 +10,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from agentrt_base.errors import InvalidArgument
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -65,3 +68,15 @@ def next_page_token(last_key: list[Any], filters: dict[str, Any]) -> str:
     """The token that continues after the item whose sort key is ``last_key``."""
     data = json.dumps({"f": _fingerprint(filters), "k": last_key}, default=str).encode()
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def cut_page(
+    rows: Sequence[T], size: int, filters: dict[str, Any], key: Callable[[T], list[Any]]
+) -> tuple[list[T], str]:
+    """The page out of rows read with ``LIMIT size + 1``: at most ``size`` of them, and the
+    token that continues after the last (``key`` gives its sort key), or "" when there is no
+    more."""
+    if len(rows) <= size:
+        return list(rows), ""
+    page = list(rows[:size])
+    return page, next_page_token(key(page[-1]), filters)

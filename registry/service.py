@@ -26,7 +26,7 @@ from agentrt_base.errors import (
     ViolationCollector,
 )
 from agentrt_base.lru import LruCache
-from agentrt_base.paging import next_page_token, page_request
+from agentrt_base.paging import cut_page, page_request
 from registry import limits, refs, store
 from registry.canonical import ComponentKind
 from registry.model import (
@@ -464,15 +464,13 @@ class RegistryService:
             stmt = stmt.order_by(c.name, c.publish_time.desc(), c.digest.desc()).limit(
                 page.size + 1
             )
-            rows = session.scalars(stmt).all()
-            items = [component_from_row(r) for r in rows[: page.size]]
-            token = ""
-            if len(rows) > page.size:
-                last = rows[page.size - 1]
-                token = next_page_token(
-                    [last.name, last.publish_time.isoformat(), last.digest], filters
-                )
-            return Page(items, token)
+            rows, token = cut_page(
+                session.scalars(stmt).all(),
+                page.size,
+                filters,
+                lambda r: [r.name, r.publish_time.isoformat(), r.digest],
+            )
+            return Page([component_from_row(r) for r in rows], token)
 
         return await self._db.read(read)
 
@@ -591,13 +589,13 @@ class RegistryService:
                     )
                 )
             stmt = stmt.order_by(v.publish_time.desc(), v.digest.desc()).limit(page.size + 1)
-            rows = session.scalars(stmt).all()
-            items = [agent_version_from_row(session, r) for r in rows[: page.size]]
-            token = ""
-            if len(rows) > page.size:
-                last = rows[page.size - 1]
-                token = next_page_token([last.publish_time.isoformat(), last.digest], filters)
-            return Page(items, token)
+            rows, token = cut_page(
+                session.scalars(stmt).all(),
+                page.size,
+                filters,
+                lambda r: [r.publish_time.isoformat(), r.digest],
+            )
+            return Page([agent_version_from_row(session, r) for r in rows], token)
 
         return await self._db.read(read)
 
@@ -754,12 +752,13 @@ class RegistryService:
                         sa.and_(t.agent_id == page.after[0], t.name > page.after[1]),
                     )
                 )
-            rows = session.scalars(stmt.order_by(t.agent_id, t.name).limit(page.size + 1)).all()
-            token = ""
-            if len(rows) > page.size:
-                last = rows[page.size - 1]
-                token = next_page_token([last.agent_id, last.name], filters)
-            return Page([_tag_from_row(r) for r in rows[: page.size]], token)
+            rows, token = cut_page(
+                session.scalars(stmt.order_by(t.agent_id, t.name).limit(page.size + 1)).all(),
+                page.size,
+                filters,
+                lambda r: [r.agent_id, r.name],
+            )
+            return Page([_tag_from_row(r) for r in rows], token)
 
         return await self._db.read(read)
 
@@ -786,11 +785,13 @@ class RegistryService:
                 stmt = stmt.where(e.tag == tag_name)
             if page.after is not None:
                 stmt = stmt.where(e.sequence < int(page.after[0]))
-            rows = session.scalars(stmt.order_by(e.sequence.desc()).limit(page.size + 1)).all()
-            token = ""
-            if len(rows) > page.size:
-                token = next_page_token([rows[page.size - 1].sequence], filters)
-            return Page([_tag_event_from_row(r) for r in rows[: page.size]], token)
+            rows, token = cut_page(
+                session.scalars(stmt.order_by(e.sequence.desc()).limit(page.size + 1)).all(),
+                page.size,
+                filters,
+                lambda r: [r.sequence],
+            )
+            return Page([_tag_event_from_row(r) for r in rows], token)
 
         return await self._db.read(read)
 

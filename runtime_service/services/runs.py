@@ -21,7 +21,7 @@ from agentrt_base.errors import (
 )
 from agentrt_base.ids import new_id
 from agentrt_base.lru import LruCache
-from agentrt_base.paging import next_page_token, page_request
+from agentrt_base.paging import cut_page, page_request
 from registry.model import AgentVersion
 from registry.service import resolve_agent
 from runtime_service import __version__, events, notify
@@ -252,11 +252,7 @@ class RunsService:
                     found.append(thread)
                     if len(found) > page.size:
                         break
-            token = ""
-            if len(found) > page.size:
-                found = found[: page.size]
-                token = next_page_token([found[-1].id], filters)
-            return found, token
+            return cut_page(found, page.size, filters, lambda r: [r.id])
 
         return await self._rt.read(read)
 
@@ -348,12 +344,7 @@ class RunsService:
             if page.after is not None:
                 stmt = stmt.where(m.seq < page.after[0] if newest_first else m.seq > page.after[0])
             stmt = stmt.order_by(m.seq.desc() if newest_first else m.seq).limit(page.size + 1)
-            rows = list(session.scalars(stmt))
-            token = ""
-            if len(rows) > page.size:
-                rows = rows[: page.size]
-                token = next_page_token([rows[-1].seq], filters)
-            return rows, token
+            return cut_page(session.scalars(stmt).all(), page.size, filters, lambda r: [r.seq])
 
         return await self._rt.read(read)
 
@@ -567,12 +558,8 @@ class RunsService:
                 stmt = stmt.where(RunRow.agent_id == agent_id)
             if page.after is not None:
                 stmt = stmt.where(RunRow.id < page.after[0])
-            rows = list(session.scalars(stmt.order_by(RunRow.id.desc()).limit(page.size + 1)))
-            token = ""
-            if len(rows) > page.size:
-                rows = rows[: page.size]
-                token = next_page_token([rows[-1].id], filters)
-            return rows, token
+            rows = session.scalars(stmt.order_by(RunRow.id.desc()).limit(page.size + 1)).all()
+            return cut_page(rows, page.size, filters, lambda r: [r.id])
 
         return await self._rt.read(read)
 
@@ -722,11 +709,7 @@ class RunsService:
             stmt = sa.select(AttemptRow).where(AttemptRow.run_id == run_id)
             if page.after is not None:
                 stmt = stmt.where(AttemptRow.number > page.after[0])
-            rows = list(session.scalars(stmt.order_by(AttemptRow.number).limit(page.size + 1)))
-            token = ""
-            if len(rows) > page.size:
-                rows = rows[: page.size]
-                token = next_page_token([rows[-1].number], filters)
-            return rows, token
+            rows = session.scalars(stmt.order_by(AttemptRow.number).limit(page.size + 1)).all()
+            return cut_page(rows, page.size, filters, lambda r: [r.number])
 
         return await self._rt.read(read)

@@ -30,7 +30,7 @@ from agentrt_base.errors import (
 )
 from agentrt_base.ids import new_id
 from agentrt_base.lru import LruCache
-from agentrt_base.paging import next_page_token, page_request
+from agentrt_base.paging import cut_page, page_request
 from agentrt_base.raw import RawTx
 from registry import refs
 from runtime_service import events, notify, proto_map, resolution
@@ -1434,12 +1434,8 @@ class StepsService:
                 stmt = stmt.where(StepRow.turn_id == turn_id)
             if page.after is not None:
                 stmt = stmt.where(StepRow.sequence > page.after[0])
-            rows = list(session.scalars(stmt.order_by(StepRow.sequence).limit(page.size + 1)))
-            token = ""
-            if len(rows) > page.size:
-                rows = rows[: page.size]
-                token = next_page_token([rows[-1].sequence], filters)
-            return rows, token
+            rows = session.scalars(stmt.order_by(StepRow.sequence).limit(page.size + 1)).all()
+            return cut_page(rows, page.size, filters, lambda r: [r.sequence])
 
         return await self._rt.read(read)
 
@@ -1469,12 +1465,8 @@ class StepsService:
             )
             if page.after is not None:
                 stmt = stmt.where(ArtifactRow.id > page.after[0])
-            rows = list(session.scalars(stmt.order_by(ArtifactRow.id).limit(page.size + 1)))
-            token = ""
-            if len(rows) > page.size:
-                rows = rows[: page.size]
-                token = next_page_token([rows[-1].id], filters)
-            return rows, token
+            rows = session.scalars(stmt.order_by(ArtifactRow.id).limit(page.size + 1)).all()
+            return cut_page(rows, page.size, filters, lambda r: [r.id])
 
         return await self._rt.read(read)
 
