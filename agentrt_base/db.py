@@ -20,7 +20,7 @@ import datetime as dt
 import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -147,18 +147,11 @@ def _postgres_engine(url: URL, *, pool_size: int) -> Engine:
 @dataclass
 class _Job:
     fn: Callable[[Any], Any]
-    #: A concurrent future, or (with ``loop``) an asyncio future of that loop.
-    future: Future[Any] | asyncio.Future[Any]
+    #: Settled on ``loop``, the caller's, after the commit.
+    future: asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop
     #: True: ``fn`` takes a :class:`~agentrt_base.raw.RawTx`, not a Session.
-    raw: bool = False
-    loop: asyncio.AbstractEventLoop | None = None
-
-    def claim(self) -> bool:
-        """Mark the job as running; False if its waiter gave up first (then it does not run:
-        nothing was acknowledged, and settling a cancelled future would raise)."""
-        if self.loop is None:
-            return self.future.set_running_or_notify_cancel()  # type: ignore[union-attr]
-        return not self.future.cancelled()
+    raw: bool
 
 
 class GroupCommitWriter:
@@ -183,18 +176,12 @@ class GroupCommitWriter:
         self._thread = threading.Thread(target=self._run, name="agentrt-db-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, fn: Callable[[Any], T], *, raw: bool = False) -> Future[T]:
-        """Queue ``fn``; the returned future is settled after the commit."""
-        future: Future[T] = Future()
-        self._queue.put(_Job(fn, future, raw))
-        return future
-
-    def submit_async(self, fn: Callable[[Any], T], *, raw: bool = False) -> asyncio.Future[T]:
-        """Queue ``fn`` from a coroutine: the result comes back on the caller's loop, with one
-        wake-up of that loop per batch rather than one per job."""
+    def submit(self, fn: Callable[[Any], T], *, raw: bool = False) -> asyncio.Future[T]:
+        """Queue ``fn`` from a coroutine; the result comes back on the caller's loop after the
+        commit, with one wake-up of that loop per batch rather than one per job."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._queue.put(_Job(fn, future, raw, loop))
+        self._queue.put(_Job(fn, future, loop, raw))
         return future
 
     def close(self) -> None:
@@ -241,7 +228,8 @@ class GroupCommitWriter:
                 conn.close()
 
     def _commit(self, batch: list[_Job]) -> None:
-        batch = [job for job in batch if job.claim()]
+        # A job whose caller gave up before it ran does not run: nothing was acknowledged.
+        batch = [job for job in batch if not job.future.cancelled()]
         if not batch:
             return
         # A lone job needs no savepoint: if it fails, the whole transaction rolls back.
@@ -281,16 +269,10 @@ class _BatchBroken(Exception):
 
 
 def _answer(batch: list[_Job], outcomes: list[tuple[bool, Any]]) -> None:
-    """Settle every waiter of a batch: concurrent futures here, asyncio futures with one
-    ``call_soon_threadsafe`` per loop."""
+    """Settle every waiter of a batch, with one ``call_soon_threadsafe`` per loop."""
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, bool, Any]]] = {}
     for job, (ok, value) in zip(batch, outcomes, strict=True):
-        if job.loop is not None:
-            by_loop.setdefault(job.loop, []).append((job.future, ok, value))
-        elif ok:
-            job.future.set_result(value)
-        else:
-            job.future.set_exception(value)
+        by_loop.setdefault(job.loop, []).append((job.future, ok, value))
     for loop, settled in by_loop.items():
         # A loop closed meanwhile has nobody left to answer.
         with contextlib.suppress(RuntimeError):
@@ -405,7 +387,7 @@ class Database:
         each in its own savepoint); it must not commit or roll back itself.
         """
         if self._group is not None:
-            return await self._group.submit_async(fn)
+            return await self._group.submit(fn)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._write_executor, self.write_sync, fn)
 
@@ -419,7 +401,7 @@ class Database:
     async def write_raw(self, fn: Callable[[RawTx], T]) -> T:
         """Like :meth:`write`, for a job written in plain SQL (``agentrt_base.raw``)."""
         if self._group is not None:
-            return await self._group.submit_async(fn, raw=True)
+            return await self._group.submit(fn, raw=True)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._write_executor, self.write_raw_sync, fn)
 

@@ -58,6 +58,7 @@ from agentrt.registry.v1 import registry_service_pb2 as rpb  # noqa: E402
 from agentrt.registry.v1 import registry_service_pb2_grpc  # noqa: E402
 from agentrt_base.db import normalise_url  # noqa: E402
 from bench.common import Result, database, server_process  # noqa: E402
+from runtime_service.services.steps import blank_step  # noqa: E402
 from runtime_service.store.ledger import StepRow, StepUsageRow  # noqa: E402
 from runtime_service.store.tables import AttemptRow, RunRow, ThreadRow  # noqa: E402
 from tests import registry_data  # noqa: E402
@@ -130,42 +131,8 @@ def publish(address: str) -> dict[str, Any]:
 
 # -- the generator ---------------------------------------------------------------------------
 
-_STEP_DEFAULTS: dict[str, Any] = {
-    "operation": "",
-    "idempotency_key": "",
-    "input_ref": "",
-    "output_ref": "",
-    "summary": "",
-    "error_class": "",
-    "error_message": "",
-    "retryable": False,
-    "retry_of_step_id": "",
-    "side_effect": False,
-    "input_tokens": 0,
-    "output_tokens": 0,
-    "cost_usd": 0.0,
-    "input_revision": 1,
-    "consumed_input_ids_json": "[]",
-    "tool_name": "",
-    "tool_arguments_json": "{}",
-    "approval_decision": "",
-    "approver": "",
-    "approval_comment": "",
-    "approval_time": None,
-    "approval_step_id": "",
-    "completion_check": "",
-    "model_policy_digest": "",
-    "candidate_name": "",
-    "candidate_reason": "",
-    "provider": "",
-    "requested_model_id": "",
-    "parameters_json": "{}",
-    "reported_model_id": "",
-    "system_prompt_digest": "",
-    "context_digest": "",
-    "skills_json": "[]",
-    "tools_json": "[]",
-}
+# The columns a recorded step leaves at their defaults, as the runtime writes them.
+_STEP_DEFAULTS: dict[str, Any] = {**blank_step(), "input_revision": 1}
 
 
 class Generator:

@@ -57,7 +57,6 @@ from runtime_service.store.tables import AttemptRow, RunRow
 COUNTED = ("MODEL_CALL", "TOOL_CALL", "COMPLETION_CHECK")
 _INSERT_USAGE = sa.insert(StepUsageRow)
 _INSERT_STEP = sa.insert(StepRow)
-_STEP_COLUMNS = list(StepRow.__table__.columns)
 MAX_INPUT_BYTES = 256 * 1024
 #: ResolvedVersions answers by (bound digest, recorded resolution): see _resolved_for.
 _RESOLVED: LruCache[tuple[str, ...], message_pb2.ResolvedVersions] = LruCache(1024)
@@ -195,7 +194,7 @@ def _step_row(
     """A new step as both paths record it, before its resolution is filled in."""
     return step_sql.detached_step(
         {
-            **_blank_step(),
+            **blank_step(),
             "id": new_id("stp"),
             "run_id": run_id,
             "attempt_id": attempt_id,
@@ -873,7 +872,7 @@ class StepsService:
     def _started(self, session: Session, run: RunRow, step: StepRow, now: dt.datetime) -> None:
         """Insert the (fully built) step and record ``step.started`` (and ``step.ended`` for
         a step that is born ended, such as a denial), plus its usage index rows."""
-        session.execute(_INSERT_STEP, {c.key: getattr(step, c.key) for c in _STEP_COLUMNS})
+        session.execute(_INSERT_STEP, {k: getattr(step, k) for k in step_sql.STEP_COLUMNS})
         transitions.append_run_event(session, run, _started_attributes(step), now)
         if step.status != "STARTED":
             self._ended_event(session, run, step, now)
@@ -1302,7 +1301,7 @@ class StepsService:
             run.last_step_sequence += 1
             step = StepRow(
                 **{
-                    **_blank_step(),
+                    **blank_step(),
                     "id": new_id("stp"),
                     "run_id": run.id,
                     "attempt_id": attempt.id,
@@ -1471,7 +1470,9 @@ class StepsService:
         return await self._rt.read(read)
 
 
-def _blank_step() -> dict[str, Any]:
+def blank_step() -> dict[str, Any]:
+    """Every step column a new step leaves at its default (the generator in
+    ``bench/audit_bench.py`` starts from it too)."""
     return {
         "turn_id": "",
         "operation": "",

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -53,20 +52,32 @@ def _raw(name: str) -> Any:
     return job
 
 
-def _batched(writer: GroupCommitWriter, jobs: list[tuple[Any, bool]]) -> list[Future[Any]]:
-    """Submit ``jobs`` while the writer is held up, so they are taken as one batch."""
-    entered, release = threading.Event(), threading.Event()
+def _write(writer: GroupCommitWriter, fn: Any, *, raw: bool = False) -> Any:
+    async def submit() -> Any:
+        return await writer.submit(fn, raw=raw)
 
-    def hold(session: Session) -> None:
-        entered.set()
-        release.wait(10)
+    return asyncio.run(submit())
 
-    first = writer.submit(hold)
-    entered.wait(10)
-    futures = [writer.submit(fn, raw=raw) for fn, raw in jobs]
-    release.set()
-    first.result(10)
-    return futures
+
+def _batched(writer: GroupCommitWriter, jobs: list[tuple[Any, bool]]) -> list[Any]:
+    """Submit ``jobs`` while the writer is held up, so they are taken as one batch; return
+    what each answered (a value, or the exception it raised)."""
+
+    async def submit() -> list[Any]:
+        entered, release = threading.Event(), threading.Event()
+
+        def hold(session: Session) -> None:
+            entered.set()
+            release.wait(10)
+
+        first = writer.submit(hold)
+        await asyncio.get_running_loop().run_in_executor(None, entered.wait, 10)
+        futures = [writer.submit(fn, raw=raw) for fn, raw in jobs]
+        release.set()
+        await first
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+    return asyncio.run(submit())
 
 
 def test_a_batch_mixes_orm_and_plain_sql_jobs_and_a_refused_one_changes_nothing(
@@ -74,7 +85,7 @@ def test_a_batch_mixes_orm_and_plain_sql_jobs_and_a_refused_one_changes_nothing(
 ) -> None:
     writer = GroupCommitWriter(engine)
     try:
-        futures = _batched(
+        answers = _batched(
             writer,
             [
                 (_orm("a"), False),
@@ -85,14 +96,15 @@ def test_a_batch_mixes_orm_and_plain_sql_jobs_and_a_refused_one_changes_nothing(
                 (_raw("d"), True),
             ],
         )
-        results = []
-        for f in futures:
-            try:
-                results.append(f.result(10))
-            except sa.exc.IntegrityError:
-                results.append("refused")
-            except Exception as exc:  # the driver's own error for a plain-SQL job
-                results.append(type(exc).__name__)
+        results = [
+            "refused"
+            if isinstance(a, sa.exc.IntegrityError)
+            # the driver's own error for a plain-SQL job
+            else type(a).__name__
+            if isinstance(a, Exception)
+            else a
+            for a in answers
+        ]
         assert results == ["a", "b", "IntegrityError", "refused", "c", "d"]
         assert _names(engine) == ["a", "b", "c", "d"]
     finally:
@@ -102,15 +114,15 @@ def test_a_batch_mixes_orm_and_plain_sql_jobs_and_a_refused_one_changes_nothing(
 def test_a_lone_refused_job_rolls_back_and_the_writer_goes_on(engine: sa.Engine) -> None:
     writer = GroupCommitWriter(engine)
     try:
-        assert writer.submit(_raw("x"), raw=True).result(10) == "x"
+        assert _write(writer, _raw("x"), raw=True) == "x"
 
         def half_then_fail(session: Session) -> None:
             session.execute(sa.text("INSERT INTO items (name) VALUES ('half')"))
             raise ValueError("refused")
 
         with pytest.raises(ValueError):
-            writer.submit(half_then_fail).result(10)
-        assert writer.submit(_orm("y")).result(10) == "y"
+            _write(writer, half_then_fail)
+        assert _write(writer, _orm("y")) == "y"
         assert _names(engine) == ["x", "y"]
     finally:
         writer.close()
@@ -136,7 +148,7 @@ def test_an_orm_job_sees_what_a_plain_sql_job_before_it_in_the_batch_wrote(
     would get the object the first loaded from the identity map, without the raw update."""
     writer = GroupCommitWriter(engine)
     try:
-        writer.submit(_raw("a"), raw=True).result(10)
+        _write(writer, _raw("a"), raw=True)
 
         def read_n(session: Session) -> int:
             item = session.get(_Item, "a")
@@ -146,8 +158,8 @@ def test_an_orm_job_sees_what_a_plain_sql_job_before_it_in_the_batch_wrote(
         def bump(tx: RawTx) -> None:
             tx.execute(_BUMP, {"name": "a"})
 
-        futures = _batched(writer, [(read_n, False), (bump, True), (read_n, False)])
-        assert [f.result(10) for f in futures] == [0, None, 1]
+        answers = _batched(writer, [(read_n, False), (bump, True), (read_n, False)])
+        assert answers == [0, None, 1]
     finally:
         writer.close()
 
@@ -161,24 +173,23 @@ def test_a_waiter_that_gives_up_does_not_stop_the_writer(engine: sa.Engine) -> N
         entered, release = threading.Event(), threading.Event()
 
         def hold(session: Session) -> None:
+            session.execute(sa.text("INSERT INTO items (name) VALUES ('held')"))
             entered.set()
             release.wait(10)
 
-        held = writer.submit_async(hold)
+        held = writer.submit(hold)
         await asyncio.get_running_loop().run_in_executor(None, entered.wait, 10)
-        queued = writer.submit_async(_raw("never"), raw=True)
-        queued.cancel()
-        concurrent = writer.submit(_raw("never-either"), raw=True)
-        concurrent.cancel()
+        held.cancel()  # while its batch runs
+        queued = writer.submit(_raw("never"), raw=True)
+        queued.cancel()  # before it runs
         release.set()
-        await held
         return [
-            await writer.submit_async(_orm("after")),
-            await writer.submit_async(_raw("z"), raw=True),
+            await writer.submit(_orm("after")),
+            await writer.submit(_raw("z"), raw=True),
         ]
 
     try:
         assert asyncio.run(scenario()) == ["after", "z"]
-        assert _names(engine) == ["after", "z"]
+        assert _names(engine) == ["after", "held", "z"]
     finally:
         writer.close()
