@@ -17,9 +17,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import fcntl
+import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -144,6 +146,44 @@ def _postgres_engine(url: URL, *, pool_size: int) -> Engine:
     )
 
 
+class WriterLock:
+    """An exclusive ``flock`` held around each write transaction, for when a second process
+    writes the same SQLite file (``runtime_service.step_process``).
+
+    SQLite's own lock would serialise the two writers too, but a writer that finds it taken
+    polls with sleeps of 1, 2, 5, 10… ms (its busy handler), which is what drives p99 into the
+    100 ms range (``shared/PERFORMANCE.md``); a waiter on ``flock`` is woken by the kernel the
+    moment the other lets go. The lock file sits beside the database.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def __enter__(self) -> WriterLock:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)  # releases the GIL while it waits
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._fd is not None
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+
+def writer_lock_path(url: URL) -> str | None:
+    """Where the :class:`WriterLock` of a SQLite file lives (None for an in-memory database)."""
+    database = url.database or ""
+    if url.get_backend_name() != "sqlite" or database in ("", ":memory:"):
+        return None
+    return database + "-agentrt-writer.lock"
+
+
 @dataclass
 class _Job:
     fn: Callable[[Any], Any]
@@ -168,9 +208,10 @@ class GroupCommitWriter:
     ORM jobs cannot leave a later one reading a stale object.
     """
 
-    def __init__(self, engine: Engine, max_batch: int = 64) -> None:
+    def __init__(self, engine: Engine, max_batch: int = 64, lock: WriterLock | None = None) -> None:
         self._engine = engine
         self._max_batch = max_batch
+        self._lock: contextlib.AbstractContextManager[Any] = lock or contextlib.nullcontext()
         self._conn: sa.Connection | None = None
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="agentrt-db-writer", daemon=True)
@@ -232,36 +273,47 @@ class GroupCommitWriter:
         batch = [job for job in batch if not job.future.cancelled()]
         if not batch:
             return
-        # A lone job needs no savepoint: if it fails, the whole transaction rolls back.
-        alone = len(batch) == 1
-        outcomes: list[tuple[bool, Any]] = []
         try:
-            conn = self._connection()
-            transaction = conn.begin()
-            try:
-                for job in batch:
-                    try:
-                        outcomes.append((True, _run_job(conn, job, savepoint=not alone)))
-                    except _BatchBroken:
-                        raise
-                    except Exception as exc:
-                        outcomes.append((False, exc))
-                if alone and not outcomes[0][0]:
-                    # (A lone ORM job that failed has already rolled it back itself.)
-                    if transaction.is_active:
-                        transaction.rollback()
-                else:
-                    transaction.commit()
-            except BaseException:
-                if transaction.is_active:
-                    transaction.rollback()
-                raise
+            with self._lock:
+                outcomes = run_batch(self._connection(), [(job.fn, job.raw) for job in batch])
         except BaseException as exc:
             # The transaction itself failed (the commit, or the database): nothing of the
             # batch is durable, so nobody succeeded; the connection starts afresh.
             self._discard()
             outcomes = [(False, exc)] * len(batch)
         _answer(batch, outcomes)
+
+
+def run_batch(
+    conn: sa.Connection, jobs: Sequence[tuple[Callable[[Any], Any], bool]]
+) -> list[tuple[bool, Any]]:
+    """Run ``jobs`` (each a function and whether it takes a RawTx) in one transaction of
+    ``conn``, each in a savepoint of its own, and commit: one job's failure rolls back only
+    its own work. Returns ``(True, result)`` or ``(False, exception)`` per job; raises, with
+    nothing committed, if the transaction itself fails."""
+    # A lone job needs no savepoint: if it fails, the whole transaction rolls back.
+    alone = len(jobs) == 1
+    outcomes: list[tuple[bool, Any]] = []
+    transaction = conn.begin()
+    try:
+        for fn, raw in jobs:
+            try:
+                outcomes.append((True, _run_job(conn, fn, raw, savepoint=not alone)))
+            except _BatchBroken:
+                raise
+            except Exception as exc:
+                outcomes.append((False, exc))
+        if alone and not outcomes[0][0]:
+            # (A lone ORM job that failed has already rolled it back itself.)
+            if transaction.is_active:
+                transaction.rollback()
+        else:
+            transaction.commit()
+    except BaseException:
+        if transaction.is_active:
+            transaction.rollback()
+        raise
+    return outcomes
 
 
 class _BatchBroken(Exception):
@@ -289,20 +341,20 @@ def _settle(settled: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
             future.set_exception(value)
 
 
-def _run_job(conn: sa.Connection, job: _Job, *, savepoint: bool) -> Any:
+def _run_job(conn: sa.Connection, fn: Callable[[Any], Any], raw: bool, *, savepoint: bool) -> Any:
     """Run one job in ``conn``'s open transaction, inside a savepoint of its own if asked."""
-    if job.raw:
+    if raw:
         from agentrt_base.raw import RawTx
 
         driver: Any = conn.connection.driver_connection
         tx = RawTx(conn.dialect, driver)
         if not savepoint:
-            return job.fn(tx)
+            return fn(tx)
         # Plain SAVEPOINT statements on the driver connection: SQLAlchemy's nested
         # transaction costs more than the job's own statements.
         driver.execute("SAVEPOINT agentrt_job")
         try:
-            result = job.fn(tx)
+            result = fn(tx)
         except BaseException:
             try:
                 driver.execute("ROLLBACK TO SAVEPOINT agentrt_job")
@@ -319,7 +371,7 @@ def _run_job(conn: sa.Connection, job: _Job, *, savepoint: bool) -> Any:
         expire_on_commit=False,
     )
     with session, session.begin():
-        return job.fn(session)
+        return fn(session)
 
 
 class Database:
@@ -329,7 +381,17 @@ class Database:
     whoever built it.
     """
 
-    def __init__(self, url: str, *, read_pool_size: int = 4) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        read_pool_size: int = 4,
+        writer_lock: bool = False,
+        group_commit: bool = True,
+    ) -> None:
+        """``writer_lock``: take a :class:`WriterLock` around every SQLite write transaction
+        (another process writes the file too). ``group_commit=False``: no writer thread, for
+        a process that runs its batches itself (:meth:`commit_batch`)."""
         self.url = normalise_url(url)
         self.dialect_name = self.url.get_backend_name()
         if self.is_sqlite:
@@ -345,8 +407,12 @@ class Database:
             writer_threads = 4
         self._write_sessions = sessionmaker(self.write_engine, expire_on_commit=False)
         self._read_sessions = sessionmaker(self.read_engine, expire_on_commit=False)
+        lock_path = writer_lock_path(self.url) if writer_lock else None
+        self._lock = WriterLock(lock_path) if lock_path else None
         self._group: GroupCommitWriter | None = (
-            GroupCommitWriter(self.write_engine) if self.is_sqlite else None
+            GroupCommitWriter(self.write_engine, lock=self._lock)
+            if self.is_sqlite and group_commit
+            else None
         )
         self._write_executor = ThreadPoolExecutor(writer_threads, "agentrt-db-write")
         self._read_executor = ThreadPoolExecutor(read_pool_size, "agentrt-db-read")
@@ -405,6 +471,11 @@ class Database:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._write_executor, self.write_raw_sync, fn)
 
+    def writer_lock(self) -> contextlib.AbstractContextManager[Any]:
+        """The :class:`WriterLock` (a no-op without one), for a process running
+        :func:`run_batch` itself."""
+        return self._lock or contextlib.nullcontext()
+
     async def read(self, fn: Callable[[Session], T]) -> T:
         """Run ``fn`` in one read transaction on a reader thread."""
         loop = asyncio.get_running_loop()
@@ -414,6 +485,8 @@ class Database:
         """Stop the executors and close every pooled connection."""
         if self._group is not None:
             self._group.close()
+        if self._lock is not None:
+            self._lock.close()
         self._write_executor.shutdown(wait=True)
         self._read_executor.shutdown(wait=True)
         self.write_engine.dispose()

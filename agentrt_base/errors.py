@@ -150,6 +150,12 @@ class Unauthenticated(AgentrtError):
     reason = "UNAUTHENTICATED"
 
 
+class Unavailable(AgentrtError):
+    """The server cannot serve the call right now; the caller may retry it (idempotently)."""
+
+    reason = "UNAVAILABLE"
+
+
 class Unimplemented(AgentrtError):
     """The RPC exists in the contract but this server does not provide it yet."""
 

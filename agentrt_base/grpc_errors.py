@@ -39,6 +39,7 @@ _CODES: list[tuple[type[errors.AgentrtError], grpc.StatusCode]] = [
     (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (errors.Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (errors.Unimplemented, grpc.StatusCode.UNIMPLEMENTED),
+    (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
 ]
 
 

@@ -16,6 +16,7 @@ DEFAULT_TARGET = "127.0.0.1:50051"
 ENV_LISTEN = "AGENTRT_LISTEN"
 ENV_DATABASE_URL = "AGENTRT_DATABASE_URL"
 ENV_TARGET = "AGENTRT_TARGET"
+ENV_STEP_PROCESS = "AGENTRT_STEP_PROCESS"
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,9 @@ class ServerSettings:
     database_url: str = DEFAULT_DATABASE_URL
     #: Seconds in-flight calls get to finish after SIGTERM before they are cancelled.
     shutdown_grace_seconds: float = 3.0
+    #: On a SQLite file, write the step path's common case in a second process
+    #: (``runtime_service.step_process``); ``AGENTRT_STEP_PROCESS=0`` keeps it in-process.
+    step_process: bool = True
 
     @classmethod
     def resolve(
@@ -40,6 +44,8 @@ class ServerSettings:
         return cls(
             listen=listen or env.get(ENV_LISTEN) or DEFAULT_LISTEN,
             database_url=database_url or env.get(ENV_DATABASE_URL) or DEFAULT_DATABASE_URL,
+            step_process=env.get(ENV_STEP_PROCESS, "1").strip().lower()
+            not in ("0", "false", "no", "off"),
         )
 
 

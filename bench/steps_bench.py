@@ -21,7 +21,10 @@ repetition with the median rate (its latencies with it). "step RPC/s" counts bot
 pair, so it is twice the pairs/s; its ratio to the empty rate at the same concurrency is the
 issue's "each step RPC at >= 0.5x the empty-RPC rate". The server's CPU time (user + system,
 from ``/proc/<pid>/stat``) over each loop, divided by its calls or pairs, is reported too
-(median over the repetitions): it does not depend on what else the machine is running.
+(median over the repetitions): it does not depend on what else the machine is running. On
+SQLite the server writes the step path's common case in a second process
+(``runtime_service.step_process``); that process's CPU per pair is reported beside the
+server's, in parentheses.
 
 DBOS (the ``bench`` extra), in process, no network hop: a child Python process per
 configuration runs workflows whose body calls a trivial ``@DBOS.step()`` repeatedly, one
@@ -226,6 +229,17 @@ def server_pid() -> int | None:
     return None
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (the server's forkserver and step writer process)."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                for child in (task / "children").read_text().split():
+                    found += [int(child), *descendants(int(child))]
+    return found
+
+
 def cpu_seconds(pid: int | None) -> float:
     """User + system CPU time of a process so far (10 ms resolution), 0 when unknown."""
     if pid is None:
@@ -234,28 +248,64 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_split(pid: int | None) -> tuple[float, float]:
+    """CPU seconds so far of the server process itself and of all its child processes."""
+    if pid is None:
+        return 0.0, 0.0
+    return cpu_seconds(pid), sum(cpu_seconds(child) for child in descendants(pid))
+
+
 class StepRun:
     """One measurement of ``workers`` concurrent step loops."""
 
     def __init__(
-        self, workers: int, pairs: int, seconds: float, begin_ms: list[float], end_ms: list[float]
+        self,
+        workers: int,
+        pairs: int,
+        seconds: float,
+        begin_ms: list[float],
+        end_ms: list[float],
+        machine_busy: float = 0.0,
+        client_cpu_s: float = 0.0,
     ) -> None:
         self.workers, self.pairs, self.seconds = workers, pairs, seconds
         self.begin = Result("BeginStep", pairs, seconds, begin_ms)
         self.end = Result("EndStep", pairs, seconds, end_ms)
+        #: Share of the whole machine's CPU time that was busy meanwhile (every process).
+        self.machine_busy = machine_busy
+        self.client_cpu_s = client_cpu_s
 
     @property
     def pairs_per_s(self) -> float:
         return self.pairs / self.seconds
 
 
+def machine_times() -> tuple[int, int]:
+    """(busy, total) CPU ticks of the whole machine so far (Linux ``/proc/stat``)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 async def step_run(workers: list[Worker], pairs_each: int) -> StepRun:
     begin_ms: list[float] = []
     end_ms: list[float] = []
+    busy, total = machine_times()
+    client = os.times()
     started = time.perf_counter()
     await asyncio.gather(*(w.pairs(pairs_each, begin_ms, end_ms) for w in workers))
     seconds = time.perf_counter() - started
-    return StepRun(len(workers), pairs_each * len(workers), seconds, begin_ms, end_ms)
+    client_after = os.times()
+    busy_after, total_after = machine_times()
+    return StepRun(
+        len(workers),
+        pairs_each * len(workers),
+        seconds,
+        begin_ms,
+        end_ms,
+        machine_busy=(busy_after - busy) / max(total_after - total, 1),
+        client_cpu_s=(client_after.user + client_after.system) - (client.user + client.system),
+    )
 
 
 def pairs_for(concurrency: int, pairs: int) -> int:
@@ -271,7 +321,8 @@ class Cell:
     empty: Result
     steps: StepRun
     empty_cpu_us: float  # server CPU per empty call, median over repetitions
-    pair_cpu_us: float  # server CPU per Begin+End pair, median over repetitions
+    pair_cpu_us: float  # server process CPU per Begin+End pair, median over repetitions
+    pair_child_cpu_us: float  # its step writer process's CPU per pair, likewise
 
 
 async def run_engine(
@@ -292,6 +343,7 @@ async def run_engine(
             steps: dict[int, list[StepRun]] = {c: [] for c in CONCURRENCY}
             empty_cpu: dict[int, list[float]] = {c: [] for c in CONCURRENCY}
             pair_cpu: dict[int, list[float]] = {c: [] for c in CONCURRENCY}
+            pair_child_cpu: dict[int, list[float]] = {c: [] for c in CONCURRENCY}
             for rep in range(repetitions):
                 for c in CONCURRENCY:
                     n = calls // 4 if c == 1 else calls
@@ -300,9 +352,11 @@ async def run_engine(
                         "empty", lambda i: healths[i % CHANNELS].Check(request), n, c
                     )
                     empty_cpu[c].append((cpu_seconds(pid) - cpu) / n * 1e6)
-                    cpu = cpu_seconds(pid)
+                    main_cpu, child_cpu = cpu_split(pid)
                     r = await step_run(workers[:c], pairs_for(c, pairs))
-                    pair_cpu[c].append((cpu_seconds(pid) - cpu) / r.pairs * 1e6)
+                    main_after, child_after = cpu_split(pid)
+                    pair_cpu[c].append((main_after - main_cpu) / r.pairs * 1e6)
+                    pair_child_cpu[c].append((child_after - child_cpu) / r.pairs * 1e6)
                     empty[c].append(e)
                     steps[c].append(r)
                     print(
@@ -320,6 +374,7 @@ async def run_engine(
                     ordered[len(ordered) // 2],
                     statistics.median(empty_cpu[c]),
                     statistics.median(pair_cpu[c]),
+                    statistics.median(pair_child_cpu[c]),
                 )
         finally:
             for ch in channels:
@@ -483,8 +538,9 @@ def table(
         "",
         "| workers | empty RPC/s | empty p50 / p99 ms | Begin+End pairs/s | step RPC/s "
         "| step RPC / empty | BeginStep p50 / p99 ms | EndStep p50 / p99 ms | pairs/s / DBOS best "
-        "| pairs/s / DBOS same concurrency | server CPU µs: empty call / pair |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| pairs/s / DBOS same concurrency | server CPU µs: empty call / pair "
+        "(+ step writer process) | bench client CPU µs / pair | machine busy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c, cell in cells.items():
         empty, steps = cell.empty, cell.steps
@@ -497,7 +553,9 @@ def table(
             f"| {steps.pairs_per_s:,.0f} | {step_rps:,.0f} | {step_rps / empty.rps:.2f}x "
             f"| {steps.begin.pct(0.5):.2f} / {steps.begin.pct(0.99):.2f} "
             f"| {steps.end.pct(0.5):.2f} / {steps.end.pct(0.99):.2f} | {vs_dbos} | {vs_same} "
-            f"| {cell.empty_cpu_us:,.0f} / {cell.pair_cpu_us:,.0f} |"
+            f"| {cell.empty_cpu_us:,.0f} / {cell.pair_cpu_us:,.0f}"
+            f" (+ {cell.pair_child_cpu_us:,.0f}) "
+            f"| {steps.client_cpu_s / steps.pairs * 1e6:,.0f} | {steps.machine_busy:.0%} |"
         )
     return rows
 

@@ -27,7 +27,7 @@ from agentrt.runtime.v1 import (
     worker_service_pb2,
     worker_service_pb2_grpc,
 )
-from agentrt_base.db import Database
+from agentrt_base.db import Database, normalise_url, writer_lock_path
 from agentrt_base.grpc_errors import ErrorMappingInterceptor
 from agentrt_base.settings import ServerSettings
 from registry.servicer import RegistryServicer
@@ -38,6 +38,7 @@ from runtime_service.servicers.runtime import RuntimeServicer
 from runtime_service.servicers.worker import WorkerServicer
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime, RuntimeSettings
+from runtime_service.step_process import StepProcess, child_database_url
 
 log = logging.getLogger("agentrt.server")
 
@@ -102,17 +103,29 @@ class AgentrtServer:
     _notifier: Notifier | None = field(default=None, repr=False)
     _reaper: asyncio.Task[None] | None = field(default=None, repr=False)
     _stop_background: asyncio.Event | None = field(default=None, repr=False)
+    _step_process: StepProcess | None = field(default=None, repr=False)
 
     async def start(self) -> int:
         """Open and migrate the database, bind, start serving; return the bound port."""
-        database = Database(self.settings.database_url)
+        url = normalise_url(self.settings.database_url)
+        # The step writer process needs a file both processes can open.
+        use_step_process = self.settings.step_process and writer_lock_path(url) is not None
+        database = Database(self.settings.database_url, writer_lock=use_step_process)
+        notifier = Notifier()
+        step_process = StepProcess(child_database_url(url), notifier) if use_step_process else None
         try:
             await asyncio.to_thread(database.check)
             await asyncio.to_thread(migrate.upgrade, database)
+            if step_process is not None:
+                try:
+                    await step_process.start()
+                except (OSError, RuntimeError) as exc:
+                    raise StartupError(f"cannot start the step writer process: {exc}") from exc
         except BaseException:
             database.dispose()
             raise
         self.database = database
+        self._step_process = step_process
 
         server = grpc.aio.server(
             interceptors=[ErrorMappingInterceptor()],
@@ -128,10 +141,9 @@ class AgentrtServer:
             RegistryServicer(database),
             server,
         )
-        notifier = Notifier()
         runtime = Runtime(database, notifier, self.runtime_settings)
         bound = BoundAgents()
-        worker = WorkerServicer(runtime, bound)
+        worker = WorkerServicer(runtime, bound, step_process)
         runtime_service_pb2_grpc.add_RuntimeServiceServicer_to_server(
             RuntimeServicer(runtime, bound), server
         )
@@ -146,13 +158,13 @@ class AgentrtServer:
             _check_bindable(self.settings.listen)
             port = server.add_insecure_port(self.settings.listen)
         except RuntimeError as exc:
-            database.dispose()
+            await self._release()
             raise StartupError(f"cannot listen on {self.settings.listen}: {exc}") from exc
         except StartupError:
-            database.dispose()
+            await self._release()
             raise
         if port == 0:
-            database.dispose()
+            await self._release()
             raise StartupError(f"cannot listen on {self.settings.listen}: address unavailable")
         await server.start()
         if not database.is_sqlite:
@@ -166,6 +178,11 @@ class AgentrtServer:
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._server, self._health, self.port = server, health_servicer, port
         return port
+
+    @property
+    def step_process(self) -> StepProcess | None:
+        """The step writer process, when this server runs one (SQLite)."""
+        return self._step_process
 
     @property
     def address(self) -> str:
@@ -188,9 +205,17 @@ class AgentrtServer:
         if self._notifier is not None:
             await self._notifier.stop()
             self._notifier = None
+        await self._release()
+        self._server = self._health = None
+
+    async def _release(self) -> None:
+        """Stop the step writer process (after the calls it serves), then close the database."""
+        if self._step_process is not None:
+            await self._step_process.stop()
+            self._step_process = None
         if self.database is not None:
             await asyncio.to_thread(self.database.dispose)
-        self._server = self._health = self.database = None
+            self.database = None
 
 
 async def serve(settings: ServerSettings) -> None:

@@ -22,8 +22,16 @@ class ServerThread:
     """Runs :class:`AgentrtServer` (the production composition) on an event loop in a thread,
     so tests can use plain blocking stubs against a real server on an ephemeral port."""
 
-    def __init__(self, database_url: str, runtime_settings: RuntimeSettings | None = None) -> None:
-        self.settings = ServerSettings(listen="127.0.0.1:0", database_url=database_url)
+    def __init__(
+        self,
+        database_url: str,
+        runtime_settings: RuntimeSettings | None = None,
+        *,
+        step_process: bool = True,
+    ) -> None:
+        self.settings = ServerSettings(
+            listen="127.0.0.1:0", database_url=database_url, step_process=step_process
+        )
         self.server = AgentrtServer(self.settings)
         if runtime_settings is not None:
             self.server.runtime_settings = runtime_settings
@@ -45,9 +53,12 @@ class ServerThread:
 
 @contextlib.contextmanager
 def running_server(
-    database_url: str, runtime_settings: RuntimeSettings | None = None
+    database_url: str,
+    runtime_settings: RuntimeSettings | None = None,
+    *,
+    step_process: bool = True,
 ) -> Iterator[str]:
-    thread = ServerThread(database_url, runtime_settings)
+    thread = ServerThread(database_url, runtime_settings, step_process=step_process)
     address = thread.start()
     try:
         yield address

@@ -7,19 +7,31 @@ from typing import Any
 from agentrt.runtime.v1 import enum_pb2, message_pb2, worker_service_pb2_grpc
 from agentrt.runtime.v1 import worker_service_pb2 as pb
 from runtime_service import proto_map as pm
-from runtime_service.servicers.convert import duration_or_none, enum_name, struct_json
+from runtime_service.servicers.convert import duration_or_none, enum_name
+from runtime_service.servicers.step_messages import (
+    begin_step_response,
+    end_step_response,
+    step_end_of,
+    step_request,
+)
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime
 from runtime_service.services.leases import LeasesService
-from runtime_service.services.steps import StepRequest, StepsService
+from runtime_service.services.steps import StepsService
+from runtime_service.step_process import BEGIN_STEP, END_STEP, StepProcess
 
 Context = Any
 
 
 class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
-    def __init__(self, runtime: Runtime, bound: BoundAgents) -> None:
+    def __init__(
+        self, runtime: Runtime, bound: BoundAgents, step_process: StepProcess | None = None
+    ) -> None:
         self._leases = LeasesService(runtime, bound)
         self._steps = StepsService(runtime, bound)
+        # BeginStep and EndStep try it first (SQLite); it answers None when the in-process
+        # path must take the call (anything but the common case, or the process is gone).
+        self._step_process = step_process
 
     @property
     def leases(self) -> LeasesService:
@@ -116,66 +128,24 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
     async def BeginStep(
         self, request: pb.BeginStepRequest, context: Context
     ) -> pb.BeginStepResponse:
-        details = request.WhichOneof("details") or ""
-        model, tool, check = request.model_call, request.tool_call, request.completion_check
-        outcome = await self._steps.begin_step(
-            StepRequest(
-                attempt_id=request.fence.attempt_id,
-                lease_epoch=request.fence.lease_epoch,
-                turn_id=request.turn_id,
-                type=enum_name(
-                    enum_pb2.StepType, "STEP_TYPE_", request.type, "type", required=True
-                ),
-                operation=request.operation,
-                idempotency_key=request.idempotency_key,
-                input_ref=request.input_ref,
-                retry_of_step_id=request.retry_of_step_id,
-                estimated_input_tokens=model.estimated_input_tokens,
-                previous_error_class=enum_name(
-                    enum_pb2.ErrorClass,
-                    "ERROR_CLASS_",
-                    model.previous_error_class,
-                    "model_call.previous_error_class",
-                ),
-                previous_candidate=model.previous_candidate,
-                skills=list(model.skills),
-                tools=list(model.tools),
-                context_digest=model.context_digest,
-                tool=tool.tool,
-                arguments=struct_json(tool.arguments),
-                check=check.check,
-                details=details,
-            )
-        )
-        response = pb.BeginStepResponse(
-            step=pm.step(outcome.step),
-            steer_inputs=[pm.input_(i) for i in outcome.steers],
-            existing=outcome.existing,
-        )
-        if outcome.resolved is not None:
-            response.resolved.CopyFrom(outcome.resolved)
-        return response
+        if self._step_process is not None:
+            answer = await self._step_process.call(BEGIN_STEP, request.SerializeToString())
+            if answer is not None:
+                return pb.BeginStepResponse.FromString(answer)
+        return begin_step_response(await self._steps.begin_step(step_request(request)))
 
     async def EndStep(self, request: pb.EndStepRequest, context: Context) -> pb.EndStepResponse:
+        if self._step_process is not None:
+            answer = await self._step_process.call(END_STEP, request.SerializeToString())
+            if answer is not None:
+                return pb.EndStepResponse.FromString(answer)
         step = await self._steps.end_step(
             request.fence.attempt_id,
             request.fence.lease_epoch,
             request.step_id,
-            enum_name(enum_pb2.StepStatus, "STEP_STATUS_", request.status, "status", required=True),
-            output_ref=request.output_ref,
-            summary=request.summary,
-            input_tokens=request.usage.input_tokens,
-            output_tokens=request.usage.output_tokens,
-            cost_usd=request.usage.cost_usd,
-            reported_model_id=request.reported_model_id,
-            error_class=enum_name(
-                enum_pb2.ErrorClass, "ERROR_CLASS_", request.error_class, "error_class"
-            ),
-            error_message=request.error_message,
-            retryable=request.retryable,
-            side_effect=request.side_effect,
+            step_end_of(request),
         )
-        return pb.EndStepResponse(step=pm.step(step))
+        return end_step_response(step)
 
     async def WriteCheckpoint(
         self, request: pb.WriteCheckpointRequest, context: Context

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,7 +39,7 @@ from runtime_service.blobs import require_blob
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.resolution import BoundDefinition
 from runtime_service.services import transitions
-from runtime_service.services.bound import BoundAgents
+from runtime_service.services.bound import Bound, BoundAgents
 from runtime_service.services.context import Runtime, scoped_request_id
 from runtime_service.services.leases import fence_holds, fenced
 from runtime_service.services.runs import run_for_update
@@ -124,7 +125,7 @@ class StepOutcome:
 
 
 @dataclass(frozen=True)
-class _StepEnd:
+class StepEnd:
     """How a worker says a step ended (EndStep), applied the same way by both paths."""
 
     status: str
@@ -447,10 +448,299 @@ def _start_turn(
     return turn, inputs
 
 
+def budget_error(run: _Budgeted, estimated_tokens: int = 0) -> ResourceExhausted | None:
+    exceeded = ""
+    used_tokens = run.input_tokens + run.output_tokens
+    if run.max_steps and run.step_count + 1 > run.max_steps:
+        exceeded = f"max_steps ({run.max_steps}) reached"
+        name = "max_steps"
+    # Fix: ModelCallSpec.estimated_input_tokens "drives ... the token budget check": a
+    # model call whose estimate alone would pass the budget is refused before it is made.
+    elif run.max_model_tokens and (
+        used_tokens >= run.max_model_tokens or used_tokens + estimated_tokens > run.max_model_tokens
+    ):
+        exceeded = f"max_model_tokens ({run.max_model_tokens}) used up"
+        name = "max_model_tokens"
+    elif run.max_cost_usd and run.cost_usd >= run.max_cost_usd:
+        exceeded = f"max_cost_usd ({run.max_cost_usd}) spent"
+        name = "max_cost_usd"
+    if not exceeded:
+        return None
+    return ResourceExhausted(
+        f"budget exceeded: {exceeded}; the run has ended FAILED (BUDGET_EXCEEDED)",
+        reason="BUDGET_EXCEEDED",
+        metadata={"budget": name},
+    )
+
+
+def check_step_request(req: StepRequest) -> None:
+    problems = ViolationCollector()
+    if req.type in ("APPROVAL_REQUEST", "CHECKPOINT"):
+        problems.add("type", f"{req.type} steps are recorded by the runtime, not begun")
+    elif req.type not in COUNTED:
+        problems.add("type", "required: MODEL_CALL, TOOL_CALL or COMPLETION_CHECK")
+    expected = {
+        "MODEL_CALL": "model_call",
+        "TOOL_CALL": "tool_call",
+        "COMPLETION_CHECK": "completion_check",
+    }.get(req.type)
+    if expected and req.details != expected:
+        problems.add(expected, f"required for a {req.type} step")
+    if not req.turn_id:
+        problems.add("turn_id", "required: steps are begun inside a turn (BeginTurn)")
+    if len(req.operation) > 200:
+        problems.add("operation", "at most 200 characters")
+    if len(req.idempotency_key) > 200:
+        problems.add("idempotency_key", "at most 200 characters")
+    if req.estimated_input_tokens < 0:
+        problems.add("model_call.estimated_input_tokens", "must not be negative")
+    for name, value in (
+        ("input_ref", req.input_ref),
+        ("model_call.context_digest", req.context_digest),
+    ):
+        if value and not refs.is_digest(value):
+            problems.add(name, "not a sha256 digest")
+    if req.type == "TOOL_CALL" and not req.tool:
+        problems.add("tool_call.tool", "required")
+    if req.type == "COMPLETION_CHECK" and not req.check:
+        problems.add("completion_check.check", "required")
+    if len(_dumps(req.arguments).encode()) > MAX_INPUT_BYTES:
+        problems.add("tool_call.arguments", f"larger than {MAX_INPUT_BYTES} bytes")
+    problems.raise_if_any("invalid step")
+
+
+def step_end(
+    status: str,
+    *,
+    output_ref: str,
+    summary: str,
+    input_tokens: int,
+    output_tokens: int,
+    cost_usd: float,
+    reported_model_id: str,
+    error_class: str,
+    error_message: str,
+    retryable: bool,
+    side_effect: bool,
+) -> StepEnd:
+    """How a worker says a step ended, checked: INVALID_ARGUMENT naming each bad field."""
+    problems = ViolationCollector()
+    if status not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+        problems.add("status", "required: SUCCEEDED, FAILED or CANCELLED")
+    if input_tokens < 0:
+        problems.add("usage.input_tokens", "must not be negative")
+    if output_tokens < 0:
+        problems.add("usage.output_tokens", "must not be negative")
+    if cost_usd < 0 or cost_usd != cost_usd:
+        problems.add("usage.cost_usd", "must be a non-negative number")
+    if output_ref and not refs.is_digest(output_ref):
+        problems.add("output_ref", "not a sha256 digest")
+    if len(summary.encode()) > MAX_TEXT:
+        problems.add("summary", f"larger than {MAX_TEXT} bytes")
+    if len(error_message.encode()) > MAX_TEXT:
+        problems.add("error_message", f"larger than {MAX_TEXT} bytes")
+    problems.raise_if_any("invalid step outcome")
+    return StepEnd(
+        status=status,
+        output_ref=output_ref,
+        summary=summary,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cost_usd=cost_usd,
+        reported_model_id=reported_model_id[:200],
+        error_class=error_class,
+        error_message=error_message,
+        retryable=retryable,
+        side_effect=side_effect,
+    )
+
+
+def resolved_for(bound: BoundDefinition, step: StepRow) -> message_pb2.ResolvedVersions:
+    """The contents a worker needs for a step (what the step recorded, with content).
+
+    Kept per bound digest and recorded resolution: both are immutable, and building the
+    message (a prompt, skill files, tool schemas as Structs) on every model call cost
+    more than recording the step. Callers copy it, never change it.
+    """
+    key = (bound.digest, step.type, *proto_map.recorded_resolution(step))
+    cached = _RESOLVED.get(key)
+    if cached is None:
+        cached = _build_resolved(bound, step)
+        _RESOLVED.put(key, cached)
+    return cached
+
+
+def _build_resolved(bound: BoundDefinition, step: StepRow) -> message_pb2.ResolvedVersions:
+    out = message_pb2.ResolvedVersions()
+    if step.type == "MODEL_CALL":
+        out.model.policy_digest = step.model_policy_digest
+        out.model.candidate_name = step.candidate_name
+        out.model.reason = enum_pb2.CandidateReason.Value(
+            f"CANDIDATE_REASON_{step.candidate_reason}"
+        )
+        out.model.provider = step.provider
+        out.model.model_id = step.requested_model_id
+        out.model.parameters.update(json.loads(step.parameters_json))
+        out.system_prompt_digest = bound.system_prompt.digest
+        out.system_prompt_text = str(bound.system_prompt.spec.get("text", ""))
+        for skill in json.loads(step.skills_json):
+            pinned = bound.skills[skill["name"]]
+            resolved = out.skills.add(
+                name=pinned.name,
+                version=pinned.version,
+                digest=pinned.digest,
+                instructions=str(pinned.spec.get("instructions", "")),
+            )
+            for f in pinned.spec.get("files", []):
+                resolved.files.add(path=f["path"], content=str(f.get("content", "")).encode())
+    for tool in json.loads(step.tools_json):
+        pinned_tool = bound.tools.get(tool["name"])
+        if pinned_tool is None:
+            continue
+        resolved_tool = out.tools.add(
+            name=pinned_tool.name,
+            version=pinned_tool.version,
+            digest=pinned_tool.digest,
+            schema_digest=pinned_tool.schema_digest,
+            decision=enum_pb2.PermissionDecision.Value(
+                f"PERMISSION_DECISION_{tool.get('decision', 'ALLOW')}"
+            ),
+            side_effect=bool(pinned_tool.spec.get("side_effects")),
+        )
+        resolved_tool.input_schema.update(pinned_tool.spec.get("input_schema", {}))
+        if "output_schema" in pinned_tool.spec:
+            resolved_tool.output_schema.update(pinned_tool.spec["output_schema"])
+    return out
+
+
+class CommonPath:
+    """BeginStep and EndStep's common case in plain SQL, on a RawTx of a write transaction.
+
+    Used by :class:`StepsService` in the server process and by ``runtime_service.step_process``
+    in the step writer process; ``bound`` finds a run's bound definition by digest (None:
+    not at hand, so the ORM path takes the step).
+    """
+
+    def __init__(self, bound: Callable[[str], Bound | None]) -> None:
+        self._bound = bound
+
+    def begin(self, tx: RawTx, req: StepRequest) -> StepOutcome | None:
+        """BeginStep's common case in plain SQL: a step that is simply recorded and started.
+
+        Returns None, having written nothing, for anything else (a fence that no longer
+        holds, a closed turn, a missing blob, a repeated idempotency key, a budget reached,
+        a steer waiting, a skill or tool to deny, a tool needing approval, a definition not
+        yet cached): the ORM path then handles it, and answers its errors, in one place.
+        Both paths build the step, its event and its usage rows with the same functions.
+        """
+        state = step_sql.begin_state(
+            tx, req.attempt_id, req.turn_id, req.idempotency_key, req.input_ref
+        )
+        now = utcnow()
+        if (
+            state is None
+            or not fence_holds(state, req.attempt_id, req.lease_epoch, now)
+            or state.turn_attempt_id != req.attempt_id
+            or state.turn_status != "OPEN"
+            or (req.input_ref and not state.input_blob)
+            or state.keyed_step_id is not None
+        ):
+            return None
+        cached = self._bound(state.agent_digest)
+        estimate = req.estimated_input_tokens if req.type == "MODEL_CALL" else 0
+        if cached is None or budget_error(state, estimate) is not None:
+            return None
+        bound = cached.definition
+        step = _step_row(
+            req.attempt_id,
+            req.turn_id,
+            state.last_step_sequence + 1,
+            state.input_revision,
+            req,
+            req.retry_of_step_id,
+            now,
+            status="STARTED",
+            type_=req.type,
+            run_id=state.run_id,
+        )
+        if req.type == "MODEL_CALL":
+            if (
+                state.pending_steers
+                or any(n not in bound.skills for n in req.skills)
+                or any(n not in bound.tools for n in req.tools)
+            ):
+                return None
+            _resolve_model(step, bound, req, _choose_model(bound, req), state.permission_ceiling)
+        elif req.type == "TOOL_CALL":
+            pinned = bound.tools.get(req.tool)
+            if pinned is None:
+                return None
+            decision = resolution.permission(bound, req.tool, state.permission_ceiling)
+            if decision != "ALLOW" or resolution.argument_error(pinned, req.arguments):
+                return None
+            _call_tool(step, req, pinned, [_recorded_tool(pinned, decision)])
+        elif req.check in bound.completion_checks:
+            step.completion_check = req.check
+        else:
+            return None
+        chain = events.Chain(
+            state.thread_id, state.run_id, state.last_event_sequence, state.last_event_hash
+        )
+        with tx.pipeline():  # the writes: one round trip on PostgreSQL
+            step_sql.insert_step(tx, step)
+            events.append_raw(tx, chain, _started_attributes(step), now)
+            step_sql.insert_usages(tx, _usage_rows(step))
+            step_sql.advance_run(
+                tx,
+                state.run_id,
+                step.sequence,
+                state.step_count + 1,
+                chain.last_sequence,
+                chain.last_hash,
+            )
+        tx.wake += [notify.run_key(state.run_id), notify.thread_key(state.thread_id)]
+        return StepOutcome(step, False, resolved_for(bound, step), [])
+
+    def end(
+        self, tx: RawTx, attempt_id: str, lease_epoch: int, step_id: str, outcome: StepEnd
+    ) -> StepRow | None:
+        """EndStep's common case in plain SQL: a started step of this attempt ends.
+
+        Returns None, having written nothing, for anything else (a lost fence, an unknown or
+        already ended step, a step of another attempt, a missing blob): the ORM path then
+        answers it, as for BeginStep.
+        """
+        state = step_sql.end_state(tx, attempt_id, step_id, outcome.output_ref)
+        now = utcnow()
+        if (
+            state is None
+            or not fence_holds(state, attempt_id, lease_epoch, now)
+            or state.step is None
+            or state.step.run_id != state.run_id
+            or state.step.status != "STARTED"
+            or state.step.attempt_id != attempt_id
+            or (outcome.output_ref and not state.output_blob)
+        ):
+            return None
+        step = state.step
+        step_sql.fill(step, **outcome.changes(step, now))
+        chain = events.Chain(
+            state.thread_id, state.run_id, state.last_event_sequence, state.last_event_hash
+        )
+        with tx.pipeline():  # the writes: one round trip on PostgreSQL
+            step_sql.end_step(tx, step)
+            events.append_raw(tx, chain, _ended_attributes(step), now)
+            step_sql.add_usage(tx, step, state.run_id, chain.last_sequence, chain.last_hash)
+            step_sql.insert_usages(tx, _reported_usage_rows(step))
+        tx.wake += [notify.run_key(state.run_id), notify.thread_key(state.thread_id)]
+        return step
+
+
 class StepsService:
     def __init__(self, runtime: Runtime, bound: BoundAgents) -> None:
         self._rt = runtime
         self._bound = bound
+        self._common = CommonPath(bound.cached)
 
     async def _write_recorded(self, fn: Any) -> Any:
         result: Recorded = await self._rt.write(fn)
@@ -615,124 +905,11 @@ class StepsService:
     # -- steps -----------------------------------------------------------------------------
 
     async def begin_step(self, req: StepRequest) -> StepOutcome:
-        self._check_step_request(req)
-        fast = await self._rt.write_raw(lambda tx: self._begin_common(tx, req))
+        check_step_request(req)
+        fast = await self._rt.write_raw(lambda tx: self._common.begin(tx, req))
         if fast is not None:
             return fast
         return await self._write_recorded(lambda session: self._begin_step(session, req))  # type: ignore[no-any-return]
-
-    def _begin_common(self, tx: RawTx, req: StepRequest) -> StepOutcome | None:
-        """BeginStep's common case in plain SQL: a step that is simply recorded and started.
-
-        Returns None, having written nothing, for anything else (a fence that no longer
-        holds, a closed turn, a missing blob, a repeated idempotency key, a budget reached,
-        a steer waiting, a skill or tool to deny, a tool needing approval, a definition not
-        yet cached): the ORM path then handles it, and answers its errors, in one place.
-        Both paths build the step, its event and its usage rows with the same functions.
-        """
-        state = step_sql.begin_state(
-            tx, req.attempt_id, req.turn_id, req.idempotency_key, req.input_ref
-        )
-        now = utcnow()
-        if (
-            state is None
-            or not fence_holds(state, req.attempt_id, req.lease_epoch, now)
-            or state.turn_attempt_id != req.attempt_id
-            or state.turn_status != "OPEN"
-            or (req.input_ref and not state.input_blob)
-            or state.keyed_step_id is not None
-        ):
-            return None
-        cached = self._bound.cached(state.agent_digest)
-        estimate = req.estimated_input_tokens if req.type == "MODEL_CALL" else 0
-        if cached is None or self._budget_error(state, estimate) is not None:
-            return None
-        bound = cached.definition
-        step = _step_row(
-            req.attempt_id,
-            req.turn_id,
-            state.last_step_sequence + 1,
-            state.input_revision,
-            req,
-            req.retry_of_step_id,
-            now,
-            status="STARTED",
-            type_=req.type,
-            run_id=state.run_id,
-        )
-        if req.type == "MODEL_CALL":
-            if (
-                state.pending_steers
-                or any(n not in bound.skills for n in req.skills)
-                or any(n not in bound.tools for n in req.tools)
-            ):
-                return None
-            _resolve_model(step, bound, req, _choose_model(bound, req), state.permission_ceiling)
-        elif req.type == "TOOL_CALL":
-            pinned = bound.tools.get(req.tool)
-            if pinned is None:
-                return None
-            decision = resolution.permission(bound, req.tool, state.permission_ceiling)
-            if decision != "ALLOW" or resolution.argument_error(pinned, req.arguments):
-                return None
-            _call_tool(step, req, pinned, [_recorded_tool(pinned, decision)])
-        elif req.check in bound.completion_checks:
-            step.completion_check = req.check
-        else:
-            return None
-        chain = events.Chain(
-            state.thread_id, state.run_id, state.last_event_sequence, state.last_event_hash
-        )
-        with tx.pipeline():  # the writes: one round trip on PostgreSQL
-            step_sql.insert_step(tx, step)
-            events.append_raw(tx, chain, _started_attributes(step), now)
-            step_sql.insert_usages(tx, _usage_rows(step))
-            step_sql.advance_run(
-                tx,
-                state.run_id,
-                step.sequence,
-                state.step_count + 1,
-                chain.last_sequence,
-                chain.last_hash,
-            )
-        tx.wake += [notify.run_key(state.run_id), notify.thread_key(state.thread_id)]
-        return StepOutcome(step, False, self._resolved_for(bound, step), [])
-
-    @staticmethod
-    def _check_step_request(req: StepRequest) -> None:
-        problems = ViolationCollector()
-        if req.type in ("APPROVAL_REQUEST", "CHECKPOINT"):
-            problems.add("type", f"{req.type} steps are recorded by the runtime, not begun")
-        elif req.type not in COUNTED:
-            problems.add("type", "required: MODEL_CALL, TOOL_CALL or COMPLETION_CHECK")
-        expected = {
-            "MODEL_CALL": "model_call",
-            "TOOL_CALL": "tool_call",
-            "COMPLETION_CHECK": "completion_check",
-        }.get(req.type)
-        if expected and req.details != expected:
-            problems.add(expected, f"required for a {req.type} step")
-        if not req.turn_id:
-            problems.add("turn_id", "required: steps are begun inside a turn (BeginTurn)")
-        if len(req.operation) > 200:
-            problems.add("operation", "at most 200 characters")
-        if len(req.idempotency_key) > 200:
-            problems.add("idempotency_key", "at most 200 characters")
-        if req.estimated_input_tokens < 0:
-            problems.add("model_call.estimated_input_tokens", "must not be negative")
-        for name, value in (
-            ("input_ref", req.input_ref),
-            ("model_call.context_digest", req.context_digest),
-        ):
-            if value and not refs.is_digest(value):
-                problems.add(name, "not a sha256 digest")
-        if req.type == "TOOL_CALL" and not req.tool:
-            problems.add("tool_call.tool", "required")
-        if req.type == "COMPLETION_CHECK" and not req.check:
-            problems.add("completion_check.check", "required")
-        if len(_dumps(req.arguments).encode()) > MAX_INPUT_BYTES:
-            problems.add("tool_call.arguments", f"larger than {MAX_INPUT_BYTES} bytes")
-        problems.raise_if_any("invalid step")
 
     def _begin_step(self, session: Session, req: StepRequest) -> Recorded:
         run, attempt = fenced(session, req.attempt_id, req.lease_epoch)
@@ -765,10 +942,8 @@ class StepsService:
                 if reused is not None:
                     return reused
                 b.retry_of = b.retry_of or earlier.id
-        budget_error = self._budget_error(
-            run, req.estimated_input_tokens if req.type == "MODEL_CALL" else 0
-        )
-        if budget_error is not None:
+        exceeded = budget_error(run, req.estimated_input_tokens if req.type == "MODEL_CALL" else 0)
+        if exceeded is not None:
             transitions.apply(
                 session,
                 run,
@@ -776,11 +951,11 @@ class StepsService:
                 Actor.RUNTIME,
                 b.now,
                 attempt=attempt,
-                message=budget_error.message,
+                message=exceeded.message,
                 error_class="BUDGET_EXCEEDED",
-                error_message=budget_error.message,
+                error_message=exceeded.message,
             )
-            return Recorded(None, budget_error)
+            return Recorded(None, exceeded)
         if req.type == "MODEL_CALL":
             return self._model_call(b)
         if req.type == "TOOL_CALL":
@@ -795,32 +970,6 @@ class StepsService:
         step.completion_check = req.check
         self._started(session, run, step, b.now)
         return Recorded(StepOutcome(step, False, message_pb2.ResolvedVersions(), []))
-
-    @staticmethod
-    def _budget_error(run: _Budgeted, estimated_tokens: int = 0) -> ResourceExhausted | None:
-        exceeded = ""
-        used_tokens = run.input_tokens + run.output_tokens
-        if run.max_steps and run.step_count + 1 > run.max_steps:
-            exceeded = f"max_steps ({run.max_steps}) reached"
-            name = "max_steps"
-        # Fix: ModelCallSpec.estimated_input_tokens "drives ... the token budget check": a
-        # model call whose estimate alone would pass the budget is refused before it is made.
-        elif run.max_model_tokens and (
-            used_tokens >= run.max_model_tokens
-            or used_tokens + estimated_tokens > run.max_model_tokens
-        ):
-            exceeded = f"max_model_tokens ({run.max_model_tokens}) used up"
-            name = "max_model_tokens"
-        elif run.max_cost_usd and run.cost_usd >= run.max_cost_usd:
-            exceeded = f"max_cost_usd ({run.max_cost_usd}) spent"
-            name = "max_cost_usd"
-        if not exceeded:
-            return None
-        return ResourceExhausted(
-            f"budget exceeded: {exceeded}; the run has ended FAILED (BUDGET_EXCEEDED)",
-            reason="BUDGET_EXCEEDED",
-            metadata={"budget": name},
-        )
 
     def _reuse(self, b: _Begin, earlier: StepRow) -> Recorded | None:
         """The answer for a repeated idempotency key, or None to create a (retry) step."""
@@ -842,9 +991,7 @@ class StepsService:
                     .order_by(InputRow.create_time, InputRow.id)
                 )
             )
-            return Recorded(
-                StepOutcome(earlier, True, self._resolved_for(b.bound, earlier), steers)
-            )
+            return Recorded(StepOutcome(earlier, True, resolved_for(b.bound, earlier), steers))
         return None
 
     def _new_step(self, b: _Begin, *, status: str, type_: str = "") -> StepRow:
@@ -926,7 +1073,7 @@ class StepsService:
         step.consumed_input_ids_json = _dumps([i.id for i in steers])
         self._started(b.session, b.run, step, b.now)
         _deliver(b.session, b.run, steers, b.now, turn_id=b.turn.id, step_id=step.id)
-        return Recorded(StepOutcome(step, False, self._resolved_for(bound, step), steers))
+        return Recorded(StepOutcome(step, False, resolved_for(bound, step), steers))
 
     def _tool_call(self, b: _Begin) -> Recorded:
         req, bound = b.req, b.bound
@@ -979,11 +1126,11 @@ class StepsService:
                 event_pb2.ApprovalRequestedAttributes(step_id=step.id, tool_name=req.tool),
                 b.now,
             )
-            return Recorded(StepOutcome(step, False, self._resolved_for(bound, step), []))
+            return Recorded(StepOutcome(step, False, resolved_for(bound, step), []))
         step = self._new_step(b, status="STARTED")
         _call_tool(step, req, pinned, tools)
         self._started(b.session, b.run, step, b.now)
-        return Recorded(StepOutcome(step, False, self._resolved_for(bound, step), []))
+        return Recorded(StepOutcome(step, False, resolved_for(bound, step), []))
 
     def _after_approval(self, b: _Begin, approval: StepRow) -> Recorded:
         following = b.session.scalar(
@@ -992,9 +1139,7 @@ class StepsService:
             )
         )
         if following is not None:
-            return Recorded(
-                StepOutcome(following, True, self._resolved_for(b.bound, following), [])
-            )
+            return Recorded(StepOutcome(following, True, resolved_for(b.bound, following), []))
         approved = approval.approval_decision == "APPROVE"
         call = dataclasses.replace(
             b.req, tool=approval.tool_name, arguments=json.loads(approval.tool_arguments_json)
@@ -1017,116 +1162,14 @@ class StepsService:
                 f"denied by {approval.approver}: {approval.approval_comment}".strip()
             )
         self._started(b.session, b.run, step, b.now)
-        return Recorded(StepOutcome(step, False, self._resolved_for(b.bound, step), []))
-
-    @staticmethod
-    def _resolved_for(bound: BoundDefinition, step: StepRow) -> message_pb2.ResolvedVersions:
-        """The contents a worker needs for a step (what the step recorded, with content).
-
-        Kept per bound digest and recorded resolution: both are immutable, and building the
-        message (a prompt, skill files, tool schemas as Structs) on every model call cost
-        more than recording the step. Callers copy it, never change it.
-        """
-        key = (bound.digest, step.type, *proto_map.recorded_resolution(step))
-        cached = _RESOLVED.get(key)
-        if cached is None:
-            cached = StepsService._build_resolved(bound, step)
-            _RESOLVED.put(key, cached)
-        return cached
-
-    @staticmethod
-    def _build_resolved(bound: BoundDefinition, step: StepRow) -> message_pb2.ResolvedVersions:
-        out = message_pb2.ResolvedVersions()
-        if step.type == "MODEL_CALL":
-            out.model.policy_digest = step.model_policy_digest
-            out.model.candidate_name = step.candidate_name
-            out.model.reason = enum_pb2.CandidateReason.Value(
-                f"CANDIDATE_REASON_{step.candidate_reason}"
-            )
-            out.model.provider = step.provider
-            out.model.model_id = step.requested_model_id
-            out.model.parameters.update(json.loads(step.parameters_json))
-            out.system_prompt_digest = bound.system_prompt.digest
-            out.system_prompt_text = str(bound.system_prompt.spec.get("text", ""))
-            for skill in json.loads(step.skills_json):
-                pinned = bound.skills[skill["name"]]
-                resolved = out.skills.add(
-                    name=pinned.name,
-                    version=pinned.version,
-                    digest=pinned.digest,
-                    instructions=str(pinned.spec.get("instructions", "")),
-                )
-                for f in pinned.spec.get("files", []):
-                    resolved.files.add(path=f["path"], content=str(f.get("content", "")).encode())
-        for tool in json.loads(step.tools_json):
-            pinned_tool = bound.tools.get(tool["name"])
-            if pinned_tool is None:
-                continue
-            resolved_tool = out.tools.add(
-                name=pinned_tool.name,
-                version=pinned_tool.version,
-                digest=pinned_tool.digest,
-                schema_digest=pinned_tool.schema_digest,
-                decision=enum_pb2.PermissionDecision.Value(
-                    f"PERMISSION_DECISION_{tool.get('decision', 'ALLOW')}"
-                ),
-                side_effect=bool(pinned_tool.spec.get("side_effects")),
-            )
-            resolved_tool.input_schema.update(pinned_tool.spec.get("input_schema", {}))
-            if "output_schema" in pinned_tool.spec:
-                resolved_tool.output_schema.update(pinned_tool.spec["output_schema"])
-        return out
+        return Recorded(StepOutcome(step, False, resolved_for(b.bound, step), []))
 
     async def end_step(
-        self,
-        attempt_id: str,
-        lease_epoch: int,
-        step_id: str,
-        status: str,
-        *,
-        output_ref: str,
-        summary: str,
-        input_tokens: int,
-        output_tokens: int,
-        cost_usd: float,
-        reported_model_id: str,
-        error_class: str,
-        error_message: str,
-        retryable: bool,
-        side_effect: bool,
+        self, attempt_id: str, lease_epoch: int, step_id: str, outcome: StepEnd
     ) -> StepRow:
-        problems = ViolationCollector()
-        if status not in ("SUCCEEDED", "FAILED", "CANCELLED"):
-            problems.add("status", "required: SUCCEEDED, FAILED or CANCELLED")
-        if input_tokens < 0:
-            problems.add("usage.input_tokens", "must not be negative")
-        if output_tokens < 0:
-            problems.add("usage.output_tokens", "must not be negative")
-        if cost_usd < 0 or cost_usd != cost_usd:
-            problems.add("usage.cost_usd", "must be a non-negative number")
-        if output_ref and not refs.is_digest(output_ref):
-            problems.add("output_ref", "not a sha256 digest")
-        if len(summary.encode()) > MAX_TEXT:
-            problems.add("summary", f"larger than {MAX_TEXT} bytes")
-        if len(error_message.encode()) > MAX_TEXT:
-            problems.add("error_message", f"larger than {MAX_TEXT} bytes")
-        problems.raise_if_any("invalid step outcome")
-
-        outcome = _StepEnd(
-            status=status,
-            output_ref=output_ref,
-            summary=summary,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cost_usd=cost_usd,
-            reported_model_id=reported_model_id[:200],
-            error_class=error_class,
-            error_message=error_message,
-            retryable=retryable,
-            side_effect=side_effect,
-        )
+        """End a step as ``outcome`` (built, and so validated, by :func:`step_end`)."""
         fast = await self._rt.write_raw(
-            lambda tx: self._end_common(tx, attempt_id, lease_epoch, step_id, outcome)
+            lambda tx: self._common.end(tx, attempt_id, lease_epoch, step_id, outcome)
         )
         if fast is not None:
             return fast
@@ -1140,7 +1183,7 @@ class StepsService:
                 if outcome.repeats(step):
                     return step  # a repeated EndStep: nothing changes
                 raise FailedPrecondition(
-                    f"step {step_id} already ended {step.status}; it cannot end {status}",
+                    f"step {step_id} already ended {step.status}; it cannot end {outcome.status}",
                     reason="STEP_ENDED",
                     metadata={"current_status": step.status},
                 )
@@ -1148,15 +1191,15 @@ class StepsService:
                 raise FailedPrecondition(
                     "the step belongs to another attempt", reason="STEP_OF_OTHER_ATTEMPT"
                 )
-            if output_ref:
-                require_blob(session, output_ref, "output_ref")
+            if outcome.output_ref:
+                require_blob(session, outcome.output_ref, "output_ref")
             now = utcnow()
             for key, value in outcome.changes(step, now).items():
                 setattr(step, key, value)  # a loaded row: the ORM flushes what changed
             for owner in (attempt, run):
-                owner.input_tokens += input_tokens
-                owner.output_tokens += output_tokens
-                owner.cost_usd += cost_usd
+                owner.input_tokens += outcome.input_tokens
+                owner.output_tokens += outcome.output_tokens
+                owner.cost_usd += outcome.cost_usd
             self._ended_event(session, run, step, now)
             rows = _reported_usage_rows(step)
             if rows:
@@ -1164,40 +1207,6 @@ class StepsService:
             return step
 
         return await self._rt.write(write)
-
-    def _end_common(
-        self, tx: RawTx, attempt_id: str, lease_epoch: int, step_id: str, outcome: _StepEnd
-    ) -> StepRow | None:
-        """EndStep's common case in plain SQL: a started step of this attempt ends.
-
-        Returns None, having written nothing, for anything else (a lost fence, an unknown or
-        already ended step, a step of another attempt, a missing blob): the ORM path then
-        answers it, as for BeginStep.
-        """
-        state = step_sql.end_state(tx, attempt_id, step_id, outcome.output_ref)
-        now = utcnow()
-        if (
-            state is None
-            or not fence_holds(state, attempt_id, lease_epoch, now)
-            or state.step is None
-            or state.step.run_id != state.run_id
-            or state.step.status != "STARTED"
-            or state.step.attempt_id != attempt_id
-            or (outcome.output_ref and not state.output_blob)
-        ):
-            return None
-        step = state.step
-        step_sql.fill(step, **outcome.changes(step, now))
-        chain = events.Chain(
-            state.thread_id, state.run_id, state.last_event_sequence, state.last_event_hash
-        )
-        with tx.pipeline():  # the writes: one round trip on PostgreSQL
-            step_sql.end_step(tx, step)
-            events.append_raw(tx, chain, _ended_attributes(step), now)
-            step_sql.add_usage(tx, step, state.run_id, chain.last_sequence, chain.last_hash)
-            step_sql.insert_usages(tx, _reported_usage_rows(step))
-        tx.wake += [notify.run_key(state.run_id), notify.thread_key(state.thread_id)]
-        return step
 
     # -- approvals -------------------------------------------------------------------------
 

@@ -72,7 +72,7 @@ def serve_process(database_url: str, tmp_path: Path) -> Iterator[tuple[subproces
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_serves_health_then_exits_zero_on_signal(
-    serve_process: tuple[subprocess.Popen[str], str], sig: signal.Signals
+    serve_process: tuple[subprocess.Popen[str], str], sig: signal.Signals, engine: str
 ) -> None:
     process, address = serve_process
     with grpc.insecure_channel(address) as channel:
@@ -80,10 +80,27 @@ def test_serves_health_then_exits_zero_on_signal(
             health_pb2.HealthCheckRequest(), timeout=5
         )
     assert response.status == health_pb2.HealthCheckResponse.SERVING
+    helpers = _descendants(process.pid)
+    # On SQLite: the step writer process and the zygote it was forked from.
+    assert len(helpers) == (2 if engine == "sqlite" else 0), helpers
     started = time.monotonic()
     process.send_signal(sig)
     assert process.wait(timeout=5) == 0
     assert time.monotonic() - started < 5
+    # Its helper processes end with it: nothing is left holding the database file.
+    deadline = time.monotonic() + 5
+    while any(Path(f"/proc/{pid}").exists() for pid in helpers) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not [pid for pid in helpers if Path(f"/proc/{pid}").exists()]
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux ``/proc``)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            found += [int(child), *_descendants(int(child))]
+    return found
 
 
 def test_default_database_is_sqlite_file_in_working_directory(tmp_path: Path) -> None:

@@ -1,10 +1,13 @@
 """BeginStep and EndStep have two ways to write: plain SQL for the common case
-(``StepsService._begin_common`` / ``_end_common``) and the ORM for everything else. The same
-script run once each way must store the same steps, usages, events and counters, in the same
-stored form, with an intact event chain; and the common case must really take the fast way."""
+(``CommonPath``), run in the server or, on SQLite, in the step writer process, and the ORM
+for everything else. The same script run each way must store the same steps, usages, events
+and counters, in the same stored form, with an intact event chain; and the common case must
+really take the fast way."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,9 +21,10 @@ from agentrt.audit.v1 import audit_service_pb2_grpc
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt_base.db import normalise_url
-from runtime_service.services.steps import StepsService
+from runtime_service.services.steps import CommonPath
 from tests.runtime_support import Stubs
 from tests.service.test_steps_helpers import digest_of, get_run, list_steps, put_blob, start
+from tests.support import ServerThread
 
 #: Columns whose values necessarily differ between two runs (their ids and clocks).
 _VARYING = {"id", "run_id", "attempt_id", "turn_id", "step_id", "start_time", "end_time"}
@@ -32,6 +36,25 @@ def stubs(server_address: str) -> Iterator[Stubs]:
     s = Stubs.open(server_address)
     yield s
     s.close()
+
+
+@contextlib.contextmanager
+def _server(database_url: str, *, step_process: bool) -> Iterator[tuple[ServerThread, Stubs]]:
+    thread = ServerThread(database_url, step_process=step_process)
+    stubs = Stubs.open(thread.start())
+    try:
+        yield thread, stubs
+    finally:
+        stubs.close()
+        thread.stop()
+
+
+@pytest.fixture
+def in_process(database_url: str) -> Iterator[Stubs]:
+    """A server that writes every step itself (no step writer process), so the tests can
+    watch or switch off its common path."""
+    with _server(database_url, step_process=False) as (_, stubs):
+        yield stubs
 
 
 def _script(stubs: Stubs, *, publish: bool) -> str:
@@ -122,7 +145,12 @@ def _stored(url: str, run_id: str) -> dict[str, Any]:
     return {
         "steps": [{k: v for k, v in s.items() if k not in _VARYING} for s in steps],
         "usages": [{k: v for k, v in u.items() if k not in _VARYING} for u in usages],
-        "events": [{**e, "attributes_json": named(e["attributes_json"])} for e in events],
+        # Compared as documents: a Struct's keys (model parameters) come out of protobuf in an
+        # order that differs between processes (upb seeds its map hashing per process), and
+        # the event hash is taken over the canonical form, so the order is not part of it.
+        "events": [
+            {**e, "attributes_json": json.loads(named(e["attributes_json"]))} for e in events
+        ],
         "run": run,
         "attempt": attempt,
         "stored_times": stored_times,
@@ -130,42 +158,53 @@ def _stored(url: str, run_id: str) -> dict[str, Any]:
 
 
 def test_the_common_path_stores_exactly_what_the_orm_path_stores(
-    stubs: Stubs, database_url: str, monkeypatch: pytest.MonkeyPatch
+    database_url: str, engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     taken: list[str] = []
-    begin, end = StepsService._begin_common, StepsService._end_common
+    begin, end = CommonPath.begin, CommonPath.end
 
-    def spy_begin(self: StepsService, *a: Any) -> Any:
+    def spy_begin(self: CommonPath, *a: Any) -> Any:
         result = begin(self, *a)
         taken.append("begin" if result is not None else "begin: ORM")
         return result
 
-    def spy_end(self: StepsService, *a: Any) -> Any:
+    def spy_end(self: CommonPath, *a: Any) -> Any:
         result = end(self, *a)
         taken.append("end" if result is not None else "end: ORM")
         return result
 
-    monkeypatch.setattr(StepsService, "_begin_common", spy_begin)
-    monkeypatch.setattr(StepsService, "_end_common", spy_end)
-    fast_run = _script(stubs, publish=True)
-    assert taken == ["begin", "end"] * 4
+    runs: dict[str, str] = {}
+    with _server(database_url, step_process=False) as (_, stubs):
+        monkeypatch.setattr(CommonPath, "begin", spy_begin)
+        monkeypatch.setattr(CommonPath, "end", spy_end)
+        runs["common path in the server"] = _script(stubs, publish=True)
+        assert taken == ["begin", "end"] * 4
 
-    monkeypatch.setattr(StepsService, "_begin_common", lambda *a: None)
-    monkeypatch.setattr(StepsService, "_end_common", lambda *a: None)
-    orm_run = _script(stubs, publish=False)
+        monkeypatch.setattr(CommonPath, "begin", lambda *a: None)
+        monkeypatch.setattr(CommonPath, "end", lambda *a: None)
+        runs["ORM"] = _script(stubs, publish=False)
+        monkeypatch.undo()
+    if engine == "sqlite":
+        with _server(database_url, step_process=True) as (thread, stubs):
+            runs["step writer process"] = _script(stubs, publish=False)
+            process = thread.server.step_process
+            assert process is not None and (process.answered, process.handed_back) == (8, 0)
 
-    fast, orm = _stored(database_url, fast_run), _stored(database_url, orm_run)
-    for part in ("steps", "usages", "events", "run", "attempt"):
-        assert fast[part] == orm[part], part
-    assert len(fast["steps"]) == 4 and len(fast["usages"]) == 11 and len(fast["events"]) == 8
-    # Times are stored as SQLAlchemy stores them, so both paths' rows sort and compare alike.
-    for value in fast["stored_times"] + orm["stored_times"]:
-        assert value is None or _STORED_TIME.match(value), value
+    stored = {way: _stored(database_url, run_id) for way, run_id in runs.items()}
+    orm = stored["ORM"]
+    for way, fast in stored.items():
+        for part in ("steps", "usages", "events", "run", "attempt"):
+            assert fast[part] == orm[part], (way, part)
+        assert len(fast["steps"]) == 4 and len(fast["usages"]) == 11 and len(fast["events"]) == 8
+        # Times are stored as SQLAlchemy stores them, so all paths' rows sort and compare alike.
+        for value in fast["stored_times"]:
+            assert value is None or _STORED_TIME.match(value), (way, value)
 
-    audit = audit_service_pb2_grpc.AuditServiceStub(stubs.channel)
-    for run_id in (fast_run, orm_run):
-        verified = audit.VerifyRun(apb.VerifyRunRequest(run_id=run_id))
-        assert verified.intact and verified.event_count == fast["run"]["last_event_sequence"]
+    with _server(database_url, step_process=False) as (_, stubs):
+        audit = audit_service_pb2_grpc.AuditServiceStub(stubs.channel)
+        for run_id in runs.values():
+            verified = audit.VerifyRun(apb.VerifyRunRequest(run_id=run_id))
+            assert verified.intact and verified.event_count == orm["run"]["last_event_sequence"]
 
 
 def test_concurrent_repeats_of_a_step_call_record_it_once(stubs: Stubs) -> None:
@@ -187,12 +226,13 @@ def test_concurrent_repeats_of_a_step_call_record_it_once(stubs: Stubs) -> None:
 
 
 def test_the_orm_path_adds_concurrent_usage_to_the_attempt_without_losing_any(
-    stubs: Stubs, monkeypatch: pytest.MonkeyPatch
+    in_process: Stubs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Parallel EndSteps of one attempt on the ORM path (the plain-SQL path switched off):
     each adds its usage to the attempt it read under the run's lock. On PostgreSQL that read
     must come after the lock, or a call that waited would add to a stale total."""
-    monkeypatch.setattr(StepsService, "_end_common", lambda *a: None)
+    monkeypatch.setattr(CommonPath, "end", lambda *a: None)
+    stubs = in_process
     w = start(stubs)
     steps = [w.model().step.id for _ in range(8)]
     usage = message_pb2.Usage(input_tokens=1, output_tokens=2, cost_usd=0.25)

@@ -1,0 +1,473 @@
+"""The step writer process: BeginStep and EndStep's common case, off the server's GIL (SQLite).
+
+Why a second process: the server is one CPython process whose gRPC, handlers and SQLite
+writer share one GIL. At 16 workers the step path kept ~1 of this machine's 2 cores busy and
+left the other mostly idle (``bench/results/steps.md``). A step's common case
+(:class:`~runtime_service.services.steps.CommonPath`: a handful of statements and one
+hash-chained event) is self-contained: given the request's bytes it needs only the database
+and the run's bound definition. So a child process takes it whole, parsing the request,
+writing it in a group commit of its own and serializing the answer, and the server forwards
+bytes.
+
+Everything else stays with the server. For a request that is not the common case (one to
+refuse, a denial or budget stop to record, a steer to deliver, a repeated idempotency key, an
+invalid request, an error of any kind) the child answers None having written nothing, and the
+server's own path handles the call exactly as it would without the child. If the child dies,
+the calls it held fail ``UNAVAILABLE`` (each step may or may not be recorded; a retry with the
+same idempotency key is safe) and every later call takes the in-process path.
+
+Two writers on one SQLite file: both hold the database's
+:class:`~agentrt_base.db.WriterLock` around each transaction, so neither ever sleeps in
+SQLite's busy handler.
+
+Wire: length-prefixed pickles over a private socketpair between the two processes (nothing
+else can write to it). Server to child: ``(job, method, request bytes)``. Child to server, per
+committed batch: a list of ``(job, answer bytes or None, keys to wake)``. The child commits a
+batch before it answers any of it, so an answer still means the step is on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import pickle
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy.engine import URL
+
+from agentrt.runtime.v1 import worker_service_pb2 as pb
+from agentrt_base.db import Database, run_batch
+from agentrt_base.errors import AgentrtError, Unavailable
+from agentrt_base.raw import RawTx
+from runtime_service import notify
+from runtime_service.notify import Notifier
+from runtime_service.servicers.step_messages import (
+    begin_step_response,
+    end_step_response,
+    step_end_of,
+    step_request,
+)
+from runtime_service.services.bound import Bound, BoundAgents
+from runtime_service.services.steps import CommonPath, check_step_request
+
+log = logging.getLogger("agentrt.step_process")
+
+BEGIN_STEP = 1
+END_STEP = 2
+
+_HEADER = struct.Struct(">I")
+#: Jobs per transaction in the child (the server's group commit uses the same bound).
+_MAX_BATCH = 64
+#: How long start-up waits for the child to open the database and say it is ready.
+_START_TIMEOUT = 60.0
+
+Answer = tuple[bytes, tuple[str, ...]]
+
+
+def frame(obj: Any) -> bytes:
+    body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return _HEADER.pack(len(body)) + body
+
+
+class FrameReader:
+    """Splits a byte stream back into the objects :func:`frame` framed."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[Any]:
+        self._buffer += data
+        out: list[Any] = []
+        buffer, pos = self._buffer, 0
+        while len(buffer) - pos >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(buffer, pos)
+            end = pos + _HEADER.size + size
+            if end > len(buffer):
+                break
+            out.append(pickle.loads(buffer[pos + _HEADER.size : end]))
+            pos = end
+        del buffer[:pos]
+        return out
+
+
+def child_database_url(url: URL) -> str:
+    """The URL the child opens: the same file, by absolute path (its working directory is
+    not the server's)."""
+    assert url.database
+    return url.set(database=os.path.abspath(url.database)).render_as_string(hide_password=False)
+
+
+# -- the server's side ------------------------------------------------------------------
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, owner: StepProcess) -> None:
+        self._owner = owner
+        self._reader = FrameReader()
+
+    def data_received(self, data: bytes) -> None:
+        for answers in self._reader.feed(data):
+            self._owner._answered(answers)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._owner._lost(exc)
+
+
+class StepProcess:
+    """The server's handle on the step writer process: start it, send it calls, stop it."""
+
+    def __init__(self, database_url: str, notifier: Notifier) -> None:
+        self._url = database_url
+        self._notifier = notifier
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Answer | None]] = {}
+        self._transport: asyncio.Transport | None = None
+        self._closed: asyncio.Event | None = None
+        self._pid: int | None = None
+        self._stopping = False
+        #: Calls the child answered, and calls it handed back to the server.
+        self.answered = 0
+        self.handed_back = 0
+
+    @property
+    def alive(self) -> bool:
+        return self._transport is not None
+
+    @property
+    def pid(self) -> int | None:
+        return self._pid
+
+    async def start(self) -> None:
+        """Start the child and wait until it has opened the database; raise if it cannot."""
+        ours, theirs = socket.socketpair()
+        try:
+            self._pid = await asyncio.to_thread(_Zygote.fork, self._url, theirs)
+            theirs.close()
+            if not await asyncio.to_thread(_wait_ready, ours):
+                raise RuntimeError(
+                    "the step writer process exited before it was ready; its error is logged above"
+                )
+        except BaseException:
+            ours.close()
+            theirs.close()
+            await self._reap()
+            raise
+        loop = asyncio.get_running_loop()
+        self._closed = asyncio.Event()
+        transport, _ = await loop.create_unix_connection(lambda: _Connection(self), sock=ours)
+        self._transport = transport
+
+    async def call(self, method: int, request: bytes) -> bytes | None:
+        """The child's answer to one BeginStep or EndStep (serialized), or None: the server
+        must take the call itself (not the common case, or no child)."""
+        transport = self._transport
+        if transport is None:
+            return None
+        job = next(self._ids)
+        future: asyncio.Future[Answer | None] = asyncio.get_running_loop().create_future()
+        self._pending[job] = future
+        transport.write(frame((job, method, request)))
+        answer = await future
+        return None if answer is None else answer[0]
+
+    def _answered(self, answers: list[tuple[int, bytes | None, tuple[str, ...]]]) -> None:
+        woken: list[str] = []
+        for job, answer, wake in answers:
+            woken.extend(wake)
+            if answer is None:
+                self.handed_back += 1
+            else:
+                self.answered += 1
+            future = self._pending.pop(job, None)
+            if future is not None and not future.done():
+                future.set_result(None if answer is None else (answer, wake))
+        # Committed steps wake their watchers even if the caller has gone meanwhile.
+        self._notifier.wake(woken)
+
+    def _lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        if self._closed is not None:
+            self._closed.set()
+        pending, self._pending = self._pending, {}
+        if not self._stopping:
+            log.error(
+                "the step writer process stopped (%s); steps now take the in-process path",
+                exc or "end of stream",
+            )
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(
+                    Unavailable(
+                        "the step writer process stopped during the call: the step may or may"
+                        " not be recorded; retry with the same idempotency key",
+                        reason="STEP_WRITER_STOPPED",
+                    )
+                )
+
+    async def stop(self) -> None:
+        """End the child's input: it answers what it holds, closes its end and exits."""
+        self._stopping = True
+        if self._transport is not None and self._closed is not None:
+            self._transport.write_eof()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), 10)
+            if self._transport is not None:
+                self._transport.abort()
+        await self._reap()
+
+    async def _reap(self) -> None:
+        """Wait for the child to exit (killing it after 10 s), so the database file is
+        closed when this returns."""
+        pid, self._pid = self._pid, None
+        if pid is not None and not await asyncio.to_thread(_wait_exit, pid, 10.0):
+            log.error("the step writer process did not exit; killing it")
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            await asyncio.to_thread(_wait_exit, pid, 5.0)
+
+
+def _wait_exit(pid: int, timeout: float) -> bool:
+    """Whether process ``pid`` (not our child: the zygote's) exited within ``timeout``."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], timeout)
+        return bool(readable)
+    finally:
+        os.close(fd)
+
+
+class _Zygote:
+    """A clean Python process that has imported the step path once and forks a step writer
+    for each server start.
+
+    Not ``multiprocessing``: its spawn and forkserver modes re-import the parent's
+    ``__main__`` in every child (an embedding program would run again there), and forking the
+    server itself is unsafe (its gRPC threads do not survive a fork). A fork of this
+    single-threaded process costs milliseconds; starting an interpreter and importing the
+    step path costs most of a second, on every server start (the tests start hundreds).
+    It exits when this process closes its end of the control socket, so when this one exits.
+    """
+
+    _lock = threading.Lock()
+    _process: subprocess.Popen[bytes] | None = None
+    _control: socket.socket | None = None
+
+    @classmethod
+    def fork(cls, database_url: str, sock: socket.socket) -> int:
+        """Start a step writer process on ``sock`` for ``database_url``; return its pid."""
+        with cls._lock:
+            for _ in range(2):
+                if cls._process is None or cls._process.poll() is not None:
+                    cls._start()
+                assert cls._control is not None
+                try:
+                    socket.send_fds(cls._control, [database_url.encode()], [sock.fileno()])
+                    reply = cls._control.recv(64)
+                except OSError:
+                    reply = b""
+                if reply:
+                    return int(reply)
+                cls._process = None  # it died: start another, once
+            raise RuntimeError("the step writer zygote process exits at once; see its error")
+
+    @classmethod
+    def _start(cls) -> None:
+        if cls._control is not None:
+            cls._control.close()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # The zygote imports this package as this process does.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        cls._process = subprocess.Popen(
+            [sys.executable, "-m", "runtime_service.step_process", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+        theirs.close()
+        cls._control = ours
+
+
+def _wait_ready(sock: socket.socket) -> bool:
+    sock.settimeout(_START_TIMEOUT)
+    try:
+        reader = FrameReader()
+        while True:
+            data = sock.recv(4096)
+            if not data:
+                return False
+            if reader.feed(data):
+                return True
+    except TimeoutError:
+        return False
+    finally:
+        sock.settimeout(None)
+
+
+# -- the child's side -------------------------------------------------------------------
+
+
+class StepJobs:
+    """What the child runs for each call: the common path, or None for the server to take it."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+        self._bound = BoundAgents()
+        self._common = CommonPath(self._definition)
+        self.methods: dict[int, Callable[[RawTx, bytes], Answer | None]] = {
+            BEGIN_STEP: self.begin,
+            END_STEP: self.end,
+        }
+
+    def _definition(self, digest: str) -> Bound:
+        # A run's definition is immutable and committed before the run: a read connection
+        # beside the write transaction sees it.
+        cached = self._bound.cached(digest)
+        if cached is None:
+            cached = self._database.read_sync(lambda session: self._bound.get(session, digest))
+        return cached
+
+    def begin(self, tx: RawTx, payload: bytes) -> Answer | None:
+        request = pb.BeginStepRequest.FromString(payload)
+        try:
+            req = step_request(request)
+            check_step_request(req)
+        except AgentrtError:
+            return None  # the server answers the error, from the same checks
+        outcome = self._common.begin(tx, req)
+        if outcome is None:
+            return None
+        return begin_step_response(outcome).SerializeToString(), self._woken(tx)
+
+    def end(self, tx: RawTx, payload: bytes) -> Answer | None:
+        request = pb.EndStepRequest.FromString(payload)
+        try:
+            outcome = step_end_of(request)
+        except AgentrtError:
+            return None
+        fence = request.fence
+        step = self._common.end(tx, fence.attempt_id, fence.lease_epoch, request.step_id, outcome)
+        if step is None:
+            return None
+        return end_step_response(step).SerializeToString(), self._woken(tx)
+
+    @staticmethod
+    def _woken(tx: RawTx) -> tuple[str, ...]:
+        notify.notify_raw(tx, tx.wake)  # (nothing on SQLite; kept for the same contract)
+        return tuple(tx.wake)
+
+
+def child_main(database_url: str, sock: socket.socket) -> None:
+    """The step writer process: serve calls from ``sock`` until the server closes it."""
+    # Ctrl-C reaches the whole process group; the server decides when this process stops
+    # (it closes the stream), so an interrupted batch never leaves calls unanswered.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    database = Database(database_url, read_pool_size=1, writer_lock=True, group_commit=False)
+    try:
+        database.check()
+        jobs = StepJobs(database)
+        sock.sendall(frame("ready"))
+        _serve(sock, database, jobs)
+    finally:
+        with contextlib.suppress(Exception):
+            sock.close()
+        database.dispose()
+
+
+def _serve(sock: socket.socket, database: Database, jobs: StepJobs) -> None:
+    reader = FrameReader()
+    queued: list[tuple[int, int, bytes]] = []
+    conn = database.write_engine.connect()
+    try:
+        while True:
+            if not queued:
+                # Everything the server sent meanwhile arrives in one read: that is the batch.
+                data = sock.recv(1 << 20)
+                if not data:
+                    return
+                queued = reader.feed(data)
+                continue
+            batch, queued = queued[:_MAX_BATCH], queued[_MAX_BATCH:]
+            answers, conn = _commit(database, conn, jobs, batch)
+            sock.sendall(frame(answers))
+    finally:
+        conn.close()
+
+
+def _commit(
+    database: Database, conn: Any, jobs: StepJobs, batch: list[tuple[int, int, bytes]]
+) -> tuple[list[tuple[int, bytes | None, tuple[str, ...]]], Any]:
+    def job_fn(method: int, payload: bytes) -> Callable[[RawTx], Answer | None]:
+        run = jobs.methods[method]
+        return lambda tx: run(tx, payload)
+
+    fns: list[tuple[Callable[[Any], Any], bool]] = [
+        (job_fn(method, payload), True) for _, method, payload in batch
+    ]
+    try:
+        with database.writer_lock():
+            outcomes = run_batch(conn, fns)
+    except Exception:
+        # Nothing of the batch committed: the server takes every call of it.
+        log.exception("a batch of step writes failed; the server takes its calls")
+        with contextlib.suppress(Exception):
+            conn.close()
+        conn = database.write_engine.connect()
+        outcomes = [(False, None)] * len(batch)
+    answers: list[tuple[int, bytes | None, tuple[str, ...]]] = []
+    for (job, _, _), (ok, value) in zip(batch, outcomes, strict=True):
+        if not ok and value is not None:
+            log.warning("a step write failed in the step writer (%r); the server takes it", value)
+        if ok and value is not None:
+            answers.append((job, value[0], value[1]))
+        else:
+            answers.append((job, None, ()))
+    return answers, conn
+
+
+def _zygote_main(control_fd: int) -> None:
+    """The zygote (:class:`_Zygote`): fork a step writer process for each request."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the children
+    control = socket.socket(fileno=control_fd)
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 4096, 1)
+        except OSError:
+            return
+        if not message or not fds:
+            return  # the server process has gone
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                control.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                child_main(message.decode(), socket.socket(fileno=fds[0]))
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        for fd in fds:
+            os.close(fd)
+        control.sendall(str(pid).encode())
+
+
+if __name__ == "__main__":
+    _zygote_main(int(sys.argv[1]))
