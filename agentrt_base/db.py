@@ -344,27 +344,7 @@ def _settle(settled: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
 def _run_job(conn: sa.Connection, fn: Callable[[Any], Any], raw: bool, *, savepoint: bool) -> Any:
     """Run one job in ``conn``'s open transaction, inside a savepoint of its own if asked."""
     if raw:
-        from agentrt_base.raw import RawTx
-
-        driver: Any = conn.connection.driver_connection
-        tx = RawTx(conn.dialect, driver)
-        if not savepoint:
-            return fn(tx)
-        # Plain SAVEPOINT statements on the driver connection: SQLAlchemy's nested
-        # transaction costs more than the job's own statements.
-        driver.execute("SAVEPOINT agentrt_job")
-        try:
-            result = fn(tx)
-        except BaseException:
-            try:
-                driver.execute("ROLLBACK TO SAVEPOINT agentrt_job")
-                driver.execute("RELEASE SAVEPOINT agentrt_job")
-            except Exception as exc:
-                # The job's partial writes could not be undone: the batch must not commit.
-                raise _BatchBroken from exc
-            raise
-        driver.execute("RELEASE SAVEPOINT agentrt_job")
-        return result
+        return _run_raw(conn.dialect, conn.connection.driver_connection, fn, savepoint=savepoint)
     session = Session(
         bind=conn,
         join_transaction_mode="create_savepoint" if savepoint else "rollback_only",
@@ -372,6 +352,52 @@ def _run_job(conn: sa.Connection, fn: Callable[[Any], Any], raw: bool, *, savepo
     )
     with session, session.begin():
         return fn(session)
+
+
+def _run_raw(dialect: Dialect, driver: Any, fn: Callable[[Any], Any], *, savepoint: bool) -> Any:
+    """Run a plain-SQL job on ``driver``'s open transaction, in a savepoint if asked."""
+    from agentrt_base.raw import RawTx
+
+    tx = RawTx(dialect, driver)
+    if not savepoint:
+        return fn(tx)
+    # Plain SAVEPOINT statements on the driver connection: SQLAlchemy's nested
+    # transaction costs more than the job's own statements.
+    driver.execute("SAVEPOINT agentrt_job")
+    try:
+        result = fn(tx)
+    except BaseException:
+        try:
+            driver.execute("ROLLBACK TO SAVEPOINT agentrt_job")
+            driver.execute("RELEASE SAVEPOINT agentrt_job")
+        except Exception as exc:
+            # The job's partial writes could not be undone: the batch must not commit.
+            raise _BatchBroken from exc
+        raise
+    driver.execute("RELEASE SAVEPOINT agentrt_job")
+    return result
+
+
+def run_raw_batch_sqlite(
+    dialect: Dialect, driver: Any, jobs: Sequence[Callable[[Any], Any]]
+) -> list[Any]:
+    """Plain-SQL jobs in one transaction straight on a sqlite3 connection (whose driver
+    transactions are off: see ``_sqlite_engine``), for a process that writes nothing else
+    (``runtime_service.step_process``); SQLAlchemy's transaction bookkeeping cost more than
+    a batch's BEGIN and COMMIT. All or nothing: no savepoint per job (two statements each),
+    so a job that raises rolls the whole batch back and the exception propagates; the caller
+    hands every job of it to a writer that can refuse them one by one."""
+    from agentrt_base.raw import RawTx
+
+    driver.execute("BEGIN IMMEDIATE")
+    try:
+        results = [fn(RawTx(dialect, driver)) for fn in jobs]
+        driver.execute("COMMIT")
+    except BaseException:
+        if driver.in_transaction:
+            driver.execute("ROLLBACK")
+        raise
+    return results
 
 
 class Database:

@@ -34,7 +34,19 @@ _THREADS = cast(sa.Table, ThreadRow.__table__)
 
 def event_type_name(attributes: Message) -> str:
     """``run.created`` for ``RunCreatedAttributes`` (the dotted form used in the log)."""
-    name = attributes.DESCRIPTOR.name.removesuffix("Attributes")
+    name = attributes.DESCRIPTOR.name
+    dotted = _EVENT_TYPE_NAMES.get(name)
+    if dotted is None:
+        dotted = _EVENT_TYPE_NAMES[name] = _dotted(name)
+    return dotted
+
+
+#: Dotted event type by attributes message name: every event pays for the lookup.
+_EVENT_TYPE_NAMES: dict[str, str] = {}
+
+
+def _dotted(message_name: str) -> str:
+    name = message_name.removesuffix("Attributes")
     words: list[str] = []
     for ch in name:
         if ch.isupper() and words:

@@ -22,7 +22,9 @@ SQLite's busy handler.
 
 Wire: length-prefixed pickles over a private socketpair between the two processes (nothing
 else can write to it). Server to child: ``(job, method, request bytes)``. Child to server, per
-committed batch: a list of ``(job, answer bytes or None, keys to wake)``. The child commits a
+committed batch: a list of ``(job, answer or None, keys to wake)``, where the answer is the
+step's columns (and, for BeginStep, the run's agent digest): the server builds the response
+protos, which keeps the child, the busier of the two, to the writing. The child commits a
 batch before it answers any of it, so an answer still means the step is on disk.
 """
 
@@ -45,22 +47,21 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Dialect
 
 from agentrt.runtime.v1 import worker_service_pb2 as pb
-from agentrt_base.db import Database, run_batch
+from agentrt_base.db import Database, run_raw_batch_sqlite
 from agentrt_base.errors import AgentrtError, Unavailable
 from agentrt_base.raw import RawTx
 from runtime_service import notify
 from runtime_service.notify import Notifier
 from runtime_service.servicers.step_messages import (
-    begin_step_response,
-    end_step_response,
     step_end_of,
     step_request,
 )
 from runtime_service.services.bound import Bound, BoundAgents
 from runtime_service.services.steps import CommonPath, check_step_request
+from runtime_service.store.step_sql import step_tuple
 
 log = logging.getLogger("agentrt.step_process")
 
@@ -73,7 +74,8 @@ _MAX_BATCH = 64
 #: How long start-up waits for the child to open the database and say it is ready.
 _START_TIMEOUT = 60.0
 
-Answer = tuple[bytes, tuple[str, ...]]
+#: What the child answers for one call: its result and the keys to wake.
+Answer = tuple[Any, tuple[str, ...]]
 
 
 def frame(obj: Any) -> bytes:
@@ -169,9 +171,9 @@ class StepProcess:
         transport, _ = await loop.create_unix_connection(lambda: _Connection(self), sock=ours)
         self._transport = transport
 
-    async def call(self, method: int, request: bytes) -> bytes | None:
-        """The child's answer to one BeginStep or EndStep (serialized), or None: the server
-        must take the call itself (not the common case, or no child)."""
+    async def call(self, method: int, request: bytes) -> Any:
+        """The child's answer to one BeginStep or EndStep, or None: the server must take the
+        call itself (not the common case, or no child)."""
         transport = self._transport
         if transport is None:
             return None
@@ -182,7 +184,7 @@ class StepProcess:
         answer = await future
         return None if answer is None else answer[0]
 
-    def _answered(self, answers: list[tuple[int, bytes | None, tuple[str, ...]]]) -> None:
+    def _answered(self, answers: list[tuple[int, Any, tuple[str, ...]]]) -> None:
         woken: list[str] = []
         for job, answer, wake in answers:
             woken.extend(wake)
@@ -342,6 +344,7 @@ class StepJobs:
         return cached
 
     def begin(self, tx: RawTx, payload: bytes) -> Answer | None:
+        """BeginStep: the step's columns and the run's agent digest."""
         request = pb.BeginStepRequest.FromString(payload)
         try:
             req = step_request(request)
@@ -351,9 +354,10 @@ class StepJobs:
         outcome = self._common.begin(tx, req)
         if outcome is None:
             return None
-        return begin_step_response(outcome).SerializeToString(), self._woken(tx)
+        return (step_tuple(outcome.step), outcome.agent_digest), self._woken(tx)
 
     def end(self, tx: RawTx, payload: bytes) -> Answer | None:
+        """EndStep: the step's columns."""
         request = pb.EndStepRequest.FromString(payload)
         try:
             outcome = step_end_of(request)
@@ -363,7 +367,7 @@ class StepJobs:
         step = self._common.end(tx, fence.attempt_id, fence.lease_epoch, request.step_id, outcome)
         if step is None:
             return None
-        return end_step_response(step).SerializeToString(), self._woken(tx)
+        return step_tuple(step), self._woken(tx)
 
     @staticmethod
     def _woken(tx: RawTx) -> tuple[str, ...]:
@@ -392,7 +396,8 @@ def child_main(database_url: str, sock: socket.socket) -> None:
 def _serve(sock: socket.socket, database: Database, jobs: StepJobs) -> None:
     reader = FrameReader()
     queued: list[tuple[int, int, bytes]] = []
-    conn = database.write_engine.connect()
+    dialect = database.write_engine.dialect
+    conn = database.write_engine.raw_connection()
     try:
         while True:
             if not queued:
@@ -403,40 +408,38 @@ def _serve(sock: socket.socket, database: Database, jobs: StepJobs) -> None:
                 queued = reader.feed(data)
                 continue
             batch, queued = queued[:_MAX_BATCH], queued[_MAX_BATCH:]
-            answers, conn = _commit(database, conn, jobs, batch)
+            answers, conn = _commit(database, dialect, conn, jobs, batch)
             sock.sendall(frame(answers))
     finally:
         conn.close()
 
 
 def _commit(
-    database: Database, conn: Any, jobs: StepJobs, batch: list[tuple[int, int, bytes]]
-) -> tuple[list[tuple[int, bytes | None, tuple[str, ...]]], Any]:
+    database: Database,
+    dialect: Dialect,
+    conn: Any,
+    jobs: StepJobs,
+    batch: list[tuple[int, int, bytes]],
+) -> tuple[list[tuple[int, Any, tuple[str, ...]]], Any]:
     def job_fn(method: int, payload: bytes) -> Callable[[RawTx], Answer | None]:
         run = jobs.methods[method]
         return lambda tx: run(tx, payload)
 
-    fns: list[tuple[Callable[[Any], Any], bool]] = [
-        (job_fn(method, payload), True) for _, method, payload in batch
-    ]
+    fns = [job_fn(method, payload) for _, method, payload in batch]
     try:
         with database.writer_lock():
-            outcomes = run_batch(conn, fns)
+            results = run_raw_batch_sqlite(dialect, conn.driver_connection, fns)
     except Exception:
-        # Nothing of the batch committed: the server takes every call of it.
+        # Nothing of the batch committed: the server takes every call of it, and answers
+        # whatever error there is to answer one call at a time.
         log.exception("a batch of step writes failed; the server takes its calls")
         with contextlib.suppress(Exception):
-            conn.close()
-        conn = database.write_engine.connect()
-        outcomes = [(False, None)] * len(batch)
-    answers: list[tuple[int, bytes | None, tuple[str, ...]]] = []
-    for (job, _, _), (ok, value) in zip(batch, outcomes, strict=True):
-        if not ok and value is not None:
-            log.warning("a step write failed in the step writer (%r); the server takes it", value)
-        if ok and value is not None:
-            answers.append((job, value[0], value[1]))
-        else:
-            answers.append((job, None, ()))
+            conn.invalidate()  # a fresh connection, in case this one is the problem
+        conn = database.write_engine.raw_connection()
+        results = [None] * len(batch)
+    answers: list[tuple[int, Any, tuple[str, ...]]] = []
+    for (job, _, _), result in zip(batch, results, strict=True):
+        answers.append((job, None, ()) if result is None else (job, result[0], result[1]))
     return answers, conn
 
 

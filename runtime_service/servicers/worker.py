@@ -19,6 +19,7 @@ from runtime_service.services.context import Runtime
 from runtime_service.services.leases import LeasesService
 from runtime_service.services.steps import StepsService
 from runtime_service.step_process import BEGIN_STEP, END_STEP, StepProcess
+from runtime_service.store.step_sql import step_from_tuple
 
 Context = Any
 
@@ -129,16 +130,16 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         self, request: pb.BeginStepRequest, context: Context
     ) -> pb.BeginStepResponse:
         if self._step_process is not None:
-            answer = await self._step_process.call(BEGIN_STEP, request.SerializeToString())
-            if answer is not None:
-                return pb.BeginStepResponse.FromString(answer)
+            begun = await self._step_process.call(BEGIN_STEP, request.SerializeToString())
+            if begun is not None:
+                return begin_step_response(await self._steps.begun_elsewhere(*begun))
         return begin_step_response(await self._steps.begin_step(step_request(request)))
 
     async def EndStep(self, request: pb.EndStepRequest, context: Context) -> pb.EndStepResponse:
         if self._step_process is not None:
-            answer = await self._step_process.call(END_STEP, request.SerializeToString())
-            if answer is not None:
-                return pb.EndStepResponse.FromString(answer)
+            ended = await self._step_process.call(END_STEP, request.SerializeToString())
+            if ended is not None:
+                return end_step_response(step_from_tuple(ended))
         step = await self._steps.end_step(
             request.fence.attempt_id,
             request.fence.lease_epoch,

@@ -122,6 +122,8 @@ class StepOutcome:
     existing: bool
     resolved: message_pb2.ResolvedVersions | None
     steers: list[InputRow]
+    #: The run's bound agent (set by the common path, which the step writer process runs).
+    agent_digest: str = ""
 
 
 @dataclass(frozen=True)
@@ -504,7 +506,7 @@ def check_step_request(req: StepRequest) -> None:
         problems.add("tool_call.tool", "required")
     if req.type == "COMPLETION_CHECK" and not req.check:
         problems.add("completion_check.check", "required")
-    if len(_dumps(req.arguments).encode()) > MAX_INPUT_BYTES:
+    if req.arguments and len(_dumps(req.arguments).encode()) > MAX_INPUT_BYTES:
         problems.add("tool_call.arguments", f"larger than {MAX_INPUT_BYTES} bytes")
     problems.raise_if_any("invalid step")
 
@@ -699,7 +701,7 @@ class CommonPath:
                 chain.last_hash,
             )
         tx.wake += [notify.run_key(state.run_id), notify.thread_key(state.thread_id)]
-        return StepOutcome(step, False, resolved_for(bound, step), [])
+        return StepOutcome(step, False, resolved_for(bound, step), [], state.agent_digest)
 
     def end(
         self, tx: RawTx, attempt_id: str, lease_epoch: int, step_id: str, outcome: StepEnd
@@ -903,6 +905,15 @@ class StepsService:
         return await self._rt.write(write)
 
     # -- steps -----------------------------------------------------------------------------
+
+    async def begun_elsewhere(self, values: tuple[Any, ...], agent_digest: str) -> StepOutcome:
+        """The outcome of a BeginStep the step writer process recorded: its step's columns
+        and the run's agent, whose definition gives the resolved contents."""
+        step = step_sql.step_from_tuple(values)
+        bound = self._bound.cached(agent_digest)
+        if bound is None:
+            bound = await self._rt.read(lambda session: self._bound.get(session, agent_digest))
+        return StepOutcome(step, False, resolved_for(bound.definition, step), [], agent_digest)
 
     async def begin_step(self, req: StepRequest) -> StepOutcome:
         check_step_request(req)

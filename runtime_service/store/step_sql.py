@@ -145,6 +145,17 @@ def detached_step(values: dict[str, Any]) -> StepRow:
     return step
 
 
+def step_tuple(step: StepRow) -> tuple[Any, ...]:
+    """A step's columns, in ``STEP_COLUMNS`` order, as Python values (to pass it to another
+    process: :func:`step_from_tuple` builds it again)."""
+    state = attributes.instance_dict(step)
+    return tuple(state[key] for key in STEP_COLUMNS)
+
+
+def step_from_tuple(values: tuple[Any, ...]) -> StepRow:
+    return detached_step(dict(zip(STEP_COLUMNS, values, strict=True)))
+
+
 def fill(step: StepRow, **values: Any) -> None:
     """Set columns of a step built by :func:`detached_step` (one the ORM does not track, so
     its change events would be wasted work)."""

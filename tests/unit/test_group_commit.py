@@ -5,6 +5,7 @@ commit; nothing is answered before the commit."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from agentrt_base.db import GroupCommitWriter, _sqlite_engine
+from agentrt_base.db import GroupCommitWriter, WriterLock, _sqlite_engine, run_raw_batch_sqlite
 from agentrt_base.raw import RawTx, Statement
 
 _INSERT = Statement("INSERT INTO items (name) VALUES (:name)")
@@ -193,3 +194,48 @@ def test_a_waiter_that_gives_up_does_not_stop_the_writer(engine: sa.Engine) -> N
         assert _names(engine) == ["after", "held", "z"]
     finally:
         writer.close()
+
+
+def test_a_raw_batch_is_all_or_nothing_and_holds_the_writer_lock(
+    engine: sa.Engine, tmp_path: Path
+) -> None:
+    """The step writer process's batch (plain SQL straight on sqlite3, under the WriterLock):
+    every job commits together, or, if one raises, none does and the error propagates;
+    another holder of the lock waits for the whole batch."""
+    lock = WriterLock(str(tmp_path / "group.db-agentrt-writer.lock"))
+    other = WriterLock(lock.path)
+    held_during_batch: list[bool] = []
+    probe_threads: list[threading.Thread] = []
+
+    def probe(tx: RawTx) -> str:
+        taken = threading.Event()
+
+        def try_take() -> None:
+            with other:
+                taken.set()
+
+        thread = threading.Thread(target=try_take)
+        thread.start()
+        probe_threads.append(thread)
+        held_during_batch.append(not taken.wait(0.2))
+        tx.execute(_INSERT, {"name": "probe"})
+        return "probe"
+
+    raw = engine.raw_connection()
+    try:
+        with lock:
+            results = run_raw_batch_sqlite(
+                engine.dialect, raw.driver_connection, [_raw("a"), probe, _raw("b")]
+            )
+        assert results == ["a", "probe", "b"]
+        with pytest.raises(sqlite3.IntegrityError), lock:
+            run_raw_batch_sqlite(engine.dialect, raw.driver_connection, [_raw("c"), _raw("a")])
+        assert not raw.driver_connection.in_transaction
+    finally:
+        raw.close()
+    for thread in probe_threads:
+        thread.join(5)
+    assert _names(engine) == ["a", "b", "probe"]
+    assert held_during_batch == [True]
+    lock.close()
+    other.close()
