@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 import socket
@@ -27,6 +26,7 @@ from agentrt.runtime.v1 import (
     worker_service_pb2,
     worker_service_pb2_grpc,
 )
+from agentrt_base import gc_policy
 from agentrt_base.db import Database, normalise_url, writer_lock_path
 from agentrt_base.grpc_errors import ErrorMappingInterceptor
 from agentrt_base.settings import ServerSettings
@@ -229,13 +229,7 @@ async def serve(settings: ServerSettings) -> None:
     server = AgentrtServer(settings)
     try:
         await server.start()
-        # Everything allocated at start-up (modules, protos, caches' scaffolding) lives for the
-        # process: move it out of the collector's view, and collect the young generation less
-        # eagerly, so a large answer (an audit provenance of thousands of objects) does not
-        # trigger full collections mid-request. Measured: the SQLite provenance tail.
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(50_000, 20, 20)
+        gc_policy.settle_long_lived()
         assert server.database is not None
         log.info(
             "agentrt ready: listening on %s, database %s",

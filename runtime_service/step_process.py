@@ -50,6 +50,7 @@ from typing import Any
 from sqlalchemy.engine import URL, Dialect
 
 from agentrt.runtime.v1 import worker_service_pb2 as pb
+from agentrt_base import gc_policy
 from agentrt_base.db import Database, run_raw_batch_sqlite
 from agentrt_base.errors import AgentrtError, Unavailable
 from agentrt_base.raw import RawTx
@@ -385,6 +386,7 @@ def child_main(database_url: str, sock: socket.socket) -> None:
     try:
         database.check()
         jobs = StepJobs(database)
+        gc_policy.settle_long_lived()
         sock.sendall(frame("ready"))
         _serve(sock, database, jobs)
     finally:
