@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,6 +97,12 @@ def database(engine: str) -> Iterator[str]:
         admin.dispose()
 
 
+def _forward_problems(lines: Iterable[str]) -> None:
+    for line in lines:
+        if any(word in line for word in ("ERROR", "WARNING", "Traceback", "Error")):
+            print(f"  [server] {line.rstrip()}", file=sys.stderr, flush=True)
+
+
 @contextlib.contextmanager
 def server_process(database_url: str) -> Iterator[str]:
     """``agentrt serve`` in its own process; yields its address once it is ready."""
@@ -124,8 +130,9 @@ def server_process(database_url: str) -> Iterator[str]:
             break
     else:
         raise RuntimeError("server did not start")
-    # Keep reading the server's log so a chatty server never blocks on a full pipe.
-    threading.Thread(target=lambda: [None for _ in process.stderr or ()], daemon=True).start()
+    # Keep reading the server's log so a chatty server never blocks on a full pipe, and pass
+    # on what is not routine: a figure measured while the server logged errors is suspect.
+    threading.Thread(target=_forward_problems, args=(process.stderr,), daemon=True).start()
     try:
         yield f"127.0.0.1:{port}"
     finally:
