@@ -7,7 +7,9 @@ SQLAlchemy work is handed to executors here rather than done on the loop:
   (connections fighting over the lock is what pushes p99 into the 100 ms range, see
   ``shared/PERFORMANCE.md``), and each write transaction starts with ``BEGIN IMMEDIATE`` so the
   lock is taken up front instead of being upgraded (and possibly refused) mid-transaction.
-  Reads use a small pool of other connections; WAL lets them proceed beside the writer.
+  Reads use a small pool of other connections; WAL lets them proceed beside the writer. The
+  one exception, the step writer process (``runtime_service.step_process``), takes turns with
+  this writer under a :class:`WriterLock`.
 * PostgreSQL takes concurrent writers; row locks (``FOR UPDATE SKIP LOCKED``) and guarded
   updates do the fencing, so a few writer threads share a connection pool.
 """
@@ -417,7 +419,7 @@ class Database:
     ) -> None:
         """``writer_lock``: take a :class:`WriterLock` around every SQLite write transaction
         (another process writes the file too). ``group_commit=False``: no writer thread, for
-        a process that runs its batches itself (:meth:`commit_batch`)."""
+        a process that runs its batches itself (:func:`run_raw_batch_sqlite`)."""
         self.url = normalise_url(url)
         self.dialect_name = self.url.get_backend_name()
         if self.is_sqlite:

@@ -5,9 +5,9 @@ writer share one GIL. At 16 workers the step path kept ~1 of this machine's 2 co
 left the other mostly idle (``bench/results/steps.md``). A step's common case
 (:class:`~runtime_service.services.steps.CommonPath`: a handful of statements and one
 hash-chained event) is self-contained: given the request's bytes it needs only the database
-and the run's bound definition. So a child process takes it whole, parsing the request,
-writing it in a group commit of its own and serializing the answer, and the server forwards
-bytes.
+and the run's bound definition. So a child process takes it: the server forwards the
+request's bytes, the child parses and checks them and writes the step in a group commit of
+its own, and the server builds the answer from the step the child recorded.
 
 Everything else stays with the server. For a request that is not the common case (one to
 refuse, a denial or budget stop to record, a steer to deliver, a repeated idempotency key, an
@@ -43,6 +43,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -56,10 +57,7 @@ from agentrt_base.errors import AgentrtError, Unavailable
 from agentrt_base.raw import RawTx
 from runtime_service import notify
 from runtime_service.notify import Notifier
-from runtime_service.servicers.step_messages import (
-    step_end_of,
-    step_request,
-)
+from runtime_service.servicers.step_messages import step_end_of, step_request
 from runtime_service.services.bound import Bound, BoundAgents
 from runtime_service.services.steps import CommonPath, check_step_request
 from runtime_service.store.step_sql import step_tuple
@@ -247,6 +245,15 @@ def _wait_exit(pid: int, timeout: float) -> bool:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:
         return True
+    except OSError:  # a kernel without pidfd (before Linux 5.3): ask every 10 ms
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return True
+            time.sleep(0.01)
+        return False
     try:
         readable, _, _ = select.select([fd], [], [], timeout)
         return bool(readable)
@@ -475,4 +482,7 @@ def _zygote_main(control_fd: int) -> None:
 
 
 if __name__ == "__main__":
-    _zygote_main(int(sys.argv[1]))
+    # Run the module under its own name, so the zygote and its children have one copy of it.
+    from runtime_service.step_process import _zygote_main as zygote_main
+
+    zygote_main(int(sys.argv[1]))

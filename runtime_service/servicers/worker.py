@@ -19,7 +19,6 @@ from runtime_service.services.context import Runtime
 from runtime_service.services.leases import LeasesService
 from runtime_service.services.steps import StepsService
 from runtime_service.step_process import BEGIN_STEP, END_STEP, StepProcess
-from runtime_service.store.step_sql import step_from_tuple
 
 Context = Any
 
@@ -139,7 +138,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         if self._step_process is not None:
             ended = await self._step_process.call(END_STEP, request.SerializeToString())
             if ended is not None:
-                return end_step_response(step_from_tuple(ended))
+                return end_step_response(self._steps.ended_elsewhere(ended))
         step = await self._steps.end_step(
             request.fence.attempt_id,
             request.fence.lease_epoch,

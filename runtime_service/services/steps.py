@@ -451,6 +451,7 @@ def _start_turn(
 
 
 def budget_error(run: _Budgeted, estimated_tokens: int = 0) -> ResourceExhausted | None:
+    """The error naming the budget one more step would exceed, or None."""
     exceeded = ""
     used_tokens = run.input_tokens + run.output_tokens
     if run.max_steps and run.step_count + 1 > run.max_steps:
@@ -476,6 +477,8 @@ def budget_error(run: _Budgeted, estimated_tokens: int = 0) -> ResourceExhausted
 
 
 def check_step_request(req: StepRequest) -> None:
+    """What a BeginStep request must satisfy before anything is read: INVALID_ARGUMENT
+    naming each bad field."""
     problems = ViolationCollector()
     if req.type in ("APPROVAL_REQUEST", "CHECKPOINT"):
         problems.add("type", f"{req.type} steps are recorded by the runtime, not begun")
@@ -914,6 +917,11 @@ class StepsService:
         if bound is None:
             bound = await self._rt.read(lambda session: self._bound.get(session, agent_digest))
         return StepOutcome(step, False, resolved_for(bound.definition, step), [], agent_digest)
+
+    @staticmethod
+    def ended_elsewhere(values: tuple[Any, ...]) -> StepRow:
+        """The step an EndStep the step writer process recorded left behind (its columns)."""
+        return step_sql.step_from_tuple(values)
 
     async def begin_step(self, req: StepRequest) -> StepOutcome:
         check_step_request(req)
