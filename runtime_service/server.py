@@ -109,7 +109,11 @@ class AgentrtServer:
         """Open and migrate the database, bind, start serving; return the bound port."""
         url = normalise_url(self.settings.database_url)
         # The step writer process needs a file both processes can open.
-        use_step_process = self.settings.step_process and writer_lock_path(url) is not None
+        use_step_process = (
+            self.settings.step_process
+            and writer_lock_path(url) is not None
+            and StepProcess.supported()
+        )
         database = Database(self.settings.database_url, writer_lock=use_step_process)
         notifier = Notifier()
         step_process = StepProcess(child_database_url(url), notifier) if use_step_process else None

@@ -142,6 +142,12 @@ class StepProcess:
         self.answered = 0
         self.handed_back = 0
 
+    @staticmethod
+    def supported() -> bool:
+        """Whether this platform has what the process needs (Linux: SOCK_SEQPACKET socket
+        pairs, pidfd, passing descriptors); elsewhere the server writes every step itself."""
+        return sys.platform.startswith("linux")
+
     @property
     def alive(self) -> bool:
         return self._transport is not None
