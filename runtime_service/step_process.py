@@ -226,12 +226,14 @@ class StepProcess:
     async def stop(self) -> None:
         """End the child's input: it answers what it holds, closes its end and exits."""
         self._stopping = True
-        if self._transport is not None and self._closed is not None:
-            self._transport.write_eof()
+        # Calls from now on take the in-process path (there should be none: the server
+        # stops serving first).
+        transport, self._transport = self._transport, None
+        if transport is not None and self._closed is not None:
+            transport.write_eof()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closed.wait(), 10)
-            if self._transport is not None:
-                self._transport.abort()
+            transport.abort()  # (a no-op once the child has closed its end)
         await self._reap()
 
     async def _reap(self) -> None:
