@@ -129,12 +129,20 @@ def _lock_active_runs(session: Session, thread_id: str) -> list[RunRow]:
             .where(RunRow.thread_id == thread_id, RunRow.status.in_(ACTIVE))
             .order_by(RunRow.create_time)
             .with_for_update()
+            .execution_options(populate_existing=True)
         )
     )
 
 
 def run_for_update(session: Session, run_id: str) -> RunRow:
-    run = session.scalar(sa.select(RunRow).where(RunRow.id == run_id).with_for_update())
+    """The run, locked, with the values the lock protects: ``populate_existing`` refreshes
+    an object this session loaded earlier (a plain query would hand it back as it was)."""
+    run = session.scalar(
+        sa.select(RunRow)
+        .where(RunRow.id == run_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
     if run is None:
         raise NotFound("run", run_id)
     return run

@@ -12,12 +12,15 @@ import grpc
 import pytest
 import sqlalchemy as sa
 from google.protobuf import duration_pb2, timestamp_pb2
+from sqlalchemy.orm import Session
 
 from agentrt.registry.v1 import registry_service_pb2 as rpb
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
-from agentrt_base.db import normalise_url
+from agentrt_base.db import Database, normalise_url
+from runtime_service.services.runs import run_for_update
+from runtime_service.store.tables import RunRow
 from tests import registry_data
 from tests.runtime_support import Stubs
 from tests.service.test_runtime_threads import PLAIN, publish_plain_agent
@@ -161,6 +164,40 @@ def test_create_run_is_idempotent_by_request_id(stubs: Stubs, database_url: str)
     assert len(ids) == 1
     runs = stubs.runtime.ListRuns(pb.ListRunsRequest(thread_id=thread.id), timeout=10).runs
     assert sorted(r.id for r in runs) == sorted([first.id, *ids])
+
+
+def test_locking_a_run_refreshes_what_the_session_already_loaded(
+    stubs: Stubs, database_url: str
+) -> None:
+    """run_for_update hands back the run as it is under the lock, even when the session
+    loaded it earlier and it changed meanwhile (a plain query would return the stale object)."""
+    run_id = stubs.run(stubs.thread(enum_pb2.CONCURRENCY_POLICY_ALLOW).id, ref=PLAIN).id
+    database = Database(database_url)
+
+    class Undo(Exception):
+        pass
+
+    def job(session: Session) -> None:
+        loaded = session.get(RunRow, run_id)
+        assert loaded is not None
+        before = loaded.priority
+        session.execute(
+            sa.update(RunRow)
+            .where(RunRow.id == run_id)
+            .values(priority=before + 7)
+            .execution_options(synchronize_session=False)
+        )
+        assert loaded.priority == before  # the identity map still holds the old value
+        locked = run_for_update(session, run_id)
+        assert locked is loaded and locked.priority == before + 7
+        raise Undo  # roll back: the run stays as it was
+
+    try:
+        with pytest.raises(Undo):
+            database.write_sync(job)
+    finally:
+        database.dispose()
+    assert get_run(stubs, run_id).priority == 0
 
 
 # -- amendments ------------------------------------------------------------------------------
