@@ -55,7 +55,6 @@ from agentrt_base import gc_policy
 from agentrt_base.db import Database, run_raw_batch_sqlite
 from agentrt_base.errors import AgentrtError, Unavailable
 from agentrt_base.raw import RawTx
-from runtime_service import notify
 from runtime_service.notify import Notifier
 from runtime_service.servicers.step_messages import step_end_of, step_request
 from runtime_service.services.bound import Bound, BoundAgents
@@ -387,7 +386,7 @@ class StepJobs:
 
     @staticmethod
     def _woken(tx: RawTx) -> tuple[str, ...]:
-        notify.notify_raw(tx, tx.wake)  # (nothing on SQLite; kept for the same contract)
+        # The server wakes these after the answer (SQLite has no NOTIFY to send).
         return tuple(tx.wake)
 
 

@@ -59,7 +59,7 @@ COUNTED = ("MODEL_CALL", "TOOL_CALL", "COMPLETION_CHECK")
 _INSERT_USAGE = sa.insert(StepUsageRow)
 _INSERT_STEP = sa.insert(StepRow)
 MAX_INPUT_BYTES = 256 * 1024
-#: ResolvedVersions answers by (bound digest, recorded resolution): see _resolved_for.
+#: ResolvedVersions answers by (bound digest, recorded resolution): see resolved_for.
 _RESOLVED: LruCache[tuple[str, ...], message_pb2.ResolvedVersions] = LruCache(1024)
 MAX_TEXT = 64 * 1024
 
@@ -122,7 +122,8 @@ class StepOutcome:
     existing: bool
     resolved: message_pb2.ResolvedVersions | None
     steers: list[InputRow]
-    #: The run's bound agent (set by the common path, which the step writer process runs).
+    #: The run's bound agent (set by the common path, whose caller adds ``resolved`` from it:
+    #: the step writer process leaves that to the server).
     agent_digest: str = ""
 
 
@@ -704,7 +705,7 @@ class CommonPath:
                 chain.last_hash,
             )
         tx.wake += [notify.run_key(state.run_id), notify.thread_key(state.thread_id)]
-        return StepOutcome(step, False, resolved_for(bound, step), [], state.agent_digest)
+        return StepOutcome(step, False, None, [], state.agent_digest)
 
     def end(
         self, tx: RawTx, attempt_id: str, lease_epoch: int, step_id: str, outcome: StepEnd
@@ -913,10 +914,16 @@ class StepsService:
         """The outcome of a BeginStep the step writer process recorded: its step's columns
         and the run's agent, whose definition gives the resolved contents."""
         step = step_sql.step_from_tuple(values)
-        bound = self._bound.cached(agent_digest)
+        return await self._with_resolution(StepOutcome(step, False, None, [], agent_digest))
+
+    async def _with_resolution(self, outcome: StepOutcome) -> StepOutcome:
+        """Add to a step the common path recorded what it resolved to, with content."""
+        digest = outcome.agent_digest
+        bound = self._bound.cached(digest)
         if bound is None:
-            bound = await self._rt.read(lambda session: self._bound.get(session, agent_digest))
-        return StepOutcome(step, False, resolved_for(bound.definition, step), [], agent_digest)
+            bound = await self._rt.read(lambda session: self._bound.get(session, digest))
+        outcome.resolved = resolved_for(bound.definition, outcome.step)
+        return outcome
 
     @staticmethod
     def ended_elsewhere(values: tuple[Any, ...]) -> StepRow:
@@ -927,7 +934,7 @@ class StepsService:
         check_step_request(req)
         fast = await self._rt.write_raw(lambda tx: self._common.begin(tx, req))
         if fast is not None:
-            return fast
+            return await self._with_resolution(fast)
         return await self._write_recorded(lambda session: self._begin_step(session, req))  # type: ignore[no-any-return]
 
     def _begin_step(self, session: Session, req: StepRequest) -> Recorded:
