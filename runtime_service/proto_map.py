@@ -226,15 +226,21 @@ def recorded_resolution(row: StepRow) -> tuple[str, ...]:
 
 
 def step_versions(row: StepRow) -> message_pb2.StepVersions:
+    out = message_pb2.StepVersions()
+    out.CopyFrom(step_versions_without_context(row))
+    out.context_digest = row.context_digest
+    return out
+
+
+def step_versions_without_context(row: StepRow) -> message_pb2.StepVersions:
+    """A step's versions but its context digest, from a cache shared by every caller:
+    read it, never modify it."""
     key = (row.system_prompt_digest, row.reported_model_id, *recorded_resolution(row))
     cached = _VERSIONS.get(key)
     if cached is None:
         cached = _build_versions(row)
         _VERSIONS.put(key, cached)
-    out = message_pb2.StepVersions()
-    out.CopyFrom(cached)
-    out.context_digest = row.context_digest
-    return out
+    return cached
 
 
 def _build_versions(row: StepRow) -> message_pb2.StepVersions:

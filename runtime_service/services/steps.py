@@ -38,7 +38,7 @@ from runtime_service import events, notify, proto_map, resolution
 from runtime_service.blobs import require_blob
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.resolution import BoundDefinition
-from runtime_service.services import transitions
+from runtime_service.services import step_events, transitions
 from runtime_service.services.bound import Bound, BoundAgents
 from runtime_service.services.context import Runtime, scoped_request_id
 from runtime_service.services.leases import fence_holds, fenced
@@ -282,40 +282,6 @@ def _call_tool(
         tool_arguments_json=_dumps(req.arguments),
         tools_json=_dumps(tools),
         side_effect=bool(pinned.spec.get("side_effects")),
-    )
-
-
-def _started_attributes(step: StepRow) -> event_pb2.StepStartedAttributes:
-    return event_pb2.StepStartedAttributes(
-        step_id=step.id,
-        attempt_id=step.attempt_id,
-        turn_id=step.turn_id,
-        step_sequence=step.sequence,
-        type=enum_pb2.StepType.Value(f"STEP_TYPE_{step.type}"),
-        operation=step.operation,
-        idempotency_key=step.idempotency_key,
-        input_ref=step.input_ref,
-        retry_of_step_id=step.retry_of_step_id,
-        tool_name=step.tool_name,
-        versions=proto_map.step_versions(step),
-        status=enum_pb2.StepStatus.Value(f"STEP_STATUS_{step.status}"),
-    )
-
-
-def _ended_attributes(step: StepRow) -> event_pb2.StepEndedAttributes:
-    return event_pb2.StepEndedAttributes(
-        step_id=step.id,
-        status=enum_pb2.StepStatus.Value(f"STEP_STATUS_{step.status}"),
-        output_ref=step.output_ref,
-        error_class=enum_pb2.ErrorClass.Value(f"ERROR_CLASS_{step.error_class or 'UNSPECIFIED'}"),
-        error_message=step.error_message,
-        side_effect=step.side_effect,
-        usage=message_pb2.Usage(
-            input_tokens=step.input_tokens,
-            output_tokens=step.output_tokens,
-            cost_usd=step.cost_usd,
-        ),
-        reported_model_id=step.reported_model_id,
     )
 
 
@@ -694,7 +660,7 @@ class CommonPath:
         )
         with tx.pipeline():  # the writes: one round trip on PostgreSQL
             step_sql.insert_step(tx, step)
-            events.append_raw(tx, chain, _started_attributes(step), now)
+            events.append_raw(tx, chain, step_events.started(step), now)
             step_sql.insert_usages(tx, _usage_rows(step))
             step_sql.advance_run(
                 tx,
@@ -735,7 +701,7 @@ class CommonPath:
         )
         with tx.pipeline():  # the writes: one round trip on PostgreSQL
             step_sql.end_step(tx, step)
-            events.append_raw(tx, chain, _ended_attributes(step), now)
+            events.append_raw(tx, chain, step_events.ended(step), now)
             step_sql.add_usage(tx, step, state.run_id, chain.last_sequence, chain.last_hash)
             step_sql.insert_usages(tx, _reported_usage_rows(step))
         tx.wake += [notify.run_key(state.run_id), notify.thread_key(state.thread_id)]
@@ -1046,7 +1012,7 @@ class StepsService:
         """Insert the (fully built) step and record ``step.started`` (and ``step.ended`` for
         a step that is born ended, such as a denial), plus its usage index rows."""
         session.execute(_INSERT_STEP, {k: getattr(step, k) for k in step_sql.STEP_COLUMNS})
-        transitions.append_run_event(session, run, _started_attributes(step), now)
+        transitions.append_run_event(session, run, step_events.started(step), now)
         if step.status != "STARTED":
             self._ended_event(session, run, step, now)
         rows = _usage_rows(step)
@@ -1054,7 +1020,7 @@ class StepsService:
             session.execute(_INSERT_USAGE, rows)
 
     def _ended_event(self, session: Session, run: RunRow, step: StepRow, now: dt.datetime) -> None:
-        transitions.append_run_event(session, run, _ended_attributes(step), now)
+        transitions.append_run_event(session, run, step_events.ended(step), now)
 
     def _deny(
         self,
