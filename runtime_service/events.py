@@ -256,11 +256,17 @@ def _stored(row: sa.Row[Any]) -> StoredEvent:
 
 
 def run_events_after(
-    conn: sa.Connection, run_id: str, after_sequence: int, limit: int
+    conn: sa.Connection, thread_id: str, run_id: str, after_sequence: int, limit: int
 ) -> list[StoredEvent]:
+    """A page of a run's events (``thread_id`` is the run's: the chain's index is keyed by
+    it)."""
     rows = conn.execute(
         sa.select(_EVENTS)
-        .where(_EVENTS.c.run_id == run_id, _EVENTS.c.sequence > after_sequence)
+        .where(
+            _EVENTS.c.thread_id == thread_id,
+            _EVENTS.c.run_id == run_id,
+            _EVENTS.c.sequence > after_sequence,
+        )
         .order_by(_EVENTS.c.sequence)
         .limit(limit)
     ).all()

@@ -502,7 +502,7 @@ class AuditService:
                 raise NotFound("run", run_id)
             rows = session.execute(
                 sa.select(_E)
-                .where(_E.c.run_id == run.id)
+                .where(_E.c.thread_id == run.thread_id, _E.c.run_id == run.id)
                 .order_by(_E.c.sequence)
                 .execution_options(yield_per=2000)
             )
@@ -546,7 +546,9 @@ class AuditService:
             events = [
                 _link(r)
                 for r in session.execute(
-                    sa.select(_E).where(_E.c.run_id == run.id).order_by(_E.c.sequence)
+                    sa.select(_E)
+                    .where(_E.c.thread_id == run.thread_id, _E.c.run_id == run.id)
+                    .order_by(_E.c.sequence)
                 )
             ]
             installation = session.scalar(sa.select(Installation.installation_id)) or ""

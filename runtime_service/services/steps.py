@@ -925,7 +925,11 @@ class StepsService:
         if req.idempotency_key:
             earlier = session.scalar(
                 sa.select(StepRow)
-                .where(StepRow.run_id == run.id, StepRow.idempotency_key == req.idempotency_key)
+                .where(
+                    StepRow.run_id == run.id,
+                    StepRow.idempotency_key == req.idempotency_key,
+                    StepRow.idempotency_key != "",  # the index is partial
+                )
                 .order_by(StepRow.sequence.desc())
                 .limit(1)
             )

@@ -66,7 +66,7 @@ class WatchService:
     ) -> AsyncIterator[events.StoredEvent]:
         """Every event of the run after ``after_sequence``; ends after ``run.ended``."""
         with self._rt.notifier.subscribe([notify.run_key(run_id)]) as woken:
-            ended_at = await self._rt.read(partial(_run_state, run_id=run_id))
+            thread_id, ended_at = await self._rt.read(partial(_run_state, run_id=run_id))
             cursor = after_sequence
             if ended_at and cursor >= ended_at:
                 return  # the run has ended and the caller has seen its last event
@@ -74,7 +74,10 @@ class WatchService:
                 woken.clear()
                 batch = await self._shared.read(
                     ("run", run_id, cursor),
-                    partial(self._rt.read, partial(_run_page, run_id=run_id, after=cursor)),
+                    partial(
+                        self._rt.read,
+                        partial(_run_page, thread_id=thread_id, run_id=run_id, after=cursor),
+                    ),
                 )
                 for event in batch:
                     yield event
@@ -108,8 +111,9 @@ class WatchService:
                     await woken.wait()
 
 
-def _run_state(session: Session, *, run_id: str) -> int:
-    """The run's last sequence if it has ended (nothing more will come), else 0.
+def _run_state(session: Session, *, run_id: str) -> tuple[str, int]:
+    """The run's thread, and its last sequence if it has ended (nothing more will come),
+    else 0.
 
     Raises:
         NotFound: no such run.
@@ -117,7 +121,7 @@ def _run_state(session: Session, *, run_id: str) -> int:
     run = session.get(RunRow, run_id)
     if run is None:
         raise NotFound("run", run_id)
-    return run.last_event_sequence if RunStatus(run.status).terminal else 0
+    return run.thread_id, run.last_event_sequence if RunStatus(run.status).terminal else 0
 
 
 def _thread_head(session: Session, *, thread_id: str) -> int:
@@ -127,8 +131,10 @@ def _thread_head(session: Session, *, thread_id: str) -> int:
     return thread.event_cursor
 
 
-def _run_page(session: Session, *, run_id: str, after: int) -> list[events.StoredEvent]:
-    return events.run_events_after(session.connection(), run_id, after, PAGE)
+def _run_page(
+    session: Session, *, thread_id: str, run_id: str, after: int
+) -> list[events.StoredEvent]:
+    return events.run_events_after(session.connection(), thread_id, run_id, after, PAGE)
 
 
 def _thread_page(session: Session, *, thread_id: str, after: int) -> list[events.StoredEvent]:

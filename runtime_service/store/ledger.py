@@ -34,7 +34,15 @@ class StepRow(Base):
     __tablename__ = "runtime_steps"
     __table_args__ = (
         sa.UniqueConstraint("run_id", "sequence"),
-        sa.Index("ix_runtime_steps_run_id_idempotency_key", "run_id", "idempotency_key"),
+        # BeginStep's repeated-key lookup. Partial: a step without a key costs no page of
+        # it; the lookups repeat the `!= ''` term so both engines can prove it applies.
+        sa.Index(
+            "ix_runtime_steps_run_id_idempotency_key",
+            "run_id",
+            "idempotency_key",
+            sqlite_where=sa.text("idempotency_key != ''"),
+            postgresql_where=sa.text("idempotency_key != ''"),
+        ),
         # GetProvenance(blob): which steps consumed or produced a blob. Partial, so the many
         # steps without a blob cost nothing; queries repeat the `!= ''` term so both engines
         # can prove the index applies.

@@ -157,13 +157,15 @@ class AttemptRow(Base):
 class EventRow(Base):
     """One durable fact. A chain is (thread_id, run_id): a run's events, or (run_id "") the
     thread's own events; ``sequence`` is gap-free within the chain and ``hash`` links to the
-    previous event's hash."""
+    previous event's hash.
+
+    A run's events are read through the chain's unique index, so queries for them name the
+    run's thread too (no second index on run_id: each is a page more per event written)."""
 
     __tablename__ = "runtime_events"
     __table_args__ = (
         sa.UniqueConstraint("thread_id", "run_id", "sequence"),
         sa.UniqueConstraint("thread_id", "thread_cursor"),
-        sa.Index("ix_runtime_events_run_id_sequence", "run_id", "sequence"),
     )
 
     id: Mapped[str] = mapped_column(_ID, primary_key=True)

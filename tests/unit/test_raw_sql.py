@@ -44,12 +44,16 @@ def test_event_times_keep_their_hashed_spelling(value: dt.datetime) -> None:
 
 
 def test_statements_render_each_drivers_paramstyle() -> None:
-    statement = Statement("SELECT a FROM t WHERE b = :b AND c LIKE 'x%' AND d = :d_2")
-    assert statement.render("sqlite") == "SELECT a FROM t WHERE b = :b AND c LIKE 'x%' AND d = :d_2"
+    statement = Statement("SELECT a FROM t WHERE b = :b AND c LIKE 'x%' AND d = :d_2 OR :b = ''")
+    assert (
+        statement.render("sqlite")
+        == "SELECT a FROM t WHERE b = ? AND c LIKE 'x%' AND d = ? OR ? = ''"
+    )
+    assert statement.positional({"d_2": 2, "b": 1}) == [1, 2, 1]
     assert (
         statement.render("postgresql")
-        == "SELECT a FROM t WHERE b = %(b)s AND c LIKE 'x%%' AND d = %(d_2)s"
+        == "SELECT a FROM t WHERE b = %(b)s AND c LIKE 'x%%' AND d = %(d_2)s OR %(b)s = ''"
     )
     locked = Statement("SELECT 1 WHERE x = :x", postgresql="SELECT 1 WHERE x = :x FOR UPDATE")
-    assert locked.render("sqlite") == "SELECT 1 WHERE x = :x"
+    assert locked.render("sqlite") == "SELECT 1 WHERE x = ?"
     assert locked.render("postgresql") == "SELECT 1 WHERE x = %(x)s FOR UPDATE"
