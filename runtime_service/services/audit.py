@@ -35,7 +35,16 @@ from runtime_service import audit_bundle, proto_map
 from runtime_service.audit_bundle import ChainReport, Format, Link
 from runtime_service.events import StoredEvent, format_time
 from runtime_service.services.context import Runtime
-from runtime_service.store.ledger import ArtifactRow, BlobRow, CheckpointRow, StepRow, StepUsageRow
+from runtime_service.store.ledger import (
+    USAGE_HAS_DIGEST,
+    USAGE_HAS_SCHEMA,
+    USAGE_IS_MODEL,
+    ArtifactRow,
+    BlobRow,
+    CheckpointRow,
+    StepRow,
+    StepUsageRow,
+)
 from runtime_service.store.tables import AttemptRow, EventRow, RunRow, ThreadRow
 
 DEFAULT_MAX_STEPS = 1000
@@ -413,7 +422,7 @@ class AuditService:
                     [
                         _step_usages(
                             session,
-                            [_U.c.schema_digest == query.value],
+                            [_U.c.schema_digest == query.value, sa.text(USAGE_HAS_SCHEMA)],
                             query,
                             page,
                             lambda r: f"{r.name}@{r.version} schema {r.schema_digest}",
@@ -434,7 +443,7 @@ class AuditService:
                 [
                     _step_usages(
                         session,
-                        [_U.c.kind == kind, _U.c.name == query.value],
+                        [_U.c.kind == kind, _U.c.name == query.value, sa.text(USAGE_IS_MODEL)],
                         query,
                         page,
                         lambda r: f"model {r.name} ({r.kind.removeprefix('model_')})",
@@ -483,7 +492,11 @@ class AuditService:
         return _merge(
             [
                 _step_usages(
-                    session, [_U.c.digest == component.digest], query, page, lambda r: shown
+                    session,
+                    [_U.c.digest == component.digest, sa.text(USAGE_HAS_DIGEST)],
+                    query,
+                    page,
+                    lambda r: shown,
                 )
             ],
             page.size,
@@ -663,7 +676,7 @@ def _after(
 
 def _step_usages(
     session: Session,
-    where: list[sa.ColumnElement[bool]],
+    where: list[sa.ColumnElement[bool] | sa.TextClause],
     query: UsageQuery,
     page: PageRequest,
     matched: Callable[[Any], str],

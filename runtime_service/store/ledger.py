@@ -106,19 +106,46 @@ class StepRow(Base):
     tools_json: Mapped[str] = mapped_column(sa.Text)
 
 
+#: The conditions of the usage indexes (see StepUsageRow), which their queries repeat.
+USAGE_HAS_DIGEST = "digest != ''"
+USAGE_HAS_SCHEMA = "schema_digest != ''"
+USAGE_IS_MODEL = "kind IN ('model_requested', 'model_reported')"
+
+
 class StepUsageRow(Base):
     """One version a step used (skill, tool, model policy, prompt, model id): the index that
     answers "which steps used repo-debug@2.1.0 / this tool schema / model x" without
     scanning every step's JSON."""
 
     __tablename__ = "runtime_step_usages"
+    # Each index holds only the rows its FindUsages query can ask for (a model call writes
+    # three rows per step, and every index entry is work on the step path); the queries
+    # repeat each index's condition word for word, so both engines can prove it applies.
     __table_args__ = (
-        sa.Index("ix_runtime_step_usages_digest_time", "digest", "start_time"),
-        sa.Index("ix_runtime_step_usages_schema_digest_time", "schema_digest", "start_time"),
-        sa.Index("ix_runtime_step_usages_kind_name_version", "kind", "name", "version"),
+        sa.Index(
+            "ix_runtime_step_usages_digest_time",
+            "digest",
+            "start_time",
+            sqlite_where=sa.text(USAGE_HAS_DIGEST),
+            postgresql_where=sa.text(USAGE_HAS_DIGEST),
+        ),
+        sa.Index(
+            "ix_runtime_step_usages_schema_digest_time",
+            "schema_digest",
+            "start_time",
+            sqlite_where=sa.text(USAGE_HAS_SCHEMA),
+            postgresql_where=sa.text(USAGE_HAS_SCHEMA),
+        ),
         # FindUsages(model_id), newest first: one ordered range per (kind, model id), so the
         # first page of a model used by every step reads a page, not every use.
-        sa.Index("ix_runtime_step_usages_kind_name_time", "kind", "name", "start_time"),
+        sa.Index(
+            "ix_runtime_step_usages_kind_name_time",
+            "kind",
+            "name",
+            "start_time",
+            sqlite_where=sa.text(USAGE_IS_MODEL),
+            postgresql_where=sa.text(USAGE_IS_MODEL),
+        ),
     )
 
     step_id: Mapped[str] = mapped_column(_ID, primary_key=True)

@@ -1,10 +1,15 @@
-"""Two fewer index pages written per step: a step's events are found through the chain's
-unique (thread_id, run_id, sequence) index instead of a second (run_id, sequence) one, and
-the idempotency-key index holds only the steps that have a key.
+"""Fewer index entries written per step.
 
-Every index a step's rows go into is one more page written to the log at each commit, and
-the pages of per-run indexes are rarely shared within a batch: at 16 concurrent runs these
-two were ~20% of the step path's log frames (``bench/results/steps.md``).
+* A run's events are found through the chain's unique (thread_id, run_id, sequence) index,
+  not a second (run_id, sequence) one.
+* The idempotency-key index holds only the steps that have a key.
+* The usage indexes hold only the rows their FindUsages query asks for (by digest, by tool
+  schema digest, by model id); the (kind, name, version) one, which no query used, goes.
+
+Every index a step's rows go into is work on the step path and, for per-run indexes whose
+pages a batch rarely shares, one more page written to the log at each commit: at 16
+concurrent runs the first two were ~20% of the step path's log frames, and a model call's
+three usage rows went into 18 b-trees, now 9 (``bench/results/steps.md``).
 
 Revision ID: 0007
 Revises: 0006
@@ -22,9 +27,34 @@ branch_labels = None
 depends_on = None
 
 
+_USAGE_INDEXES = {
+    "ix_runtime_step_usages_digest_time": (["digest", "start_time"], "digest != ''"),
+    "ix_runtime_step_usages_schema_digest_time": (
+        ["schema_digest", "start_time"],
+        "schema_digest != ''",
+    ),
+    "ix_runtime_step_usages_kind_name_time": (
+        ["kind", "name", "start_time"],
+        "kind IN ('model_requested', 'model_reported')",
+    ),
+}
+
+
 def upgrade() -> None:
     with op.batch_alter_table("runtime_events", schema=None) as batch_op:
         batch_op.drop_index("ix_runtime_events_run_id_sequence")
+
+    with op.batch_alter_table("runtime_step_usages", schema=None) as batch_op:
+        batch_op.drop_index("ix_runtime_step_usages_kind_name_version")
+        for name, (columns, where) in _USAGE_INDEXES.items():
+            batch_op.drop_index(name)
+            batch_op.create_index(
+                name,
+                columns,
+                unique=False,
+                sqlite_where=sa.text(where),
+                postgresql_where=sa.text(where),
+            )
 
     with op.batch_alter_table("runtime_steps", schema=None) as batch_op:
         batch_op.drop_index("ix_runtime_steps_run_id_idempotency_key")
@@ -38,6 +68,14 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("runtime_step_usages", schema=None) as batch_op:
+        for name, (columns, _) in _USAGE_INDEXES.items():
+            batch_op.drop_index(name)
+            batch_op.create_index(name, columns, unique=False)
+        batch_op.create_index(
+            "ix_runtime_step_usages_kind_name_version", ["kind", "name", "version"], unique=False
+        )
+
     with op.batch_alter_table("runtime_steps", schema=None) as batch_op:
         batch_op.drop_index("ix_runtime_steps_run_id_idempotency_key")
         batch_op.create_index(
