@@ -198,7 +198,7 @@ def _step_row(
     """A new step as both paths record it, before its resolution is filled in."""
     return step_sql.detached_step(
         {
-            **blank_step(),
+            **_BLANK_STEP,
             "id": new_id("stp"),
             "run_id": run_id,
             "attempt_id": attempt_id,
@@ -237,29 +237,39 @@ def _resolve_model(
     and the pinned skills and tools it offers (each tool with its decision under
     ``ceiling``)."""
     candidate = choice.candidate
-    step_sql.fill(
-        step,
-        model_policy_digest=bound.model_policy.digest,
-        candidate_name=str(candidate.get("name", "")),
-        candidate_reason=choice.reason,
-        provider=str(candidate.get("provider", "")),
-        requested_model_id=str(candidate.get("model_id", "")),
-        parameters_json=_dumps(candidate.get("parameters", {})),
-        system_prompt_digest=bound.system_prompt.digest,
-        context_digest=req.context_digest,
-        skills_json=_dumps(
-            [
-                {"name": s.name, "version": s.version, "digest": s.digest}
-                for s in (bound.skills[n] for n in sorted(set(req.skills)))
-            ]
-        ),
-        tools_json=_dumps(
-            [
-                _recorded_tool(t, resolution.permission(bound, t.name, ceiling))
-                for t in (bound.tools[n] for n in sorted(set(req.tools)))
-            ]
-        ),
-    )
+    skills, tools = tuple(sorted(set(req.skills))), tuple(sorted(set(req.tools)))
+    # Candidate names are unique within a policy (the registry refuses duplicates), and a
+    # bound definition never changes: the same inputs always resolve to the same columns.
+    key = (bound.digest, candidate.get("name"), choice.reason, skills, tools, ceiling)
+    columns = _MODEL_COLUMNS.get(key)
+    if columns is None:
+        columns = {
+            "model_policy_digest": bound.model_policy.digest,
+            "candidate_name": str(candidate.get("name", "")),
+            "candidate_reason": choice.reason,
+            "provider": str(candidate.get("provider", "")),
+            "requested_model_id": str(candidate.get("model_id", "")),
+            "parameters_json": _dumps(candidate.get("parameters", {})),
+            "system_prompt_digest": bound.system_prompt.digest,
+            "skills_json": _dumps(
+                [
+                    {"name": s.name, "version": s.version, "digest": s.digest}
+                    for s in (bound.skills[n] for n in skills)
+                ]
+            ),
+            "tools_json": _dumps(
+                [
+                    _recorded_tool(t, resolution.permission(bound, t.name, ceiling))
+                    for t in (bound.tools[n] for n in tools)
+                ]
+            ),
+        }
+        _MODEL_COLUMNS.put(key, columns)
+    step_sql.fill(step, **columns, context_digest=req.context_digest)
+
+
+#: What a model call records of its resolution, by what decides it (see _resolve_model).
+_MODEL_COLUMNS: LruCache[tuple[Any, ...], dict[str, Any]] = LruCache(4096)
 
 
 def _recorded_tool(pinned: resolution.Pinned, decision: str) -> dict[str, Any]:
@@ -326,10 +336,12 @@ def _usage_rows(step: StepRow) -> list[dict[str, Any]]:
         add("model_requested", step.requested_model_id, "", "")
     if step.system_prompt_digest:
         add("system_prompt", "", "", step.system_prompt_digest)
-    for skill in json.loads(step.skills_json):
-        add("skill", skill["name"], skill["version"], skill["digest"])
-    for tool in json.loads(step.tools_json):
-        add("tool", tool["name"], tool["version"], tool["digest"], tool["schema_digest"])
+    if step.skills_json != "[]":
+        for skill in json.loads(step.skills_json):
+            add("skill", skill["name"], skill["version"], skill["digest"])
+    if step.tools_json != "[]":
+        for tool in json.loads(step.tools_json):
+            add("tool", tool["name"], tool["version"], tool["digest"], tool["schema_digest"])
     return rows
 
 
@@ -1515,3 +1527,7 @@ def blank_step() -> dict[str, Any]:
         "skills_json": "[]",
         "tools_json": "[]",
     }
+
+
+#: blank_step() once: its values are immutable, so new steps can share them.
+_BLANK_STEP = blank_step()
