@@ -3,11 +3,15 @@
 Waiters (watch streams, long-polling AcquireRun) never poll the database while idle: they
 sleep on a key (``run:<id>``, ``thread:<id>``, ``work``) and re-read from their cursor when
 woken. A wake-up carries no data, so a duplicate or a spurious one costs one query and loses
-nothing; that is what lets the PostgreSQL path be simple: every replica (this one included)
-hears every NOTIFY and wakes its local waiters.
+nothing; that is what lets the PostgreSQL path be simple: every replica hears every NOTIFY
+and wakes its local waiters.
 
 On PostgreSQL the NOTIFY is issued inside the writing transaction, so it is delivered only if
-that transaction commits (PostgreSQL queues notifications until commit).
+that transaction commits (PostgreSQL queues notifications until commit). Its payload starts
+with the writer's origin (``@`` and the writing notifier's id): the writer woke its own
+waiters right after the commit, so its listener skips the echo instead of waking them all a
+second time (every sleeping AcquireRun re-queries on a wake of ``work``). A payload without
+an origin (a replica of an earlier version) wakes everything it names.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
@@ -42,6 +47,8 @@ class Notifier:
     def __init__(self) -> None:
         self._waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
         self._listener: asyncio.Task[None] | None = None
+        #: Marks this notifier's NOTIFY payloads (see the module docstring).
+        self.origin = "@" + secrets.token_hex(8)
 
     def wake(self, keys: Iterable[str]) -> None:
         """Wake every local waiter on any of ``keys``. Call on the event loop."""
@@ -80,6 +87,14 @@ class Notifier:
 
     # -- PostgreSQL ------------------------------------------------------------------------
 
+    def _heard(self, payload: str) -> None:
+        origin, _, keys = payload.partition(" ")
+        if not origin.startswith("@"):
+            self.wake(payload.split(" "))  # no origin: an earlier version's payload
+        elif origin != self.origin:
+            self.wake(keys.split(" "))
+        # else: our own commit, whose waiters were woken when it committed
+
     def start_listening(self, conninfo: str) -> None:
         """Listen on :data:`CHANNEL` in the background (PostgreSQL only)."""
         self._listener = asyncio.create_task(self._listen(conninfo), name="agentrt-listen")
@@ -103,7 +118,7 @@ class Notifier:
                     # A (re)connect may have missed notifications: wake everyone to re-read.
                     self.wake(list(self._waiters))
                     async for note in conn.notifies():
-                        self.wake(note.payload.split(" "))
+                        self._heard(note.payload)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the connection dropped: retry, waiters re-read on return
@@ -115,19 +130,25 @@ class Notifier:
 _NOTIFY = raw.Statement("SELECT pg_notify(:channel, :payload)")
 
 
-def notify_raw(tx: raw.RawTx, keys: Iterable[str]) -> None:
+def notify_raw(tx: raw.RawTx, keys: Iterable[str], origin: str) -> None:
     """:func:`notify_in_transaction` for a job written in plain SQL."""
     if tx.dialect_name != "postgresql":
         return
-    payload = " ".join(sorted(set(keys)))
+    payload = _payload(keys, origin)
     if payload:
         tx.execute(_NOTIFY, {"channel": CHANNEL, "payload": payload})
 
 
-def notify_in_transaction(conn: sa.Connection, keys: Iterable[str]) -> None:
-    """On PostgreSQL, queue a NOTIFY for ``keys``; it is delivered if the transaction commits."""
+def notify_in_transaction(conn: sa.Connection, keys: Iterable[str], origin: str) -> None:
+    """On PostgreSQL, queue a NOTIFY for ``keys``; it is delivered if the transaction commits.
+    ``origin``: the :attr:`Notifier.origin` of the notifier that wakes the keys locally."""
     if conn.dialect.name != "postgresql":
         return
-    payload = " ".join(sorted(set(keys)))
+    payload = _payload(keys, origin)
     if payload:
         conn.execute(sa.select(sa.func.pg_notify(CHANNEL, payload)))
+
+
+def _payload(keys: Iterable[str], origin: str) -> str:
+    unique = sorted(set(keys))
+    return f"{origin} {' '.join(unique)}" if unique else ""

@@ -53,7 +53,7 @@ class Runtime:
         def run(session: Session) -> T:
             session.info[WAKE] = keys
             result = fn(session)
-            notify.notify_in_transaction(session.connection(), keys)
+            notify.notify_in_transaction(session.connection(), keys, self.notifier.origin)
             return result
 
         result = await self.database.write(run)
@@ -68,7 +68,7 @@ class Runtime:
 
         def run(tx: RawTx) -> T:
             result = fn(tx)
-            notify.notify_raw(tx, tx.wake)
+            notify.notify_raw(tx, tx.wake, self.notifier.origin)
             keys.extend(tx.wake)
             return result
 
