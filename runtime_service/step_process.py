@@ -430,6 +430,31 @@ def _serve(sock: socket.socket, database: Database, jobs: StepJobs) -> None:
         conn.close()
 
 
+class FailureLog:
+    """Logs failed batches without flooding the log when they keep failing (a full disk, a
+    locked file): the first with its traceback, then at most one line per ``every`` seconds
+    saying how many more failed and the last error."""
+
+    def __init__(self, every: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._every = every
+        self._clock = clock
+        self._last_logged: float | None = None
+        self._unlogged = 0
+
+    def failed(self) -> None:
+        """Call from an ``except`` block."""
+        now = self._clock()
+        if self._last_logged is None or now - self._last_logged >= self._every:
+            more = f" ({self._unlogged} more since the last report)" if self._unlogged else ""
+            log.exception("a batch of step writes failed%s; the server takes its calls", more)
+            self._last_logged, self._unlogged = now, 0
+        else:
+            self._unlogged += 1
+
+
+_FAILURES = FailureLog()
+
+
 def _commit(
     database: Database,
     dialect: Dialect,
@@ -448,7 +473,7 @@ def _commit(
     except Exception:
         # Nothing of the batch committed: the server takes every call of it, and answers
         # whatever error there is to answer one call at a time.
-        log.exception("a batch of step writes failed; the server takes its calls")
+        _FAILURES.failed()
         with contextlib.suppress(Exception):
             conn.invalidate()  # a fresh connection, in case this one is the problem
         conn = database.write_engine.raw_connection()

@@ -1,10 +1,12 @@
 """The step writer process's wire: length-prefixed frames survive any split of the stream,
-and the server's setting switches the process off."""
+the server's setting switches the process off, and failing batches do not flood the log."""
 
 from __future__ import annotations
 
+import pytest
+
 from agentrt_base.settings import ServerSettings
-from runtime_service.step_process import FrameReader, frame
+from runtime_service.step_process import FailureLog, FrameReader, frame
 
 
 def test_frames_come_back_whole_however_the_stream_is_cut() -> None:
@@ -26,3 +28,23 @@ def test_the_step_process_setting_reads_the_environment() -> None:
 
     assert resolve(None) and resolve("1") and resolve("on")
     assert not resolve("0") and not resolve("false") and not resolve(" OFF ")
+
+
+def test_failed_batches_are_logged_once_a_minute_with_a_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [0.0]
+    failures = FailureLog(every=60.0, clock=lambda: now[0])
+    for at in (0.0, 1.0, 2.0, 59.0, 61.0, 62.0, 130.0):
+        now[0] = at
+        try:
+            raise OSError("disk full")
+        except OSError:
+            failures.failed()
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == [
+        "a batch of step writes failed; the server takes its calls",
+        "a batch of step writes failed (3 more since the last report); the server takes its calls",
+        "a batch of step writes failed (1 more since the last report); the server takes its calls",
+    ]
+    assert all(r.exc_info is not None for r in caplog.records)
