@@ -30,26 +30,9 @@ ENDED = "step.ended"
 _VERSIONS: LruCache[tuple[Any, ...], dict[str, Any]] = LruCache(4096)
 
 
-def started_attributes(step: StepRow) -> event_pb2.StepStartedAttributes:
-    """``step.started`` as a message (what :func:`started` builds the mapping of)."""
-    return event_pb2.StepStartedAttributes(
-        step_id=step.id,
-        attempt_id=step.attempt_id,
-        turn_id=step.turn_id,
-        step_sequence=step.sequence,
-        type=enum_pb2.StepType.Value(f"STEP_TYPE_{step.type}"),
-        operation=step.operation,
-        idempotency_key=step.idempotency_key,
-        input_ref=step.input_ref,
-        retry_of_step_id=step.retry_of_step_id,
-        tool_name=step.tool_name,
-        versions=proto_map.step_versions(step),
-        status=enum_pb2.StepStatus.Value(f"STEP_STATUS_{step.status}"),
-    )
-
-
 def ended_attributes(step: StepRow) -> event_pb2.StepEndedAttributes:
-    """``step.ended`` as a message (what :func:`ended` builds the mapping of)."""
+    """``step.ended`` as a message: :func:`ended` builds its mapping directly, but for a
+    cost that proto3 JSON spells as a string."""
     return event_pb2.StepEndedAttributes(
         step_id=step.id,
         status=enum_pb2.StepStatus.Value(f"STEP_STATUS_{step.status}"),
