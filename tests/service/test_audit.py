@@ -798,3 +798,59 @@ def test_tags_at_replays_the_history() -> None:
     assert [(x.tag, x.event_sequence) for x in tags_at(events, "sha256:a")] == [("prod", 5)]
     assert [x.tag for x in tags_at(events[:2], "sha256:a")] == ["canary", "prod"]
     assert tags_at(events[:4], "sha256:b")[0].event_sequence == 3
+
+
+# -- query plans -------------------------------------------------------------------------------
+
+
+def test_usage_and_event_reads_use_their_indexes(env: Env) -> None:
+    """The usage indexes are partial (migration 0007), so a query can use one only if it
+    repeats the index's condition word for word; without it both engines would silently scan
+    the table. Every FindUsages and VerifyRun statement is explained on its own engine, with
+    sequential scans disabled on PostgreSQL (its tables here are tiny)."""
+    h = build_history(env.stubs)
+    database = env.server.server.database
+    assert database is not None
+    seen: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if "FROM runtime_step_usages" in statement or "FROM runtime_events" in statement:
+            seen.append((statement, parameters))
+
+    sa.event.listen(database.read_engine, "before_cursor_execute", capture)
+    try:
+        _usages(env.audit, component_ref="repo-debug@2.1.0")
+        _usages(env.audit, tool_schema_digest=h.read_file_schema)
+        _usages(env.audit, model_id="claude-sonnet-4")
+        env.audit.VerifyRun(apb.VerifyRunRequest(run_id=h.run_a))
+    finally:
+        sa.event.remove(database.read_engine, "before_cursor_execute", capture)
+
+    # What each statement filters on, and how each engine names the index that must serve it
+    # (SQLite names a unique constraint's index by number, so its plan shows the columns).
+    chain = ("thread_id=? AND run_id=?", "uq_runtime_events_thread_id_run_id_sequence")
+    expected = {
+        "runtime_step_usages.digest =": ("ix_runtime_step_usages_digest_time",),
+        "runtime_step_usages.schema_digest =": ("ix_runtime_step_usages_schema_digest_time",),
+        "runtime_step_usages.kind =": ("ix_runtime_step_usages_kind_name_time",),
+        "runtime_events.thread_id =": chain,
+    }
+    checked: set[str] = set()
+    raw = database.read_engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        if database.is_sqlite:
+            explain = "EXPLAIN QUERY PLAN "
+        else:
+            cursor.execute("SET enable_seqscan = off")
+            explain = "EXPLAIN "
+        for statement, parameters in seen:
+            cursor.execute(explain + statement, parameters)
+            plan = " ".join(str(row[-1]) for row in cursor.fetchall())
+            key = next(k for k in expected if k in statement)
+            used = any(name in plan for name in expected[key])
+            assert used and "Seq Scan" not in plan, (statement, plan)
+            checked.add(key)
+    finally:
+        raw.close()
+    assert checked == set(expected)
