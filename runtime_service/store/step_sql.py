@@ -88,7 +88,7 @@ class BeginState:
     input_blob: bool
 
 
-_BEGIN_STATE = Statement(
+BEGIN_STATE = Statement(
     "SELECT r.id, r.thread_id, r.current_attempt_id, r.lease_epoch, r.agent_digest,"
     " r.permission_ceiling, r.max_steps, r.max_model_tokens, r.max_cost_usd, r.input_tokens,"
     " r.output_tokens, r.cost_usd, r.step_count, r.last_step_sequence, r.input_revision,"
@@ -112,7 +112,7 @@ def begin_state(
     with tx.pipeline():  # the lock and the read: one round trip on PostgreSQL
         _lock_run(tx, attempt_id)
         row = tx.one(
-            _BEGIN_STATE,
+            BEGIN_STATE,
             {
                 "attempt_id": attempt_id,
                 "turn_id": turn_id,

@@ -8,6 +8,7 @@ from alembic.runtime.migration import MigrationContext
 from agentrt_base.db import Database
 from runtime_service import migrate
 from runtime_service.schema import metadata
+from runtime_service.store import step_sql
 
 
 def test_upgrade_from_empty_reaches_head_and_matches_models(empty_database_url: str) -> None:
@@ -35,5 +36,34 @@ def test_upgrade_applies_every_revision_in_order(empty_database_url: str) -> Non
         for revision in revisions:
             migrate.upgrade(database, revision)
             assert migrate.current_revision(database) == revision
+    finally:
+        database.dispose()
+
+
+def test_the_step_paths_key_lookup_is_served_by_the_partial_key_index(
+    empty_database_url: str,
+) -> None:
+    """BeginStep looks a repeated idempotency key up in a partial index (keyed steps only):
+    its statement must repeat the index's condition for SQLite to use it."""
+    database = Database(empty_database_url)
+    try:
+        migrate.upgrade(database)
+        dialect = database.write_engine.dialect.name
+        statement = step_sql.BEGIN_STATE
+        params = {"attempt_id": "a", "turn_id": "t", "key": "k", "input_ref": ""}
+        raw = database.write_engine.raw_connection()
+        try:
+            cursor = raw.cursor()
+            if dialect == "sqlite":
+                cursor.execute(
+                    "EXPLAIN QUERY PLAN " + statement.render(dialect), statement.positional(params)
+                )
+            else:
+                cursor.execute("SET enable_seqscan = off")
+                cursor.execute("EXPLAIN " + statement.render(dialect), params)
+            plan = " ".join(str(row[-1]) for row in cursor.fetchall())
+        finally:
+            raw.close()
+        assert "ix_runtime_steps_run_id_idempotency_key" in plan, plan
     finally:
         database.dispose()
