@@ -277,7 +277,7 @@ class GroupCommitWriter:
             return
         try:
             with self._lock:
-                outcomes = run_batch(self._connection(), [(job.fn, job.raw) for job in batch])
+                outcomes = _run_batch(self._connection(), [(job.fn, job.raw) for job in batch])
         except BaseException as exc:
             # The transaction itself failed (the commit, or the database): nothing of the
             # batch is durable, so nobody succeeded; the connection starts afresh.
@@ -286,7 +286,7 @@ class GroupCommitWriter:
         _answer(batch, outcomes)
 
 
-def run_batch(
+def _run_batch(
     conn: sa.Connection, jobs: Sequence[tuple[Callable[[Any], Any], bool]]
 ) -> list[tuple[bool, Any]]:
     """Run ``jobs`` (each a function and whether it takes a RawTx) in one transaction of
@@ -500,8 +500,8 @@ class Database:
         return await loop.run_in_executor(self._write_executor, self.write_raw_sync, fn)
 
     def writer_lock(self) -> contextlib.AbstractContextManager[Any]:
-        """The :class:`WriterLock` (a no-op without one), for a process running
-        :func:`run_batch` itself."""
+        """The :class:`WriterLock` (a no-op without one), for a process running its batches
+        itself (:func:`run_raw_batch_sqlite`)."""
         return self._lock or contextlib.nullcontext()
 
     async def read(self, fn: Callable[[Session], T]) -> T:

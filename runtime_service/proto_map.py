@@ -225,6 +225,12 @@ def recorded_resolution(row: StepRow) -> tuple[str, ...]:
     )
 
 
+def versions_key(row: StepRow) -> tuple[str, ...]:
+    """What a step's versions but its context digest are built from: the key of the caches
+    of them (here, and their JSON mapping in ``services/step_events.py``)."""
+    return (row.system_prompt_digest, row.reported_model_id, *recorded_resolution(row))
+
+
 def step_versions(row: StepRow) -> message_pb2.StepVersions:
     out = message_pb2.StepVersions()
     out.CopyFrom(step_versions_without_context(row))
@@ -235,7 +241,7 @@ def step_versions(row: StepRow) -> message_pb2.StepVersions:
 def step_versions_without_context(row: StepRow) -> message_pb2.StepVersions:
     """A step's versions but its context digest, from a cache shared by every caller:
     read it, never modify it."""
-    key = (row.system_prompt_digest, row.reported_model_id, *recorded_resolution(row))
+    key = versions_key(row)
     cached = _VERSIONS.get(key)
     if cached is None:
         cached = _build_versions(row)

@@ -101,7 +101,7 @@ def _put(doc: dict[str, Any], key: str, value: str) -> None:
 
 
 def _versions(step: StepRow) -> dict[str, Any]:
-    key = (step.system_prompt_digest, step.reported_model_id, *proto_map.recorded_resolution(step))
+    key = proto_map.versions_key(step)
     shared = _VERSIONS.get(key)
     if shared is None:
         shared = json_format.MessageToDict(
