@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import operator
+from collections.abc import Sequence
 from typing import Any
 
 from google.protobuf import json_format, timestamp_pb2
@@ -19,6 +21,7 @@ from runtime_service.store.ledger import (
     StepRow,
     TurnRow,
 )
+from runtime_service.store.step_sql import STEP_COLUMNS
 from runtime_service.store.tables import AttemptRow, MessageRow, RunRow, ThreadRow
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -205,30 +208,40 @@ def _json(text: str) -> Any:
     return json.loads(text)
 
 
-#: StepVersions by the columns they are built from (all immutable once recorded) except the
-#: context digest, which differs on nearly every model call and is set on the copy.
+#: The columns in which a step records what BeginStep resolved for it (immutable once
+#: recorded): the key of the caches built from them.
+RESOLUTION_COLUMNS = (
+    "model_policy_digest",
+    "candidate_name",
+    "candidate_reason",
+    "provider",
+    "requested_model_id",
+    "parameters_json",
+    "skills_json",
+    "tools_json",
+)
+#: What a step's versions but its context digest are built from, in this order.
+VERSION_COLUMNS = ("system_prompt_digest", "reported_model_id", *RESOLUTION_COLUMNS)
+
+_resolution_of = operator.attrgetter(*RESOLUTION_COLUMNS)
+_versions_key_of = operator.attrgetter(*VERSION_COLUMNS)
+
+#: StepVersions by VERSION_COLUMNS (all immutable once recorded): the context digest, which
+#: differs on nearly every model call, is set on a copy.
 _VERSIONS: LruCache[tuple[Any, ...], message_pb2.StepVersions] = LruCache(4096)
 
 
 def recorded_resolution(row: StepRow) -> tuple[str, ...]:
-    """The columns in which a step records what BeginStep resolved for it (immutable once
-    recorded): the key of the caches built from them."""
-    return (
-        row.model_policy_digest,
-        row.candidate_name,
-        row.candidate_reason,
-        row.provider,
-        row.requested_model_id,
-        row.parameters_json,
-        row.skills_json,
-        row.tools_json,
-    )
+    """A step's RESOLUTION_COLUMNS."""
+    key: tuple[str, ...] = _resolution_of(row)
+    return key
 
 
 def versions_key(row: StepRow) -> tuple[str, ...]:
-    """What a step's versions but its context digest are built from: the key of the caches
-    of them (here, and their JSON mapping in ``services/step_events.py``)."""
-    return (row.system_prompt_digest, row.reported_model_id, *recorded_resolution(row))
+    """A step's VERSION_COLUMNS: the key of the caches of its versions (here, and their JSON
+    mapping in ``services/step_events.py``)."""
+    key: tuple[str, ...] = _versions_key_of(row)
+    return key
 
 
 def step_versions(row: StepRow) -> message_pb2.StepVersions:
@@ -241,31 +254,45 @@ def step_versions(row: StepRow) -> message_pb2.StepVersions:
 def step_versions_without_context(row: StepRow) -> message_pb2.StepVersions:
     """A step's versions but its context digest, from a cache shared by every caller:
     read it, never modify it."""
-    key = versions_key(row)
+    return _versions_of_key(versions_key(row))
+
+
+def _versions_of_key(key: tuple[str, ...]) -> message_pb2.StepVersions:
     cached = _VERSIONS.get(key)
     if cached is None:
-        cached = _build_versions(row)
+        cached = _build_versions(*key)
         _VERSIONS.put(key, cached)
     return cached
 
 
-def _build_versions(row: StepRow) -> message_pb2.StepVersions:
-    out = message_pb2.StepVersions(system_prompt_digest=row.system_prompt_digest)
-    if row.model_policy_digest:
+def _build_versions(
+    system_prompt_digest: str,
+    reported_model_id: str,
+    model_policy_digest: str,
+    candidate_name: str,
+    candidate_reason: str,
+    provider: str,
+    requested_model_id: str,
+    parameters_json: str,
+    skills_json: str,
+    tools_json: str,
+) -> message_pb2.StepVersions:
+    out = message_pb2.StepVersions(system_prompt_digest=system_prompt_digest)
+    if model_policy_digest:
         out.model.CopyFrom(
             message_pb2.RecordedModel(
-                policy_digest=row.model_policy_digest,
-                candidate_name=row.candidate_name,
-                reason=_enum(enum_pb2.CandidateReason, "CANDIDATE_REASON_", row.candidate_reason),
-                provider=row.provider,
-                requested_model_id=row.requested_model_id,
-                reported_model_id=row.reported_model_id,
+                policy_digest=model_policy_digest,
+                candidate_name=candidate_name,
+                reason=_enum(enum_pb2.CandidateReason, "CANDIDATE_REASON_", candidate_reason),
+                provider=provider,
+                requested_model_id=requested_model_id,
+                reported_model_id=reported_model_id,
             )
         )
-        out.model.parameters.update(_json(row.parameters_json))
-    for skill in _json(row.skills_json):
+        out.model.parameters.update(_json(parameters_json))
+    for skill in _json(skills_json):
         out.skills.add(name=skill["name"], version=skill["version"], digest=skill["digest"])
-    for tool in _json(row.tools_json):
+    for tool in _json(tools_json):
         out.tools.add(
             name=tool["name"],
             version=tool["version"],
@@ -278,48 +305,120 @@ def _build_versions(row: StepRow) -> message_pb2.StepVersions:
     return out
 
 
-def step(row: StepRow) -> message_pb2.Step:
-    out = message_pb2.Step(
-        id=row.id,
-        run_id=row.run_id,
-        attempt_id=row.attempt_id,
-        turn_id=row.turn_id,
-        sequence=row.sequence,
-        type=_enum(enum_pb2.StepType, "STEP_TYPE_", row.type),
-        operation=row.operation,
-        status=_enum(enum_pb2.StepStatus, "STEP_STATUS_", row.status),
-        idempotency_key=row.idempotency_key,
-        input_ref=row.input_ref,
-        output_ref=row.output_ref,
-        summary=row.summary,
-        start_time=timestamp(row.start_time),
-        end_time=timestamp(row.end_time),
-        error_class=_enum(enum_pb2.ErrorClass, "ERROR_CLASS_", row.error_class),
-        error_message=row.error_message,
-        retryable=row.retryable,
-        retry_of_step_id=row.retry_of_step_id,
-        side_effect=row.side_effect,
-        usage=message_pb2.Usage(
-            input_tokens=row.input_tokens, output_tokens=row.output_tokens, cost_usd=row.cost_usd
-        ),
-        versions=step_versions(row),
-        input_revision=row.input_revision,
-        consumed_input_ids=_json(row.consumed_input_ids_json),
-        tool_name=row.tool_name,
-        approval_step_id=row.approval_step_id,
-        completion_check=row.completion_check,
+# -- steps ----------------------------------------------------------------------------------
+#
+# Every BeginStep and EndStep answers a Step, and a provenance record carries every step of
+# its run, so the mapping works on a step's columns as a sequence in STEP_COLUMNS order (what
+# the step writer process answers, what a Core select of the table returns): no ORM
+# attribute access, and fields left at their default are not passed at all.
+
+_AT = {name: i for i, name in enumerate(STEP_COLUMNS)}
+#: Columns that map one-to-one to a Step field of the same name (strings, integers, bools).
+_PLAIN = tuple(
+    (name, _AT[name])
+    for name in (
+        "id",
+        "run_id",
+        "attempt_id",
+        "turn_id",
+        "sequence",
+        "operation",
+        "idempotency_key",
+        "input_ref",
+        "output_ref",
+        "summary",
+        "error_message",
+        "retryable",
+        "retry_of_step_id",
+        "side_effect",
+        "input_revision",
+        "tool_name",
+        "approval_step_id",
+        "completion_check",
     )
-    if row.tool_name:
-        out.tool_arguments.update(_json(row.tool_arguments_json))
-    if row.approval_decision:
+)
+_version_columns_of = operator.itemgetter(*(_AT[name] for name in VERSION_COLUMNS))
+(
+    _TYPE,
+    _STATUS,
+    _ERROR_CLASS,
+    _START,
+    _END,
+    _INPUT_TOKENS,
+    _OUTPUT_TOKENS,
+    _COST,
+    _CONTEXT,
+    _CONSUMED,
+    _TOOL_ARGUMENTS,
+    _DECISION,
+    _APPROVER,
+    _COMMENT,
+    _APPROVAL_TIME,
+) = (
+    _AT[name]
+    for name in (
+        "type",
+        "status",
+        "error_class",
+        "start_time",
+        "end_time",
+        "input_tokens",
+        "output_tokens",
+        "cost_usd",
+        "context_digest",
+        "consumed_input_ids_json",
+        "tool_arguments_json",
+        "approval_decision",
+        "approver",
+        "approval_comment",
+        "approval_time",
+    )
+)
+
+
+def step_columns(row: StepRow) -> tuple[Any, ...]:
+    """A step's columns in STEP_COLUMNS order (what :func:`step_from_columns` maps)."""
+    return tuple(getattr(row, name) for name in STEP_COLUMNS)
+
+
+def step(row: StepRow) -> message_pb2.Step:
+    return step_from_columns(step_columns(row))
+
+
+def step_from_columns(columns: Sequence[Any]) -> message_pb2.Step:
+    """The Step of a step's columns in STEP_COLUMNS order."""
+    fields: dict[str, Any] = {name: columns[i] for name, i in _PLAIN if columns[i]}
+    fields["type"] = _enum(enum_pb2.StepType, "STEP_TYPE_", columns[_TYPE])
+    fields["status"] = _enum(enum_pb2.StepStatus, "STEP_STATUS_", columns[_STATUS])
+    if columns[_ERROR_CLASS]:
+        fields["error_class"] = _enum(enum_pb2.ErrorClass, "ERROR_CLASS_", columns[_ERROR_CLASS])
+    if columns[_START] is not None:
+        fields["start_time"] = timestamp(columns[_START])
+    if columns[_END] is not None:
+        fields["end_time"] = timestamp(columns[_END])
+    fields["usage"] = message_pb2.Usage(
+        input_tokens=columns[_INPUT_TOKENS],
+        output_tokens=columns[_OUTPUT_TOKENS],
+        cost_usd=columns[_COST],
+    )
+    versions = _versions_of_key(_version_columns_of(columns))
+    if columns[_CONTEXT]:
+        shared, versions = versions, message_pb2.StepVersions()
+        versions.CopyFrom(shared)
+        versions.context_digest = columns[_CONTEXT]
+    fields["versions"] = versions
+    if columns[_CONSUMED] != "[]":
+        fields["consumed_input_ids"] = json.loads(columns[_CONSUMED])
+    out = message_pb2.Step(**fields)
+    if "tool_name" in fields:
+        out.tool_arguments.update(_json(columns[_TOOL_ARGUMENTS]))
+    if columns[_DECISION]:
         out.approval.CopyFrom(
             message_pb2.Approval(
-                decision=_enum(
-                    enum_pb2.ApprovalDecision, "APPROVAL_DECISION_", row.approval_decision
-                ),
-                approver=row.approver,
-                comment=row.approval_comment,
-                resolve_time=timestamp(row.approval_time),
+                decision=_enum(enum_pb2.ApprovalDecision, "APPROVAL_DECISION_", columns[_DECISION]),
+                approver=columns[_APPROVER],
+                comment=columns[_COMMENT],
+                resolve_time=timestamp(columns[_APPROVAL_TIME]),
             )
         )
     return out

@@ -6,7 +6,10 @@ Shared by the WorkerService adapter and the step writer process
 
 from __future__ import annotations
 
-from agentrt.runtime.v1 import enum_pb2
+from collections.abc import Sequence
+from typing import Any
+
+from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import worker_service_pb2 as pb
 from runtime_service import proto_map as pm
 from runtime_service.servicers.convert import enum_name, struct_json
@@ -54,6 +57,13 @@ def begin_step_response(outcome: StepOutcome) -> pb.BeginStepResponse:
     return response
 
 
+def begun_response(
+    columns: Sequence[Any], resolved: message_pb2.ResolvedVersions
+) -> pb.BeginStepResponse:
+    """The answer to a BeginStep the step writer process recorded (a STARTED step)."""
+    return pb.BeginStepResponse(step=pm.step_from_columns(columns), resolved=resolved)
+
+
 def step_end_of(request: pb.EndStepRequest) -> StepEnd:
     return step_end(
         enum_name(enum_pb2.StepStatus, "STEP_STATUS_", request.status, "status", required=True),
@@ -74,3 +84,8 @@ def step_end_of(request: pb.EndStepRequest) -> StepEnd:
 
 def end_step_response(step: StepRow) -> pb.EndStepResponse:
     return pb.EndStepResponse(step=pm.step(step))
+
+
+def ended_response(columns: Sequence[Any]) -> pb.EndStepResponse:
+    """The answer to an EndStep the step writer process recorded."""
+    return pb.EndStepResponse(step=pm.step_from_columns(columns))

@@ -10,7 +10,9 @@ from runtime_service import proto_map as pm
 from runtime_service.servicers.convert import duration_or_none, enum_name
 from runtime_service.servicers.step_messages import (
     begin_step_response,
+    begun_response,
     end_step_response,
+    ended_response,
     step_end_of,
     step_request,
 )
@@ -131,14 +133,16 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         if self._step_process is not None:
             begun = await self._step_process.call(BEGIN_STEP, request.SerializeToString())
             if begun is not None:
-                return begin_step_response(await self._steps.begun_elsewhere(*begun))
+                columns, agent_digest = begun
+                resolved = await self._steps.resolved_elsewhere(columns, agent_digest)
+                return begun_response(columns, resolved)
         return begin_step_response(await self._steps.begin_step(step_request(request)))
 
     async def EndStep(self, request: pb.EndStepRequest, context: Context) -> pb.EndStepResponse:
         if self._step_process is not None:
             ended = await self._step_process.call(END_STEP, request.SerializeToString())
             if ended is not None:
-                return end_step_response(self._steps.ended_elsewhere(ended))
+                return ended_response(ended)
         step = await self._steps.end_step(
             request.fence.attempt_id,
             request.fence.lease_epoch,

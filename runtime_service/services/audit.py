@@ -15,7 +15,6 @@ import datetime as dt
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any, Literal, cast
 
 import sqlalchemy as sa
@@ -84,9 +83,10 @@ class ProvenanceRecord:
     agent_version: AgentVersion | None
     tags_at_run_creation: list[TagAtTime]
     attempts: list[AttemptRow]
-    #: Every column of each ``runtime_steps`` row, as attributes (read with Core rather than
-    #: the ORM: a 200-step run is the common case, and identity-map work doubled its cost).
-    steps: Sequence[SimpleNamespace]
+    #: Every column of each ``runtime_steps`` row, in ``STEP_COLUMNS`` order (read with Core
+    #: rather than the ORM: a 200-step run is the common case, and identity-map work doubled
+    #: its cost; ``proto_map.step_from_columns`` maps them).
+    steps: Sequence[tuple[Any, ...]]
     steps_truncated: bool
     artifact: ArtifactRow | None = None
     step: StepRow | None = None
@@ -258,10 +258,8 @@ class AuditService:
                 sa.select(AttemptRow).where(AttemptRow.run_id == run.id).order_by(AttemptRow.number)
             )
         )
-        # Plain attribute bags: a Row's attribute access costs ~0.5 us a column, which over
-        # 45 columns and hundreds of steps was the biggest part of mapping them to protos.
         steps = [
-            SimpleNamespace(**row._asdict())
+            tuple(row)
             for row in session.execute(
                 sa.select(_S)
                 .where(_S.c.run_id == run.id)

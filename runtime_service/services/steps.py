@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Callable
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -554,6 +555,21 @@ def resolved_for(bound: BoundDefinition, step: StepRow) -> message_pb2.ResolvedV
     return cached
 
 
+_TYPE_AND_RESOLUTION = operator.itemgetter(
+    *(step_sql.STEP_COLUMNS.index(c) for c in ("type", *proto_map.RESOLUTION_COLUMNS))
+)
+
+
+def resolved_for_columns(
+    bound: BoundDefinition, columns: Sequence[Any]
+) -> message_pb2.ResolvedVersions:
+    """:func:`resolved_for` of a step given as its columns (in ``STEP_COLUMNS`` order)."""
+    cached = _RESOLVED.get((bound.digest, *_TYPE_AND_RESOLUTION(columns)))
+    if cached is None:
+        cached = resolved_for(bound, step_sql.step_from_tuple(tuple(columns)))
+    return cached
+
+
 def _build_resolved(bound: BoundDefinition, step: StepRow) -> message_pb2.ResolvedVersions:
     out = message_pb2.ResolvedVersions()
     if step.type == "MODEL_CALL":
@@ -888,25 +904,23 @@ class StepsService:
 
     # -- steps -----------------------------------------------------------------------------
 
-    async def begun_elsewhere(self, values: tuple[Any, ...], agent_digest: str) -> StepOutcome:
-        """The outcome of a BeginStep the step writer process recorded: its step's columns
-        and the run's agent, whose definition gives the resolved contents."""
-        step = step_sql.step_from_tuple(values)
-        return await self._with_resolution(StepOutcome(step, False, None, [], agent_digest))
-
-    async def _with_resolution(self, outcome: StepOutcome) -> StepOutcome:
-        """Add to a step the common path recorded what it resolved to, with content."""
-        digest = outcome.agent_digest
+    async def _definition(self, digest: str) -> BoundDefinition:
         bound = self._bound.cached(digest)
         if bound is None:
             bound = await self._rt.read(lambda session: self._bound.get(session, digest))
-        outcome.resolved = resolved_for(bound.definition, outcome.step)
-        return outcome
+        return bound.definition
 
-    @staticmethod
-    def ended_elsewhere(values: tuple[Any, ...]) -> StepRow:
-        """The step an EndStep the step writer process recorded left behind (its columns)."""
-        return step_sql.step_from_tuple(values)
+    async def resolved_elsewhere(
+        self, columns: Sequence[Any], agent_digest: str
+    ) -> message_pb2.ResolvedVersions:
+        """What a BeginStep the step writer process recorded resolved to, with content: from
+        its step's columns and the run's agent, whose definition has the contents."""
+        return resolved_for_columns(await self._definition(agent_digest), columns)
+
+    async def _with_resolution(self, outcome: StepOutcome) -> StepOutcome:
+        """Add to a step the common path recorded what it resolved to, with content."""
+        outcome.resolved = resolved_for(await self._definition(outcome.agent_digest), outcome.step)
+        return outcome
 
     async def begin_step(self, req: StepRequest) -> StepOutcome:
         check_step_request(req)
