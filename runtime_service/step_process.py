@@ -60,6 +60,7 @@ from runtime_service.servicers.step_messages import step_end_of, step_request
 from runtime_service.services.bound import Bound, BoundAgents
 from runtime_service.services.steps import CommonPath, check_step_request
 from runtime_service.store.step_sql import step_tuple
+from runtime_service.store.step_states import CachedStepStates
 
 log = logging.getLogger("agentrt.step_process")
 
@@ -344,7 +345,8 @@ class StepJobs:
     def __init__(self, database: Database) -> None:
         self._database = database
         self._bound = BoundAgents()
-        self._common = CommonPath(self._definition)
+        self.states = CachedStepStates()
+        self._common = CommonPath(self._definition, self.states)
         self.methods: dict[int, Callable[[RawTx, bytes], Answer | None]] = {
             BEGIN_STEP: self.begin,
             END_STEP: self.end,
@@ -466,13 +468,15 @@ def _commit(
         run = jobs.methods[method]
         return lambda tx: run(tx, payload)
 
-    fns = [job_fn(method, payload) for _, method, payload in batch]
+    # First in the transaction: the cached step states are checked against other writers.
+    fns = [jobs.states.validate, *(job_fn(method, payload) for _, method, payload in batch)]
     try:
         with database.writer_lock():
-            results = run_raw_batch_sqlite(dialect, conn.driver_connection, fns)
+            results = run_raw_batch_sqlite(dialect, conn.driver_connection, fns)[1:]
     except Exception:
         # Nothing of the batch committed: the server takes every call of it, and answers
         # whatever error there is to answer one call at a time.
+        jobs.states.clear()  # what the batch's jobs remembered was rolled back
         _FAILURES.failed()
         with contextlib.suppress(Exception):
             conn.invalidate()  # a fresh connection, in case this one is the problem

@@ -54,6 +54,7 @@ from runtime_service.store.ledger import (
     StepUsageRow,
     TurnRow,
 )
+from runtime_service.store.step_states import StepStates
 from runtime_service.store.tables import AttemptRow, RunRow
 
 COUNTED = ("MODEL_CALL", "TOOL_CALL", "COMPLETION_CHECK")
@@ -618,11 +619,15 @@ class CommonPath:
 
     Used by :class:`StepsService` in the server process and by ``runtime_service.step_process``
     in the step writer process; ``bound`` finds a run's bound definition by digest (None:
-    not at hand, so the ORM path takes the step).
+    not at hand, so the ORM path takes the step); ``states`` reads the state to check (the
+    writer process keeps what it wrote: ``store/step_states.py``).
     """
 
-    def __init__(self, bound: Callable[[str], Bound | None]) -> None:
+    def __init__(
+        self, bound: Callable[[str], Bound | None], states: StepStates | None = None
+    ) -> None:
         self._bound = bound
+        self._states = states if states is not None else StepStates()
 
     def begin(self, tx: RawTx, req: StepRequest) -> StepOutcome | None:
         """BeginStep's common case in plain SQL: a step that is simply recorded and started.
@@ -633,7 +638,7 @@ class CommonPath:
         yet cached): the ORM path then handles it, and answers its errors, in one place.
         Both paths build the step, its event and its usage rows with the same functions.
         """
-        state = step_sql.begin_state(
+        state = self._states.begin(
             tx, req.attempt_id, req.turn_id, req.idempotency_key, req.input_ref
         )
         now = utcnow()
@@ -698,6 +703,7 @@ class CommonPath:
                 chain.last_sequence,
                 chain.last_hash,
             )
+        self._states.began(state, step, chain.last_sequence, chain.last_hash)
         tx.wake += [notify.run_key(state.run_id), notify.thread_key(state.thread_id)]
         return StepOutcome(step, False, None, [], state.agent_digest)
 
@@ -710,7 +716,7 @@ class CommonPath:
         already ended step, a step of another attempt, a missing blob): the ORM path then
         answers it, as for BeginStep.
         """
-        state = step_sql.end_state(tx, attempt_id, step_id, outcome.output_ref)
+        state = self._states.end(tx, attempt_id, step_id, outcome.output_ref)
         now = utcnow()
         if (
             state is None
@@ -732,6 +738,7 @@ class CommonPath:
             events.append_raw(tx, chain, step_events.ended(step), now)
             step_sql.add_usage(tx, step, state.run_id, chain.last_sequence, chain.last_hash)
             step_sql.insert_usages(tx, _reported_usage_rows(step))
+        self._states.ended(state, step, chain.last_sequence, chain.last_hash)
         tx.wake += [notify.run_key(state.run_id), notify.thread_key(state.thread_id)]
         return step
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -20,10 +21,26 @@ from agentrt.audit.v1 import audit_service_pb2_grpc
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
-from agentrt_base.db import normalise_url, writer_lock_path
-from runtime_service.step_process import StepProcess
+from agentrt_base.db import Database, normalise_url, writer_lock_path
+from runtime_service.step_process import (
+    BEGIN_STEP,
+    END_STEP,
+    StepJobs,
+    StepProcess,
+    _commit,
+    child_database_url,
+)
 from tests.runtime_support import Stubs
-from tests.service.test_steps_helpers import T, Worker, expect, get_run, list_steps, start
+from tests.service.test_steps_helpers import (
+    T,
+    Worker,
+    acquire,
+    expect,
+    get_run,
+    list_steps,
+    send,
+    start,
+)
 from tests.support import ServerThread, error_details
 
 
@@ -118,6 +135,118 @@ def test_it_writes_side_by_side_with_the_server(server: tuple[StepProcess, Stubs
         assert (run.step_count, run.usage.input_tokens) == (15, 15)
         assert [s.sequence for s in list_steps(stubs, w.run_id)] == list(range(1, 16))
         assert verified(stubs, w.run_id)
+
+
+def test_what_it_remembers_never_hides_a_change_the_server_made(
+    server: tuple[StepProcess, Stubs],
+) -> None:
+    """Between its own writes the child answers a run's next step from what it wrote last
+    (``store/step_states.py``); every write the server makes in between is seen: a steer, a
+    closed turn, the counters behind a budget, a lost lease."""
+    process, stubs = server
+    w = start(stubs, budget=message_pb2.Budget(max_steps=6))
+
+    def step() -> None:
+        begun = w.model()
+        w.end(begun.step.id, usage=message_pb2.Usage(input_tokens=2, output_tokens=1))
+
+    step()
+    step()
+    steer = send(stubs, w.run_id, enum_pb2.INPUT_KIND_STEER, "focus on the tests")
+    delivered = w.model()
+    assert [i.id for i in delivered.steer_inputs] == [steer.id]
+    w.end(delivered.step.id, usage=message_pb2.Usage(input_tokens=2, output_tokens=1))
+    step()
+    ended_turn = w.turn_id
+    w.end_turn()
+    expect(grpc.StatusCode.FAILED_PRECONDITION, w.model, reason="TURN_NOT_OPEN")
+    assert w.turn_id == ended_turn
+    w.begin_turn()
+    step()
+    step()  # the sixth step: the budget allows it
+    expect(grpc.StatusCode.RESOURCE_EXHAUSTED, w.model)
+    run = get_run(stubs, w.run_id)
+    assert (run.step_count, run.usage.input_tokens, run.usage.output_tokens) == (6, 12, 6)
+    assert [s.sequence for s in list_steps(stubs, w.run_id)] == list(range(1, 7))
+    assert verified(stubs, w.run_id)
+    assert process.answered >= 10  # the child took the common case throughout
+
+    # A lease that lapses while a step is open: neither the open step's end nor a new step
+    # gets through, whatever the child remembers of the run.
+    stubs.publish_agent()
+    stubs.run(stubs.thread().id)
+    lapsing = acquire(stubs, ttl=1.0)
+    first = lapsing.model()
+    lapsing.end(first.step.id)
+    open_step = lapsing.model()
+    time.sleep(1.2)
+    expect(grpc.StatusCode.ABORTED, lapsing.model, reason="LEASE_LOST")
+    expect(grpc.StatusCode.ABORTED, lapsing.end, open_step.step.id, reason="LEASE_LOST")
+    assert verified(stubs, lapsing.run_id)
+
+
+def test_it_reads_the_database_again_once_another_connection_commits(
+    server: tuple[StepProcess, Stubs], sqlite_url: str
+) -> None:
+    """The step writer's jobs, driven here in the test process on the server's database:
+    a run's next step is answered from memory while only this writer commits, and read
+    again after the server commits anything."""
+    _, stubs = server
+    w = start(stubs)
+    database = Database(
+        child_database_url(normalise_url(sqlite_url)),
+        read_pool_size=1,
+        writer_lock=True,
+        group_commit=False,
+    )
+    jobs = StepJobs(database)
+    dialect = database.write_engine.dialect
+    conn = database.write_engine.raw_connection()
+    requests = iter(range(1, 1000))
+
+    def call(method: int, request: Any) -> Any:
+        nonlocal conn
+        answers, conn = _commit(
+            database, dialect, conn, jobs, [(next(requests), method, request.SerializeToString())]
+        )
+        return answers[0][1]
+
+    def begin() -> Any:
+        return call(
+            BEGIN_STEP,
+            wpb.BeginStepRequest(
+                fence=w.fence,
+                turn_id=w.turn_id,
+                type=enum_pb2.STEP_TYPE_MODEL_CALL,
+                model_call=message_pb2.ModelCallSpec(),
+            ),
+        )
+
+    def end(begun: Any) -> Any:
+        step_id = begun[0][0]
+        return call(
+            END_STEP,
+            wpb.EndStepRequest(
+                fence=w.fence, step_id=step_id, status=enum_pb2.STEP_STATUS_SUCCEEDED
+            ),
+        )
+
+    try:
+        first = begin()
+        assert first is not None and end(first) is not None
+        assert (jobs.states.hits, jobs.states.misses) == (1, 1)  # the end was remembered
+        second = begin()
+        assert second is not None and end(second) is not None
+        assert (jobs.states.hits, jobs.states.misses) == (3, 1)
+        send(stubs, w.run_id, enum_pb2.INPUT_KIND_STEER, "stop and think")
+        assert begin() is None  # a steer waits: the server takes the call
+        assert jobs.states.misses == 2
+        assert [s.sequence for s in list_steps(stubs, w.run_id)] == [1, 2]
+        assert get_run(stubs, w.run_id).step_count == 2
+        assert verified(stubs, w.run_id)
+    finally:
+        conn.close()
+        database.dispose()
 
 
 def verified(stubs: Stubs, run_id: str) -> bool:
