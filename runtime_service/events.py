@@ -21,6 +21,7 @@ from typing import Any, cast
 import sqlalchemy as sa
 from google.protobuf import json_format
 from google.protobuf.message import Message
+from sqlalchemy.orm import Session
 
 from agentrt_base import raw
 from agentrt_base.ids import new_id
@@ -98,6 +99,20 @@ class Chain:
     last_hash: str
 
 
+# The thread cursor (docs/lifecycle.md, "Sequences and cursors") must grow in commit order
+# across all of a thread's runs.
+#
+# PostgreSQL: the thread's own counter, taken with UPDATE ... RETURNING on the thread row,
+# whose lock orders the appending transactions.
+#
+# SQLite: one transaction writes at a time (the database lock), so any number that grows with
+# each insert grows in commit order. The event takes the next position in the whole event
+# table, max(rowid) + 1 (the rowid it gets; looked up at the table's rightmost page), in the
+# insert itself: no statement and no thread-row page per event, which the step path pays
+# twice per step. It is above any cursor the thread counter ever handed out on this file
+# (at most the number of events, which are never deleted), so the switch kept the order.
+_NEXT_ROWID = "(SELECT coalesce(max(rowid), 0) + 1 FROM runtime_events)"
+
 # Prebuilt with bind parameters: every state change appends at least one event, and building
 # and cache-keying these statements anew each time cost more than executing them.
 _BUMP_CURSOR = (
@@ -107,6 +122,7 @@ _BUMP_CURSOR = (
     .returning(_THREADS.c.event_cursor)
 )
 _INSERT_EVENT = sa.insert(_EVENTS)
+_INSERT_EVENT_SQLITE = sa.insert(_EVENTS).values(thread_cursor=sa.literal_column(_NEXT_ROWID))
 
 
 def append(
@@ -116,31 +132,27 @@ def append(
 
     The caller holds the lock on the chain's owner (the run row, or the thread row for a
     thread's own events) and writes ``chain.last_sequence``/``last_hash`` back to it. The
-    thread's event cursor is taken here with an ``UPDATE … RETURNING``, which also locks the
-    thread row, so cursors are handed out in commit order.
+    thread cursor is taken as described above (per engine).
     """
-    cursor = conn.execute(_BUMP_CURSOR, {"thread": chain.thread_id}).scalar_one()
-    row = _next_event(chain, attributes, now, cursor)
-    conn.execute(_INSERT_EVENT, row)
+    if conn.dialect.name == "sqlite":
+        row = _next_event(chain, attributes, now, 0)
+        del row["thread_cursor"]
+        conn.execute(_INSERT_EVENT_SQLITE, row)
+    else:
+        cursor = conn.execute(_BUMP_CURSOR, {"thread": chain.thread_id}).scalar_one()
+        row = _next_event(chain, attributes, now, cursor)
+        conn.execute(_INSERT_EVENT, row)
     return row["sequence"], row["hash"]
 
 
-_RAW_BUMP_CURSOR = raw.Statement(
-    "UPDATE runtime_threads SET event_cursor = event_cursor + 1 WHERE id = :thread"
-    " RETURNING event_cursor"
-)
-_RAW_INSERT_EVENT = raw.Statement(
+# The same in plain SQL for the step path. PostgreSQL takes the cursor and inserts the event in
+# one statement (a data-modifying CTE), so the step path's writes go to the server in one
+# pipelined round trip; the hash does not cover the cursor, so it need not be known here.
+_RAW_APPEND_EVENT = raw.Statement(
     "INSERT INTO runtime_events (id, thread_id, run_id, sequence, thread_cursor, event_type,"
     " event_time, attributes_json, prev_hash, hash) VALUES (:id, :thread_id, :run_id,"
-    " :sequence, :thread_cursor, :event_type, :event_time, :attributes_json, :prev_hash, :hash)"
-)
-
-
-# PostgreSQL takes the cursor and inserts the event in one statement (a data-modifying CTE), so
-# the step path's writes can go to the server in one pipelined round trip; the hash does not
-# cover the cursor, so it need not be known here. SQLite has no DML in CTEs: two statements.
-_RAW_APPEND_EVENT_PG = raw.Statement(
-    "",
+    f" :sequence, {_NEXT_ROWID}, :event_type, :event_time, :attributes_json, :prev_hash,"
+    " :hash)",
     postgresql="WITH c AS (UPDATE runtime_threads SET event_cursor = event_cursor + 1"
     " WHERE id = :thread_id RETURNING event_cursor)"
     " INSERT INTO runtime_events (id, thread_id, run_id, sequence, thread_cursor, event_type,"
@@ -153,18 +165,21 @@ def append_raw(
     tx: raw.RawTx, chain: Chain, attributes: Message | EventDocument, now: dt.datetime
 ) -> None:
     """:func:`append` in plain SQL, for the step path (the same rows, the same hashes)."""
-    if tx.dialect_name == "postgresql":
-        row = _next_event(chain, attributes, now, 0)
-        del row["thread_cursor"]
-        row["event_time"] = tx.time(now)
-        tx.execute(_RAW_APPEND_EVENT_PG, row)
-        return
-    found = tx.one(_RAW_BUMP_CURSOR, {"thread": chain.thread_id})
-    if found is None:
-        raise LookupError(f"thread {chain.thread_id} does not exist")
-    row = _next_event(chain, attributes, now, int(found[0]))
+    row = _next_event(chain, attributes, now, 0)
+    del row["thread_cursor"]
     row["event_time"] = tx.time(now)
-    tx.execute(_RAW_INSERT_EVENT, row)
+    tx.execute(_RAW_APPEND_EVENT, row)
+
+
+def thread_head(session: Session, thread_id: str) -> int:
+    """The cursor of the thread's latest committed event (0: none yet), read through the
+    ``(thread_id, thread_cursor)`` index on either engine."""
+    head = session.execute(
+        sa.select(sa.func.coalesce(sa.func.max(_EVENTS.c.thread_cursor), 0)).where(
+            _EVENTS.c.thread_id == thread_id
+        )
+    ).scalar_one()
+    return int(head)
 
 
 @dataclass(frozen=True, slots=True)

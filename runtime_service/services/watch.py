@@ -125,10 +125,9 @@ def _run_state(session: Session, *, run_id: str) -> tuple[str, int]:
 
 
 def _thread_head(session: Session, *, thread_id: str) -> int:
-    thread = session.get(ThreadRow, thread_id)
-    if thread is None:
+    if session.get(ThreadRow, thread_id) is None:
         raise NotFound("thread", thread_id)
-    return thread.event_cursor
+    return events.thread_head(session, thread_id)
 
 
 def _run_page(

@@ -4,8 +4,10 @@ it dies its calls fail UNAVAILABLE and the server carries on alone."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -247,6 +249,53 @@ def test_it_reads_the_database_again_once_another_connection_commits(
     finally:
         conn.close()
         database.dispose()
+
+
+def test_thread_cursors_grow_in_commit_order_across_both_writers(
+    server: tuple[StepProcess, Stubs], sqlite_url: str
+) -> None:
+    """On SQLite an event's thread cursor is its position in the event table (events.py), for
+    the server's events and the child's step events alike; on a file whose cursors were
+    handed out by the thread counters before, they keep growing."""
+    process, stubs = server
+    w = start(stubs)
+    thread_id = w.acquired.run.thread_id
+    path = normalise_url(sqlite_url).database
+    assert path is not None
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        # What the thread counter would have handed out: 1, 2, 3 ... per thread.
+        db.execute(
+            "UPDATE runtime_events SET thread_cursor = -thread_cursor WHERE thread_id = ?",
+            (thread_id,),
+        )
+        db.execute(
+            "UPDATE runtime_events SET thread_cursor = (SELECT count(*) FROM runtime_events e"
+            " WHERE e.thread_id = runtime_events.thread_id AND e.rowid <= runtime_events.rowid)"
+            " WHERE thread_id = ?",
+            (thread_id,),
+        )
+    for i in range(3):
+        step = w.model().step
+        stubs.runtime.AppendMessage(
+            pb.AppendMessageRequest(
+                thread_id=thread_id, role=enum_pb2.MESSAGE_ROLE_USER, content=f"note {i}"
+            ),
+            timeout=T,
+        )
+        w.end(step.id)
+    assert process.answered == 6
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        cursors = [
+            c
+            for (c,) in db.execute(
+                "SELECT thread_cursor FROM runtime_events WHERE thread_id = ? ORDER BY rowid",
+                (thread_id,),
+            )
+        ]
+    assert len(cursors) > 9 and cursors == sorted(set(cursors))
+    replayed = stubs.runtime.WatchThread(pb.WatchThreadRequest(thread_id=thread_id), timeout=T)
+    assert [int(next(replayed).cursor) for _ in cursors] == cursors
+    replayed.cancel()
 
 
 def verified(stubs: Stubs, run_id: str) -> bool:
