@@ -75,18 +75,51 @@ def event_hash(
     attributes: Any,
     prev_hash: str,
 ) -> str:
-    document = {
-        "attributes": attributes,
-        "event_time": event_time,
-        "event_type": event_type,
-        "id": event_id,
-        "prev_hash": prev_hash,
-        "run_id": run_id,
-        "sequence": sequence,
-        "thread_id": thread_id,
-        "type": "agentrt.event.v1",
-    }
-    return canonical.digest_bytes(canonical.canonical_bytes(document))
+    """The hash of an event: SHA-256 of the RFC 8785 (JCS) form of its document (above)."""
+    return _document_hash(
+        canonical.canonical_bytes(attributes),
+        event_id=event_id,
+        thread_id=thread_id,
+        run_id=run_id,
+        sequence=sequence,
+        event_type=event_type,
+        event_time=event_time,
+        prev_hash=prev_hash,
+    )
+
+
+def _document_hash(
+    attributes_jcs: bytes,
+    *,
+    event_id: str,
+    thread_id: str,
+    run_id: str,
+    sequence: int,
+    event_type: str,
+    event_time: str,
+    prev_hash: str,
+) -> str:
+    """:func:`event_hash`, given the JCS bytes of the attributes.
+
+    JCS writes an object's members in key order (RFC 8785 section 3.2.3), and "attributes"
+    sorts before every other member of the document, so the document's JCS bytes are
+    ``{"attributes":`` + the attributes' JCS bytes + ``,`` + the JCS bytes of the other
+    members without their opening brace. The attributes are serialised once, and the same
+    bytes are what the event stores.
+    """
+    others = canonical.canonical_bytes(
+        {
+            "event_time": event_time,
+            "event_type": event_type,
+            "id": event_id,
+            "prev_hash": prev_hash,
+            "run_id": run_id,
+            "sequence": sequence,
+            "thread_id": thread_id,
+            "type": "agentrt.event.v1",
+        }
+    )
+    return canonical.digest_bytes(b'{"attributes":' + attributes_jcs + b"," + others[1:])
 
 
 @dataclass
@@ -203,14 +236,17 @@ def _next_event(
     else:
         event_type = event_type_name(attributes)
         attrs = json_format.MessageToDict(attributes, preserving_proto_field_name=True)
-    digest = event_hash(
+    # Stored as the bytes the hash covers: their JCS form (a verifier that re-serialises them
+    # gets the same bytes back).
+    attributes_jcs = canonical.canonical_bytes(attrs)
+    digest = _document_hash(
+        attributes_jcs,
         event_id=event_id,
         thread_id=chain.thread_id,
         run_id=chain.run_id,
         sequence=sequence,
         event_type=event_type,
         event_time=format_time(now),
-        attributes=attrs,
         prev_hash=chain.last_hash,
     )
     row = {
@@ -221,7 +257,7 @@ def _next_event(
         "thread_cursor": cursor,
         "event_type": event_type,
         "event_time": now,
-        "attributes_json": json.dumps(attrs, separators=(",", ":"), ensure_ascii=False),
+        "attributes_json": attributes_jcs.decode("utf-8"),
         "prev_hash": chain.last_hash,
         "hash": digest,
     }
