@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import operator
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -41,6 +42,13 @@ class Statement:
         self._rendered: dict[str, str] = {}
         #: SQLite: the parameter names in the order of the ``?`` that replaced them.
         self.names: tuple[str, ...] = tuple(_NAMED.findall(sql))
+        # itemgetter picks them in C; with one name it answers the value, not a 1-tuple.
+        if len(self.names) > 1:
+            self._pick: Callable[[Mapping[str, Any]], Sequence[Any]] = operator.itemgetter(
+                *self.names
+            )
+        else:
+            self._pick = lambda params: [params[name] for name in self.names]
 
     def render(self, dialect_name: str) -> str:
         text = self._rendered.get(dialect_name)
@@ -53,9 +61,9 @@ class Statement:
             self._rendered[dialect_name] = text
         return text
 
-    def positional(self, params: Mapping[str, Any]) -> list[Any]:
+    def positional(self, params: Mapping[str, Any]) -> Sequence[Any]:
         """The values of ``params`` in the order of the SQLite text's ``?``."""
-        return [params[name] for name in self.names]
+        return self._pick(params)
 
 
 class RawTx:

@@ -9,6 +9,7 @@ key) it takes the ORM path instead, which stays the one place those cases are ha
 from __future__ import annotations
 
 import datetime as dt
+import operator
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -24,6 +25,7 @@ STEP_COLUMNS: tuple[str, ...] = tuple(c.key for c in _STEPS.columns)
 _STEP_TIMES = tuple(c.key for c in _STEPS.columns if isinstance(c.type, UTCDateTime))
 _STEP_BOOLS = tuple(c.key for c in _STEPS.columns if isinstance(c.type, sa.Boolean))
 _STEP_MANAGER = instrumentation.manager_of_class(StepRow)
+_STEP_COLUMNS_OF = operator.itemgetter(*STEP_COLUMNS)
 _USAGE_COLUMNS = tuple(c.key for c in cast(sa.Table, StepUsageRow.__table__).columns)
 
 
@@ -149,8 +151,8 @@ def detached_step(values: dict[str, Any]) -> StepRow:
 def step_tuple(step: StepRow) -> tuple[Any, ...]:
     """A step's columns, in ``STEP_COLUMNS`` order, as Python values (to pass it to another
     process: :func:`step_from_tuple` builds it again)."""
-    state = attributes.instance_dict(step)
-    return tuple(state[key] for key in STEP_COLUMNS)
+    columns: tuple[Any, ...] = _STEP_COLUMNS_OF(attributes.instance_dict(step))
+    return columns
 
 
 def step_from_tuple(values: tuple[Any, ...]) -> StepRow:

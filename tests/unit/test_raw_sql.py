@@ -49,7 +49,10 @@ def test_statements_render_each_drivers_paramstyle() -> None:
         statement.render("sqlite")
         == "SELECT a FROM t WHERE b = ? AND c LIKE 'x%' AND d = ? OR ? = ''"
     )
-    assert statement.positional({"d_2": 2, "b": 1}) == [1, 2, 1]
+    assert list(statement.positional({"d_2": 2, "b": 1})) == [1, 2, 1]
+    # One name and none: still a sequence of values, not the bare value.
+    assert list(Statement("SELECT 1 WHERE x = :x").positional({"x": 5})) == [5]
+    assert list(Statement("SELECT 1").positional({})) == []
     assert (
         statement.render("postgresql")
         == "SELECT a FROM t WHERE b = %(b)s AND c LIKE 'x%%' AND d = %(d_2)s OR %(b)s = ''"
