@@ -14,8 +14,10 @@ import pytest
 from google.protobuf import timestamp_pb2
 from sqlalchemy.orm import configure_mappers
 
-from agentrt.runtime.v1 import enum_pb2, message_pb2
+from agentrt.runtime.v1 import enum_pb2, message_pb2, worker_service_pb2
 from runtime_service import proto_map
+from runtime_service.servicers.step_messages import step_request
+from runtime_service.services import steps
 from runtime_service.services.steps import blank_step
 from runtime_service.store.ledger import StepRow
 from runtime_service.store.step_sql import STEP_COLUMNS, detached_step, step_from_tuple
@@ -236,3 +238,22 @@ def test_cached_versions_are_not_shared_with_the_answer() -> None:
     assert (
         proto_map.step(step(**MODEL)).versions.system_prompt_digest == MODEL["system_prompt_digest"]
     )
+
+
+def test_a_new_step_holds_every_column() -> None:
+    """The step path's records are plain objects (``step_sql.StepRecord``): a column missing
+    from one would be an AttributeError where a mapped row would have answered None."""
+    request = step_request(
+        worker_service_pb2.BeginStepRequest(
+            fence=message_pb2.Fence(attempt_id="att_01", lease_epoch=1),
+            turn_id="trn_01",
+            type=enum_pb2.STEP_TYPE_MODEL_CALL,
+            model_call=message_pb2.ModelCallSpec(),
+        )
+    )
+    for status in ("STARTED", "DENIED"):
+        built = steps._step_row(
+            "att_01", "trn_01", 3, 0, request, "", NOW, status=status, type_="TOOL_CALL", run_id="r"
+        )
+        assert sorted(vars(built)) == sorted(STEP_COLUMNS)
+        assert proto_map.step(built).sequence == 3
