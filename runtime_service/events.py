@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -103,23 +104,26 @@ def _document_hash(
 
     JCS writes an object's members in key order (RFC 8785 section 3.2.3), and "attributes"
     sorts before every other member of the document, so the document's JCS bytes are
-    ``{"attributes":`` + the attributes' JCS bytes + ``,`` + the JCS bytes of the other
-    members without their opening brace. The attributes are serialised once, and the same
-    bytes are what the event stores.
+    ``{"attributes":`` + the attributes' JCS bytes + the other members in key order. The
+    attributes are serialised once, and the same bytes are what the event stores. The other
+    members are strings and a sequence number, written here directly: a string as the C
+    encoder of :mod:`json` writes it with ``ensure_ascii=False`` is its JCS form (the escapes
+    of RFC 8785 section 3.2.2.2; ``registry.canonical`` relies on the same), and a sequence is
+    a small positive integer, plain digits.
     """
-    others = canonical.canonical_bytes(
-        {
-            "event_time": event_time,
-            "event_type": event_type,
-            "id": event_id,
-            "prev_hash": prev_hash,
-            "run_id": run_id,
-            "sequence": sequence,
-            "thread_id": thread_id,
-            "type": "agentrt.event.v1",
-        }
+    if not 0 <= sequence <= canonical.MAX_SAFE_INTEGER:
+        raise ValueError(f"sequence {sequence} is out of JCS's exact integer range")
+    text = (
+        f',"event_time":{_jcs_string(event_time)},"event_type":{_jcs_string(event_type)}'
+        f',"id":{_jcs_string(event_id)},"prev_hash":{_jcs_string(prev_hash)}'
+        f',"run_id":{_jcs_string(run_id)},"sequence":{int(sequence)}'
+        f',"thread_id":{_jcs_string(thread_id)},"type":"agentrt.event.v1"}}'
     )
-    return canonical.digest_bytes(b'{"attributes":' + attributes_jcs + b"," + others[1:])
+    return canonical.digest_bytes(b'{"attributes":' + attributes_jcs + text.encode("utf-8"))
+
+
+#: A JSON string as JCS writes it (see _document_hash).
+_jcs_string: Callable[[str], str] = json.encoder.encode_basestring
 
 
 @dataclass
