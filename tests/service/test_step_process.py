@@ -143,8 +143,9 @@ def test_what_it_remembers_never_hides_a_change_the_server_made(
     server: tuple[StepProcess, Stubs],
 ) -> None:
     """Between its own writes the child answers a run's next step from what it wrote last
-    (``store/step_states.py``); every write the server makes in between is seen: a steer, a
-    closed turn, the counters behind a budget, a lost lease."""
+    (``store/step_states.py``); every write the server makes in between is seen (a steer, a
+    closed turn, a lapsed lease), and what the child itself added counts (the step, token and
+    cost budgets)."""
     process, stubs = server
     w = start(stubs, budget=message_pb2.Budget(max_steps=6))
 
@@ -172,6 +173,17 @@ def test_what_it_remembers_never_hides_a_change_the_server_made(
     assert [s.sequence for s in list_steps(stubs, w.run_id)] == list(range(1, 7))
     assert verified(stubs, w.run_id)
     assert process.answered >= 10  # the child took the common case throughout
+
+    # The token and cost budgets count the usage the child added (3 tokens a step here).
+    for budget in (message_pb2.Budget(max_model_tokens=9), message_pb2.Budget(max_cost_usd=0.3)):
+        b = start(stubs, publish=False, budget=budget)
+        for _ in range(3):
+            begun = b.model()
+            b.end(
+                begun.step.id,
+                usage=message_pb2.Usage(input_tokens=2, output_tokens=1, cost_usd=0.1),
+            )
+        expect(grpc.StatusCode.RESOURCE_EXHAUSTED, b.model)
 
     # A lease that lapses while a step is open: neither the open step's end nor a new step
     # gets through, whatever the child remembers of the run.
