@@ -323,6 +323,8 @@ class Cell:
     empty_cpu_us: float  # server CPU per empty call, median over repetitions
     pair_cpu_us: float  # server process CPU per Begin+End pair, median over repetitions
     pair_child_cpu_us: float  # its step writer process's CPU per pair, likewise
+    #: Step RPC / empty of each repetition (its empty loop and the step loop right after it).
+    ratios: list[float]
 
 
 async def run_engine(
@@ -375,6 +377,7 @@ async def run_engine(
                     statistics.median(empty_cpu[c]),
                     statistics.median(pair_cpu[c]),
                     statistics.median(pair_child_cpu[c]),
+                    [2 * r.pairs_per_s / e.rps for e, r in zip(empty[c], steps[c], strict=True)],
                 )
         finally:
             for ch in channels:
@@ -556,6 +559,15 @@ def table(
             f"| {cell.empty_cpu_us:,.0f} / {cell.pair_cpu_us:,.0f}"
             f" (+ {cell.pair_child_cpu_us:,.0f}) "
             f"| {steps.client_cpu_s / steps.pairs * 1e6:,.0f} | {steps.machine_busy:.0%} |"
+        )
+    # The column above divides the median step loop by the median empty loop, which may come
+    # from different repetitions; on a noisy machine each repetition's own ratio says more.
+    rows.append("")
+    for c, cell in cells.items():
+        each = ", ".join(f"{ratio:.2f}" for ratio in cell.ratios)
+        rows.append(
+            f"- {c} workers, step RPC / empty of each repetition: {each} "
+            f"(median {statistics.median(cell.ratios):.2f})"
         )
     return rows
 
