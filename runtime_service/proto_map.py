@@ -244,13 +244,6 @@ def versions_key(row: StepRow) -> tuple[str, ...]:
     return key
 
 
-def step_versions(row: StepRow) -> message_pb2.StepVersions:
-    out = message_pb2.StepVersions()
-    out.CopyFrom(step_versions_without_context(row))
-    out.context_digest = row.context_digest
-    return out
-
-
 def step_versions_without_context(row: StepRow) -> message_pb2.StepVersions:
     """A step's versions but its context digest, from a cache shared by every caller:
     read it, never modify it."""

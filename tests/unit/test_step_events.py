@@ -96,7 +96,7 @@ def reference_started(row: StepRow) -> dict[str, Any]:
         input_ref=row.input_ref,
         retry_of_step_id=row.retry_of_step_id,
         tool_name=row.tool_name,
-        versions=proto_map.step_versions(row),
+        versions=proto_map.step(row).versions,
         status=enum_pb2.StepStatus.Value(f"STEP_STATUS_{row.status}"),
     )
     return json_format.MessageToDict(message, preserving_proto_field_name=True)
