@@ -159,7 +159,8 @@ def _append_thread_event(
 ) -> None:
     chain = events.Chain(thread.id, "", thread.last_event_sequence, thread.last_event_hash)
     events.append(session.connection(), chain, attributes, now)  # type: ignore[arg-type]
-    # The cursor was bumped by a Core UPDATE; keep the ORM object from writing it back stale.
+    # On PostgreSQL the cursor was bumped by a Core UPDATE (events.append): keep the ORM
+    # object from writing it back stale.
     session.expire(thread, ["event_cursor"])
     thread.last_event_sequence, thread.last_event_hash = chain.last_sequence, chain.last_hash
     wake(session, notify.thread_key(thread.id))

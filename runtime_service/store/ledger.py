@@ -16,6 +16,12 @@ _ID = sa.String(40)
 _DIGEST = sa.String(71)
 
 
+def _partial_index(name: str, *columns: str, where: str) -> sa.Index:
+    """An index holding only the rows ``where`` selects, on both engines. Its queries repeat
+    ``where`` word for word, so each engine can prove the index applies."""
+    return sa.Index(name, *columns, sqlite_where=sa.text(where), postgresql_where=sa.text(where))
+
+
 class TurnRow(Base):
     __tablename__ = "runtime_turns"
     __table_args__ = (sa.UniqueConstraint("run_id", "number"),)
@@ -36,28 +42,17 @@ class StepRow(Base):
         sa.UniqueConstraint("run_id", "sequence"),
         # BeginStep's repeated-key lookup. Partial: a step without a key costs no page of
         # it; the lookups repeat the `!= ''` term so both engines can prove it applies.
-        sa.Index(
+        _partial_index(
             "ix_runtime_steps_run_id_idempotency_key",
             "run_id",
             "idempotency_key",
-            sqlite_where=sa.text("idempotency_key != ''"),
-            postgresql_where=sa.text("idempotency_key != ''"),
+            where="idempotency_key != ''",
         ),
         # GetProvenance(blob): which steps consumed or produced a blob. Partial, so the many
         # steps without a blob cost nothing; queries repeat the `!= ''` term so both engines
         # can prove the index applies.
-        sa.Index(
-            "ix_runtime_steps_input_ref",
-            "input_ref",
-            sqlite_where=sa.text("input_ref != ''"),
-            postgresql_where=sa.text("input_ref != ''"),
-        ),
-        sa.Index(
-            "ix_runtime_steps_output_ref",
-            "output_ref",
-            sqlite_where=sa.text("output_ref != ''"),
-            postgresql_where=sa.text("output_ref != ''"),
-        ),
+        _partial_index("ix_runtime_steps_input_ref", "input_ref", where="input_ref != ''"),
+        _partial_index("ix_runtime_steps_output_ref", "output_ref", where="output_ref != ''"),
     )
 
     id: Mapped[str] = mapped_column(_ID, primary_key=True)
@@ -122,29 +117,23 @@ class StepUsageRow(Base):
     # three rows per step, and every index entry is work on the step path); the queries
     # repeat each index's condition word for word, so both engines can prove it applies.
     __table_args__ = (
-        sa.Index(
-            "ix_runtime_step_usages_digest_time",
-            "digest",
-            "start_time",
-            sqlite_where=sa.text(USAGE_HAS_DIGEST),
-            postgresql_where=sa.text(USAGE_HAS_DIGEST),
+        _partial_index(
+            "ix_runtime_step_usages_digest_time", "digest", "start_time", where=USAGE_HAS_DIGEST
         ),
-        sa.Index(
+        _partial_index(
             "ix_runtime_step_usages_schema_digest_time",
             "schema_digest",
             "start_time",
-            sqlite_where=sa.text(USAGE_HAS_SCHEMA),
-            postgresql_where=sa.text(USAGE_HAS_SCHEMA),
+            where=USAGE_HAS_SCHEMA,
         ),
         # FindUsages(model_id), newest first: one ordered range per (kind, model id), so the
         # first page of a model used by every step reads a page, not every use.
-        sa.Index(
+        _partial_index(
             "ix_runtime_step_usages_kind_name_time",
             "kind",
             "name",
             "start_time",
-            sqlite_where=sa.text(USAGE_IS_MODEL),
-            postgresql_where=sa.text(USAGE_IS_MODEL),
+            where=USAGE_IS_MODEL,
         ),
     )
 

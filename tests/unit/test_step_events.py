@@ -11,16 +11,12 @@ from typing import Any
 
 import pytest
 from google.protobuf import json_format
-from sqlalchemy.orm import configure_mappers
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
 from runtime_service import proto_map
 from runtime_service.services import step_events
-from runtime_service.services.steps import blank_step
 from runtime_service.store.ledger import StepRow
-from runtime_service.store.step_sql import detached_step
-
-configure_mappers()  # rows built outside a session need their attributes set up
+from tests.unit.step_rows import new_step
 
 NOW = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
 
@@ -68,20 +64,7 @@ TOOLS = [
 
 
 def step(**values: Any) -> StepRow:
-    return detached_step(
-        {
-            **blank_step(),
-            "id": "stp_01",
-            "run_id": "run_01",
-            "attempt_id": "att_01",
-            "sequence": 7,
-            "type": "MODEL_CALL",
-            "status": "STARTED",
-            "start_time": NOW,
-            "input_revision": 0,
-            **values,
-        }
-    )
+    return new_step(NOW, **values)
 
 
 def reference_started(row: StepRow) -> dict[str, Any]:

@@ -12,17 +12,14 @@ from typing import Any
 
 import pytest
 from google.protobuf import timestamp_pb2
-from sqlalchemy.orm import configure_mappers
 
 from agentrt.runtime.v1 import enum_pb2, message_pb2, worker_service_pb2
 from runtime_service import proto_map
 from runtime_service.servicers.step_messages import step_request
 from runtime_service.services import steps
-from runtime_service.services.steps import blank_step
 from runtime_service.store.ledger import StepRow
-from runtime_service.store.step_sql import STEP_COLUMNS, detached_step, step_from_tuple
-
-configure_mappers()  # rows built outside a session need their attributes set up
+from runtime_service.store.step_sql import STEP_COLUMNS, step_from_tuple
+from tests.unit.step_rows import new_step
 
 NOW = dt.datetime(2026, 11, 29, 12, 0, 1, 250_001, tzinfo=dt.UTC)
 LATER = NOW + dt.timedelta(seconds=3, microseconds=7)
@@ -102,21 +99,7 @@ SHAPES: list[dict[str, Any]] = [
 
 
 def step(**values: Any) -> StepRow:
-    return detached_step(
-        {
-            **blank_step(),
-            "id": "stp_01",
-            "run_id": "run_01",
-            "attempt_id": "att_01",
-            "turn_id": "trn_0",
-            "sequence": 7,
-            "type": "MODEL_CALL",
-            "status": "STARTED",
-            "start_time": NOW,
-            "input_revision": 0,
-            **values,
-        }
-    )
+    return new_step(NOW, **{"turn_id": "trn_0", **values})
 
 
 def stamp(value: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
