@@ -126,6 +126,99 @@ class RawTx:
         return result
 
 
+#: One job's deferred writes: (statement, parameters or rows, many), in the job's order.
+Writes = list[tuple[Statement, Any, bool]]
+
+
+class DeferredTx(RawTx):
+    """A RawTx whose writes are kept to be sent later, all at once (:func:`send_deferred`):
+    for a writer that reads everything a batch needs first and then sends every write of the
+    batch in one pipelined round trip with its commit (``runtime_service.step_process`` on
+    PostgreSQL). One per job of the batch; a job given one must not read through it
+    (:meth:`one` refuses)."""
+
+    def __init__(self, dialect: Dialect, batch: list[Writes]) -> None:
+        super().__init__(dialect, None)
+        self._writes: Writes = []
+        batch.append(self._writes)
+
+    def execute(self, statement: Statement, params: Mapping[str, Any]) -> Any:
+        self._writes.append((statement, params, False))
+        return None
+
+    def execute_many(self, statement: Statement, rows: Iterable[Mapping[str, Any]]) -> None:
+        self._writes.append((statement, list(rows), True))
+
+    def one(self, statement: Statement, params: Mapping[str, Any]) -> Sequence[Any] | None:
+        raise RuntimeError("a deferred transaction cannot read: its writes are not sent yet")
+
+    @contextlib.contextmanager
+    def pipeline(self) -> Iterator[None]:
+        yield  # everything is sent later, in one pipeline
+
+
+def send_deferred(tx: RawTx, batch: list[Writes]) -> None:
+    """Send a batch's deferred writes on ``tx`` (the real transaction): one ``executemany``
+    per statement, with the rows of every job in job order.
+
+    The statements go in an order that keeps each job's own order (a topological order of
+    "comes next in some job", ties to the statement seen first); when the jobs disagree (A
+    then B in one, B then A in another) every write goes in plain job order instead. What
+    the caller must ensure: writes of different jobs do not depend on each other's order
+    beyond a statement's own rows (the step writer's jobs each write their own run).
+    """
+    order = _statement_order(batch)
+    if order is None:
+        for writes in batch:
+            for statement, params, many in writes:
+                if many:
+                    tx.execute_many(statement, params)
+                else:
+                    tx.execute(statement, params)
+        return
+    rows: dict[Statement, list[Any]] = {statement: [] for statement in order}
+    for writes in batch:
+        for statement, params, many in writes:
+            if many:
+                rows[statement].extend(params)
+            else:
+                rows[statement].append(params)
+    for statement in order:
+        if len(rows[statement]) == 1:
+            tx.execute(statement, rows[statement][0])
+        elif rows[statement]:
+            tx.execute_many(statement, rows[statement])
+
+
+def _statement_order(batch: list[Writes]) -> list[Statement] | None:
+    """The batch's statements in an order consistent with every job's, or None (a cycle)."""
+    seen: dict[Statement, int] = {}  # first appearance
+    after: dict[Statement, set[Statement]] = {}
+    for writes in batch:
+        previous: Statement | None = None
+        for statement, _, _ in writes:
+            seen.setdefault(statement, len(seen))
+            after.setdefault(statement, set())
+            if previous is not None and previous is not statement:
+                after[previous].add(statement)
+            previous = statement
+    waiting = {statement: 0 for statement in seen}
+    for targets in after.values():
+        for target in targets:
+            waiting[target] += 1
+    ready = sorted((s for s, n in waiting.items() if n == 0), key=seen.__getitem__)
+    order: list[Statement] = []
+    while ready:
+        statement = ready.pop(0)
+        order.append(statement)
+        for target in sorted(after[statement], key=seen.__getitem__):
+            waiting[target] -= 1
+            if waiting[target] == 0:
+                ready.append(target)
+                ready.sort(key=seen.__getitem__)
+    return order if len(order) == len(seen) else None
+
+
 _PROCESSORS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {}
 
 

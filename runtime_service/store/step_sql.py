@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -111,16 +112,29 @@ def begin_state(
 ) -> BeginState | None:
     """The run (locked) behind the attempt, and the rest of BeginState, in one read."""
     with tx.pipeline():  # the lock and the read: one round trip on PostgreSQL
-        _lock_run(tx, attempt_id)
-        row = tx.one(
-            BEGIN_STATE,
-            {
-                "attempt_id": attempt_id,
-                "turn_id": turn_id,
-                "key": idempotency_key,
-                "input_ref": input_ref,
-            },
-        )
+        row = read_begin_state(tx, attempt_id, turn_id, idempotency_key, input_ref).fetchone()
+    return begin_state_of(tx, row)
+
+
+def read_begin_state(
+    tx: RawTx, attempt_id: str, turn_id: str, idempotency_key: str, input_ref: str
+) -> Any:
+    """Send :func:`begin_state`'s lock and read; returns the read's driver cursor (in a
+    pipeline, its row arrives when the pipeline syncs): :func:`begin_state_of` reads it."""
+    _lock_run(tx, attempt_id)
+    return tx.execute(
+        BEGIN_STATE,
+        {
+            "attempt_id": attempt_id,
+            "turn_id": turn_id,
+            "key": idempotency_key,
+            "input_ref": input_ref,
+        },
+    )
+
+
+def begin_state_of(tx: RawTx, row: Sequence[Any] | None) -> BeginState | None:
+    """The BeginState in a row of :data:`BEGIN_STATE` (None: no such attempt)."""
     if row is None:
         return None
     values = list(row)
@@ -240,10 +254,20 @@ _END_STATE = Statement(
 def end_state(tx: RawTx, attempt_id: str, step_id: str, output_ref: str) -> EndState | None:
     """The run (locked) behind the attempt, and the step, in one read."""
     with tx.pipeline():  # the lock and the read: one round trip on PostgreSQL
-        _lock_run(tx, attempt_id)
-        row = tx.one(
-            _END_STATE, {"attempt_id": attempt_id, "step_id": step_id, "output_ref": output_ref}
-        )
+        row = read_end_state(tx, attempt_id, step_id, output_ref).fetchone()
+    return end_state_of(tx, row)
+
+
+def read_end_state(tx: RawTx, attempt_id: str, step_id: str, output_ref: str) -> Any:
+    """Send :func:`end_state`'s lock and read (as :func:`read_begin_state`)."""
+    _lock_run(tx, attempt_id)
+    return tx.execute(
+        _END_STATE, {"attempt_id": attempt_id, "step_id": step_id, "output_ref": output_ref}
+    )
+
+
+def end_state_of(tx: RawTx, row: Sequence[Any] | None) -> EndState | None:
+    """The EndState in a row of the end-state read (None: no such attempt)."""
     if row is None:
         return None
     step = None

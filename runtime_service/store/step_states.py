@@ -17,13 +17,29 @@ everything too (its writes were rolled back). What it keeps is what the read wou
 so the checks (fence, turn, budgets, steers) run exactly as they do on a read; a request with
 an idempotency key or a blob reference, or one for a run, turn or step it does not hold,
 is read from the database as before.
+
+:class:`PrefetchedStepStates` is for the step writer process on PostgreSQL, where every round
+trip counts: it reads the state of every call of a batch in one pipelined round trip before
+any of them runs (``runtime_service.step_process``), and answers each call from what was
+read. Those reads all happen before the batch's writes, so a call on a run that an earlier
+call of the same batch wrote to would see the run as it was: such a call is given no state,
+and the server takes it once the batch has committed.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentrt_base.raw import RawTx, Statement
 from runtime_service.store.ledger import StepRow
-from runtime_service.store.step_sql import BeginState, EndState, begin_state, end_state
+from runtime_service.store.step_sql import (
+    BeginState,
+    EndState,
+    begin_state,
+    begin_state_of,
+    end_state,
+    end_state_of,
+)
 
 _DATA_VERSION = Statement("PRAGMA data_version")
 
@@ -149,3 +165,50 @@ class CachedStepStates(StepStates):
             self.clear()
         self._runs[state.run_id] = state
         self._run_of_attempt[attempt_id] = state.run_id
+
+
+class PrefetchedStepStates(StepStates):
+    """:class:`StepStates` answering from rows read ahead for a batch (see the module doc).
+
+    :meth:`load` each call's row, run the calls, :meth:`reset` before the next batch.
+    """
+
+    def __init__(self) -> None:
+        self._begins: dict[tuple[str, str, str, str], BeginState | None] = {}
+        self._ends: dict[tuple[str, str, str], EndState | None] = {}
+        #: Runs a call of this batch wrote to.
+        self._written: set[str] = set()
+
+    def reset(self) -> None:
+        self._begins.clear()
+        self._ends.clear()
+        self._written.clear()
+
+    def load_begin(
+        self,
+        tx: RawTx,
+        key: tuple[str, str, str, str],
+        row: Any,
+    ) -> None:
+        """The row read for a BeginStep of (attempt, turn, idempotency key, input ref)."""
+        self._begins[key] = begin_state_of(tx, row)
+
+    def load_end(self, tx: RawTx, key: tuple[str, str, str], row: Any) -> None:
+        """The row read for an EndStep of (attempt, step, output ref)."""
+        self._ends[key] = end_state_of(tx, row)
+
+    def begin(
+        self, tx: RawTx, attempt_id: str, turn_id: str, idempotency_key: str, input_ref: str
+    ) -> BeginState | None:
+        state = self._begins[(attempt_id, turn_id, idempotency_key, input_ref)]
+        return None if state is None or state.run_id in self._written else state
+
+    def end(self, tx: RawTx, attempt_id: str, step_id: str, output_ref: str) -> EndState | None:
+        state = self._ends[(attempt_id, step_id, output_ref)]
+        return None if state is None or state.run_id in self._written else state
+
+    def began(self, state: BeginState, step: StepRow, event_sequence: int, event_hash: str) -> None:
+        self._written.add(state.run_id)
+
+    def ended(self, state: EndState, step: StepRow, event_sequence: int, event_hash: str) -> None:
+        self._written.add(state.run_id)
