@@ -21,10 +21,10 @@ repetition with the median rate (its latencies with it). "step RPC/s" counts bot
 pair, so it is twice the pairs/s; its ratio to the empty rate at the same concurrency is the
 issue's "each step RPC at >= 0.5x the empty-RPC rate". The server's CPU time (user + system,
 from ``/proc/<pid>/stat``) over each loop, divided by its calls or pairs, is reported too
-(median over the repetitions): it does not depend on what else the machine is running. On
-SQLite the server writes the step path's common case in a second process
-(``runtime_service.step_process``); that process's CPU per pair is reported beside the
-server's, in parentheses.
+(median over the repetitions): it does not depend on what else the machine is running. The
+server writes the step path's common case in a second process
+(``runtime_service.step_process``; on PostgreSQL in batches of two round trips); that
+process's CPU per pair is reported beside the server's, in parentheses.
 
 DBOS (the ``bench`` extra), in process, no network hop: a child Python process per
 configuration runs workflows whose body calls a trivial ``@DBOS.step()`` repeatedly, one

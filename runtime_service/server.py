@@ -108,10 +108,11 @@ class AgentrtServer:
     async def start(self) -> int:
         """Open and migrate the database, bind, start serving; return the bound port."""
         url = normalise_url(self.settings.database_url)
-        # The step writer process needs a file both processes can open.
+        # The step writer process needs a database both processes can open: a SQLite file
+        # (not an in-memory database) or PostgreSQL.
         use_step_process = (
             self.settings.step_process
-            and writer_lock_path(url) is not None
+            and (writer_lock_path(url) is not None or url.get_backend_name() == "postgresql")
             and StepProcess.supported()
         )
         database = Database(self.settings.database_url, writer_lock=use_step_process)

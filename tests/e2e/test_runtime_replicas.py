@@ -20,6 +20,7 @@ from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from tests.conftest import _truncate
 from tests.runtime_support import Stubs
 from tests.service.test_runtime_threads import PLAIN, publish_plain_agent
+from tests.service.test_steps_helpers import Worker
 from tests.support import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
@@ -123,12 +124,29 @@ def test_a_watcher_on_one_replica_sees_events_written_through_the_other(
     assert seen.event_type == enum_pb2.EVENT_TYPE_THREAD_MESSAGE_APPENDED
     assert time.monotonic() - written < PROMPT
 
-    # The run ends through A: B's WatchRun delivers run.ended and finishes.
+    # A step through A, written by A's step writer process (which notifies as A does).
     got = a.acquire()
+    worker = Worker(a, got)
+    worker.begin_turn()
+    while next(run_stream).event.event_type != enum_pb2.EVENT_TYPE_TURN_STARTED:
+        pass  # the acquisition's events, then the turn's
+    written = time.monotonic()
+    step = worker.model().step
+    seen = next(run_stream).event
+    assert seen.event_type == enum_pb2.EVENT_TYPE_STEP_STARTED
+    assert seen.step_started_attributes.step_id == step.id
+    assert time.monotonic() - written < PROMPT
+    written = time.monotonic()
+    worker.end(step.id)
+    seen = next(run_stream).event
+    assert seen.event_type == enum_pb2.EVENT_TYPE_STEP_ENDED
+    assert time.monotonic() - written < PROMPT
+
+    # The run ends through A: B's WatchRun delivers run.ended and finishes.
     a.finish(got.fence, enum_pb2.ATTEMPT_OUTCOME_SUCCEEDED_COMPLETE_RUN)
     rest = [r.event for r in run_stream]
     assert rest[-1].event_type == enum_pb2.EVENT_TYPE_RUN_ENDED
-    assert [e.sequence for e in rest] == list(range(5, rest[-1].sequence + 1))
+    assert [e.sequence for e in rest] == list(range(seen.sequence + 1, rest[-1].sequence + 1))
     thread_stream.cancel()
 
 

@@ -1,6 +1,8 @@
-"""The step writer process (SQLite): it takes BeginStep and EndStep's common case, hands
-everything else back to the server, shares the file with the server's own writer, and when
-it dies its calls fail UNAVAILABLE and the server carries on alone."""
+"""The step writer process, on both engines: it takes BeginStep and EndStep's common case,
+hands everything else back to the server, writes side by side with the server's own writer,
+and when it dies its calls fail UNAVAILABLE and the server carries on alone. What is
+particular to an engine: on SQLite what it remembers between its writes and the thread
+cursors; on PostgreSQL its batches read ahead and commit all or nothing."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Any
 
 import grpc
 import pytest
+import sqlalchemy as sa
 
 from agentrt.audit.v1 import audit_service_pb2 as apb
 from agentrt.audit.v1 import audit_service_pb2_grpc
@@ -24,6 +27,7 @@ from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_base.db import Database, normalise_url, writer_lock_path
+from agentrt_base.raw import Statement
 from runtime_service.step_process import (
     BEGIN_STEP,
     END_STEP,
@@ -51,9 +55,9 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'agentrt.db'}"
 
 
-@pytest.fixture
-def server(sqlite_url: str) -> Iterator[tuple[StepProcess, Stubs]]:
-    thread = ServerThread(sqlite_url)
+@contextlib.contextmanager
+def _serving(url: str) -> Iterator[tuple[StepProcess, Stubs]]:
+    thread = ServerThread(url)
     stubs = Stubs.open(thread.start())
     process = thread.server.step_process
     assert process is not None and process.alive
@@ -64,8 +68,20 @@ def server(sqlite_url: str) -> Iterator[tuple[StepProcess, Stubs]]:
         thread.stop()
 
 
+@pytest.fixture
+def server(database_url: str) -> Iterator[tuple[StepProcess, Stubs]]:
+    with _serving(database_url) as served:
+        yield served
+
+
+@pytest.fixture
+def sqlite_server(sqlite_url: str) -> Iterator[tuple[StepProcess, Stubs]]:
+    with _serving(sqlite_url) as served:
+        yield served
+
+
 def test_it_takes_the_common_case_and_hands_back_everything_else(
-    server: tuple[StepProcess, Stubs], sqlite_url: str
+    server: tuple[StepProcess, Stubs], database_url: str
 ) -> None:
     process, stubs = server
     w = start(stubs)
@@ -97,7 +113,8 @@ def test_it_takes_the_common_case_and_hands_back_everything_else(
         enum_pb2.STEP_STATUS_DENIED,
     ]
     assert [s.sequence for s in steps] == [1, 2]  # one gap-free sequence across both writers
-    assert Path(writer_lock_path(normalise_url(sqlite_url)) or "").exists()
+    if database_url.startswith("sqlite"):
+        assert Path(writer_lock_path(normalise_url(database_url)) or "").exists()
 
 
 def test_it_writes_side_by_side_with_the_server(server: tuple[StepProcess, Stubs]) -> None:
@@ -142,10 +159,10 @@ def test_it_writes_side_by_side_with_the_server(server: tuple[StepProcess, Stubs
 def test_what_it_remembers_never_hides_a_change_the_server_made(
     server: tuple[StepProcess, Stubs],
 ) -> None:
-    """Between its own writes the child answers a run's next step from what it wrote last
-    (``store/step_states.py``); every write the server makes in between is seen (a steer, a
-    closed turn, a lapsed lease), and what the child itself added counts (the step, token and
-    cost budgets)."""
+    """The child answers from state it did not just read (``store/step_states.py``: on SQLite
+    what it wrote last, on PostgreSQL what it read ahead for the batch); every write the
+    server makes in between is seen (a steer, a closed turn, a lapsed lease), and what the
+    child itself added counts (the step, token and cost budgets)."""
     process, stubs = server
     w = start(stubs, budget=message_pb2.Budget(max_steps=6))
 
@@ -200,12 +217,12 @@ def test_what_it_remembers_never_hides_a_change_the_server_made(
 
 
 def test_it_reads_the_database_again_once_another_connection_commits(
-    server: tuple[StepProcess, Stubs], sqlite_url: str
+    sqlite_server: tuple[StepProcess, Stubs], sqlite_url: str
 ) -> None:
     """The step writer's jobs, driven here in the test process on the server's database:
     a run's next step is answered from memory while only this writer commits, and read
-    again after the server commits anything."""
-    _, stubs = server
+    again after the server commits anything (SQLite)."""
+    _, stubs = sqlite_server
     w = start(stubs)
     database = Database(
         child_database_url(normalise_url(sqlite_url)),
@@ -263,13 +280,107 @@ def test_it_reads_the_database_again_once_another_connection_commits(
         database.dispose()
 
 
+@pytest.mark.parametrize("engine", [pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_postgres_batch_reads_ahead_then_writes_and_commits_at_once(
+    server: tuple[StepProcess, Stubs], database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL the child reads every call's state in one round trip and sends every
+    write with the commit in a second: calls on different runs in one batch commit together,
+    a second call on a run an earlier call of the batch wrote to is handed back (its state
+    was read before that write), and a batch that fails anywhere leaves nothing behind."""
+    _, stubs = server
+    a, b = start(stubs), start(stubs, publish=False)
+    database = Database(database_url, read_pool_size=1, group_commit=False)
+    jobs = StepJobs(database)
+    dialect = database.write_engine.dialect
+    conn = database.write_engine.raw_connection()
+    jobs_ids = iter(range(1, 1000))
+
+    def batch(*calls: tuple[int, Any]) -> list[Any]:
+        nonlocal conn
+        answers, conn = _commit(
+            database,
+            dialect,
+            conn,
+            jobs,
+            [(next(jobs_ids), method, r.SerializeToString()) for method, r in calls],
+            "@test",
+        )
+        return [answer for _, answer, _ in answers]
+
+    def begin(w: Worker, key: str = "") -> tuple[int, Any]:
+        return BEGIN_STEP, wpb.BeginStepRequest(
+            fence=w.fence,
+            turn_id=w.turn_id,
+            type=enum_pb2.STEP_TYPE_MODEL_CALL,
+            idempotency_key=key,
+            model_call=message_pb2.ModelCallSpec(),
+        )
+
+    def end(w: Worker, begun: Any) -> tuple[int, Any]:
+        return END_STEP, wpb.EndStepRequest(
+            fence=w.fence,
+            step_id=begun[0][0],
+            status=enum_pb2.STEP_STATUS_SUCCEEDED,
+            usage=message_pb2.Usage(input_tokens=5, output_tokens=2),
+        )
+
+    try:
+        first_a, first_b, again_a = batch(begin(a), begin(b), begin(a, "again"))
+        assert first_a is not None and first_b is not None
+        assert again_a is None  # a's state was read before first_a's write: the server's
+        ended = batch(end(a, first_a), end(b, first_b))
+        assert all(answer is not None for answer in ended)
+
+        # A write that fails at the database, in the batch's last call: the whole batch is
+        # rolled back and handed back, and the next batch runs on a fresh connection.
+        run = jobs.run
+
+        def failing(tx: Any, call: Any) -> Any:
+            answer = run(tx, call)
+            if call is not None and call.req.idempotency_key == "fails":
+                tx.execute(Statement("SELECT 1 / 0"), {})
+            return answer
+
+        monkeypatch.setattr(jobs, "run", failing)
+        assert batch(begin(a), begin(b, "fails")) == [None, None]
+        assert conn is not None
+
+        # The same while the database cannot be reached (restarting): no new connection
+        # opens, the server takes this batch's and the next batch's calls, and once the
+        # database is back the next batch connects again.
+        def refuse() -> Any:
+            raise sa.exc.OperationalError("connect", {}, Exception("connection refused"))
+
+        monkeypatch.setattr(database.write_engine, "raw_connection", refuse)
+        assert batch(begin(a), begin(b, "fails")) == [None, None]
+        assert conn is None
+        monkeypatch.setattr(jobs, "run", run)
+        assert batch(begin(a)) == [None]
+        assert conn is None
+        monkeypatch.undo()
+        assert all(answer is not None for answer in batch(begin(a), begin(b)))
+    finally:
+        if conn is not None:
+            conn.close()
+        database.dispose()
+    for w in (a, b):
+        assert [s.status for s in list_steps(stubs, w.run_id)] == [
+            enum_pb2.STEP_STATUS_SUCCEEDED,
+            enum_pb2.STEP_STATUS_STARTED,
+        ]
+        run_ = get_run(stubs, w.run_id)
+        assert (run_.step_count, run_.usage.input_tokens) == (2, 5)
+        assert verified(stubs, w.run_id)
+
+
 def test_thread_cursors_grow_in_commit_order_across_both_writers(
-    server: tuple[StepProcess, Stubs], sqlite_url: str
+    sqlite_server: tuple[StepProcess, Stubs], sqlite_url: str
 ) -> None:
     """On SQLite an event's thread cursor is its position in the event table (events.py), for
     the server's events and the child's step events alike; on a file whose cursors were
     handed out by the thread counters before, they keep growing."""
-    process, stubs = server
+    process, stubs = sqlite_server
     w = start(stubs)
     thread_id = w.acquired.run.thread_id
     path = normalise_url(sqlite_url).database
@@ -357,8 +468,8 @@ def test_when_it_dies_its_calls_fail_unavailable_and_the_server_carries_on(
     assert verified(stubs, w.run_id)
 
 
-def test_it_is_not_started_when_switched_off(sqlite_url: str) -> None:
-    thread = ServerThread(sqlite_url, step_process=False)
+def test_it_is_not_started_when_switched_off(database_url: str) -> None:
+    thread = ServerThread(database_url, step_process=False)
     thread.start()
     try:
         assert thread.server.step_process is None

@@ -158,7 +158,7 @@ def _stored(url: str, run_id: str) -> dict[str, Any]:
 
 
 def test_the_common_path_stores_exactly_what_the_orm_path_stores(
-    database_url: str, engine: str, monkeypatch: pytest.MonkeyPatch
+    database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     taken: list[str] = []
     begin, end = CommonPath.begin, CommonPath.end
@@ -184,11 +184,10 @@ def test_the_common_path_stores_exactly_what_the_orm_path_stores(
         monkeypatch.setattr(CommonPath, "end", lambda *a: None)
         runs["ORM"] = _script(stubs, publish=False)
         monkeypatch.undo()
-    if engine == "sqlite":
-        with _server(database_url, step_process=True) as (thread, stubs):
-            runs["step writer process"] = _script(stubs, publish=False)
-            process = thread.server.step_process
-            assert process is not None and (process.answered, process.handed_back) == (8, 0)
+    with _server(database_url, step_process=True) as (thread, stubs):
+        runs["step writer process"] = _script(stubs, publish=False)
+        process = thread.server.step_process
+        assert process is not None and (process.answered, process.handed_back) == (8, 0)
 
     stored = {way: _stored(database_url, run_id) for way, run_id in runs.items()}
     orm = stored["ORM"]
