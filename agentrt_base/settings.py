@@ -27,8 +27,9 @@ class ServerSettings:
     database_url: str = DEFAULT_DATABASE_URL
     #: Seconds in-flight calls get to finish after SIGTERM before they are cancelled.
     shutdown_grace_seconds: float = 3.0
-    #: On a SQLite file (on Linux), write the step path's common case in a second process
-    #: (``runtime_service.step_process``); ``AGENTRT_STEP_PROCESS=0`` keeps it in-process.
+    #: On a SQLite file or PostgreSQL (on Linux), write the step path's common case in a
+    #: second process (``runtime_service.step_process``); ``AGENTRT_STEP_PROCESS=0`` keeps it
+    #: in-process.
     step_process: bool = True
 
     @classmethod

@@ -186,7 +186,7 @@ class AgentrtServer:
 
     @property
     def step_process(self) -> StepProcess | None:
-        """The step writer process, when this server runs one (SQLite)."""
+        """The step writer process, when this server runs one."""
         return self._step_process
 
     @property
