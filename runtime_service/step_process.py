@@ -65,7 +65,6 @@ from runtime_service.notify import Notifier
 from runtime_service.servicers.step_messages import step_end_of, step_request
 from runtime_service.services.bound import Bound, BoundAgents
 from runtime_service.services.steps import CommonPath, StepEnd, StepRequest, check_step_request
-from runtime_service.store import step_sql
 from runtime_service.store.step_sql import step_tuple
 from runtime_service.store.step_states import CachedStepStates, PrefetchedStepStates
 
@@ -429,30 +428,14 @@ class StepJobs:
         :attr:`prefetched` to answer from."""
         states = self.prefetched
         states.reset()
-        sent: list[tuple[Call, Any]] = []
         with tx.pipeline():
             for call in calls:
                 if isinstance(call, BeginCall):
                     r = call.req
-                    cursor = step_sql.read_begin_state(
-                        tx, r.attempt_id, r.turn_id, r.idempotency_key, r.input_ref
-                    )
+                    states.read_begin(tx, r.attempt_id, r.turn_id, r.idempotency_key, r.input_ref)
                 elif call is not None:
-                    cursor = step_sql.read_end_state(
-                        tx, call.attempt_id, call.step_id, call.outcome.output_ref
-                    )
-                else:
-                    continue
-                sent.append((call, cursor))
-        for call, cursor in sent:
-            if isinstance(call, BeginCall):
-                r = call.req
-                key = (r.attempt_id, r.turn_id, r.idempotency_key, r.input_ref)
-                states.load_begin(tx, key, cursor.fetchone())
-            else:
-                states.load_end(
-                    tx, (call.attempt_id, call.step_id, call.outcome.output_ref), cursor.fetchone()
-                )
+                    states.read_end(tx, call.attempt_id, call.step_id, call.outcome.output_ref)
+        states.collect(tx)
 
 
 def child_main(database_url: str, sock: socket.socket, origin: str = "") -> None:

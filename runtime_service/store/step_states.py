@@ -39,6 +39,8 @@ from runtime_service.store.step_sql import (
     begin_state_of,
     end_state,
     end_state_of,
+    read_begin_state,
+    read_end_state,
 )
 
 _DATA_VERSION = Statement("PRAGMA data_version")
@@ -167,35 +169,54 @@ class CachedStepStates(StepStates):
         self._run_of_attempt[attempt_id] = state.run_id
 
 
+#: A BeginStep's state depends on (attempt, turn, idempotency key, input ref); an EndStep's
+#: on (attempt, step, output ref).
+_BeginKey = tuple[str, str, str, str]
+_EndKey = tuple[str, str, str]
+
+
 class PrefetchedStepStates(StepStates):
     """:class:`StepStates` answering from rows read ahead for a batch (see the module doc).
 
-    :meth:`load` each call's row, run the calls, :meth:`reset` before the next batch.
+    Per batch: :meth:`reset`; in one pipeline, :meth:`read_begin` or :meth:`read_end` for each
+    call; :meth:`collect`; then run the calls.
     """
 
     def __init__(self) -> None:
-        self._begins: dict[tuple[str, str, str, str], BeginState | None] = {}
-        self._ends: dict[tuple[str, str, str], EndState | None] = {}
+        self._begins: dict[_BeginKey, BeginState | None] = {}
+        self._ends: dict[_EndKey, EndState | None] = {}
+        #: Reads sent and not yet collected: (the BeginStep key or None, the EndStep key or
+        #: None, the read's driver cursor).
+        self._sent: list[tuple[_BeginKey | None, _EndKey | None, Any]] = []
         #: Runs a call of this batch wrote to.
         self._written: set[str] = set()
 
     def reset(self) -> None:
         self._begins.clear()
         self._ends.clear()
+        self._sent.clear()
         self._written.clear()
 
-    def load_begin(
-        self,
-        tx: RawTx,
-        key: tuple[str, str, str, str],
-        row: Any,
+    def read_begin(
+        self, tx: RawTx, attempt_id: str, turn_id: str, idempotency_key: str, input_ref: str
     ) -> None:
-        """The row read for a BeginStep of (attempt, turn, idempotency key, input ref)."""
-        self._begins[key] = begin_state_of(tx, row)
+        """Send the state read of a BeginStep (its row is taken by :meth:`collect`)."""
+        key = (attempt_id, turn_id, idempotency_key, input_ref)
+        self._sent.append((key, None, read_begin_state(tx, *key)))
 
-    def load_end(self, tx: RawTx, key: tuple[str, str, str], row: Any) -> None:
-        """The row read for an EndStep of (attempt, step, output ref)."""
-        self._ends[key] = end_state_of(tx, row)
+    def read_end(self, tx: RawTx, attempt_id: str, step_id: str, output_ref: str) -> None:
+        """Send the state read of an EndStep (its row is taken by :meth:`collect`)."""
+        key = (attempt_id, step_id, output_ref)
+        self._sent.append((None, key, read_end_state(tx, *key)))
+
+    def collect(self, tx: RawTx) -> None:
+        """Take the rows of the reads sent (after the pipeline they were sent in)."""
+        for begin_key, end_key, cursor in self._sent:
+            if begin_key is not None:
+                self._begins[begin_key] = begin_state_of(tx, cursor.fetchone())
+            elif end_key is not None:
+                self._ends[end_key] = end_state_of(tx, cursor.fetchone())
+        self._sent.clear()
 
     def begin(
         self, tx: RawTx, attempt_id: str, turn_id: str, idempotency_key: str, input_ref: str
