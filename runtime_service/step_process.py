@@ -81,6 +81,9 @@ _START_TIMEOUT = 60.0
 
 #: What the child answers for one call: its result and the keys to wake.
 Answer = tuple[Any, tuple[str, ...]]
+#: The child's answer for a call whose writes went with a COMMIT whose outcome it never
+#: learnt (the connection broke): the server answers UNAVAILABLE, never takes the call itself.
+COMMIT_UNKNOWN = "commit-outcome-unknown"
 
 
 def frame(obj: Any) -> bytes:
@@ -208,7 +211,17 @@ class StepProcess:
             else:
                 self.answered += 1
             future = self._pending.pop(job, None)
-            if future is not None and not future.done():
+            if future is None or future.done():
+                continue
+            if answer == COMMIT_UNKNOWN:
+                future.set_exception(
+                    Unavailable(
+                        "the database connection broke while the step was being committed:"
+                        " it may or may not be recorded; retry with the same idempotency key",
+                        reason="COMMIT_OUTCOME_UNKNOWN",
+                    )
+                )
+            else:
                 future.set_result(None if answer is None else (answer, wake))
         # Committed steps wake their watchers even if the caller has gone meanwhile.
         self._notifier.wake(woken)
@@ -539,6 +552,13 @@ def _commit(
                 results = run_raw_batch_sqlite(dialect, conn.driver_connection, fns)[1:]
         else:
             results = _postgres_batch(dialect, conn.driver_connection, jobs, calls, origin)
+    except _CommitUnknown as unknown:
+        # Calls that wrote nothing can still go to the server; the others may be committed.
+        _FAILURES.failed()
+        with contextlib.suppress(Exception):
+            conn.invalidate()
+        conn = _connect(database)
+        results = [None if result is None else (COMMIT_UNKNOWN, ()) for result in unknown.results]
     except Exception:
         # Nothing of the batch committed: the server takes every call of it, and answers
         # whatever error there is to answer one call at a time.
@@ -563,6 +583,14 @@ def _connect(database: Database) -> Any:
         return None
 
 
+class _CommitUnknown(Exception):
+    """The connection broke after the batch's COMMIT was sent: it may have committed."""
+
+    def __init__(self, results: list[Answer | None]) -> None:
+        super().__init__("the connection broke during COMMIT")
+        self.results = results
+
+
 def _postgres_batch(
     dialect: Dialect, driver: Any, jobs: StepJobs, calls: list[Call | None], origin: str
 ) -> list[Answer | None]:
@@ -576,9 +604,10 @@ def _postgres_batch(
     server's writer threads, a transaction per call, made ~340."""
     tx = RawTx(dialect, driver)
     writes: list[Writes] = []
+    results: list[Answer | None] = []
+    commit_sent = False
     try:
         jobs.read_ahead(tx, calls)
-        results: list[Answer | None] = []
         keys: list[str] = []
         for call in calls:
             job_tx = DeferredTx(dialect, writes)
@@ -587,8 +616,13 @@ def _postgres_batch(
         with tx.pipeline():
             send_deferred(tx, writes)
             notify.notify_raw(tx, keys, origin)
+            commit_sent = True
             driver.commit()
-    except BaseException:
+    except BaseException as exc:
+        # A statement the database refused aborts the transaction, COMMIT or not; a broken
+        # connection after the COMMIT went out leaves the outcome unknown.
+        if commit_sent and driver.broken:
+            raise _CommitUnknown(results) from exc
         with contextlib.suppress(Exception):
             driver.rollback()
         raise

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -30,6 +31,7 @@ from agentrt_base.db import Database, normalise_url, writer_lock_path
 from agentrt_base.raw import Statement
 from runtime_service.step_process import (
     BEGIN_STEP,
+    COMMIT_UNKNOWN,
     END_STEP,
     StepJobs,
     StepProcess,
@@ -287,7 +289,8 @@ def test_a_postgres_batch_reads_ahead_then_writes_and_commits_at_once(
     """On PostgreSQL the child reads every call's state in one round trip and sends every
     write with the commit in a second: calls on different runs in one batch commit together,
     a second call on a run an earlier call of the batch wrote to is handed back (its state
-    was read before that write), and a batch that fails anywhere leaves nothing behind."""
+    was read before that write), a batch that fails anywhere leaves nothing behind, and one
+    whose connection breaks after its COMMIT went out is never handed to the server."""
     _, stubs = server
     a, b = start(stubs), start(stubs, publish=False)
     database = Database(database_url, read_pool_size=1, group_commit=False)
@@ -360,17 +363,41 @@ def test_a_postgres_batch_reads_ahead_then_writes_and_commits_at_once(
         assert conn is None
         monkeypatch.undo()
         assert all(answer is not None for answer in batch(begin(a), begin(b)))
+
+        # The connection breaks after the COMMIT went out: the calls that wrote may be
+        # committed, so they are answered COMMIT_UNKNOWN (the server answers UNAVAILABLE and
+        # never writes them again); a call that wrote nothing still goes to the server.
+        assert conn is not None
+        driver = conn.driver_connection
+        commit = driver.commit
+
+        def commit_on_a_dead_connection() -> None:
+            with contextlib.closing(
+                psycopg.connect(
+                    normalise_url(database_url)
+                    .set(drivername="postgresql")
+                    .render_as_string(hide_password=False)
+                )
+            ) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (driver.pgconn.backend_pid,))
+            commit()
+
+        driver.commit = commit_on_a_dead_connection
+        assert batch(begin(a, "lost"), begin(a, "again")) == [COMMIT_UNKNOWN, None]
+        assert conn is not None and conn.driver_connection is not driver
+        assert batch(begin(b, "after"))[0] is not None  # on the new connection
     finally:
         if conn is not None:
             conn.close()
         database.dispose()
-    for w in (a, b):
+    # (The database never saw the "lost" step's COMMIT: the backend was gone before it.)
+    for w, steps in ((a, 2), (b, 3)):
         assert [s.status for s in list_steps(stubs, w.run_id)] == [
             enum_pb2.STEP_STATUS_SUCCEEDED,
-            enum_pb2.STEP_STATUS_STARTED,
+            *[enum_pb2.STEP_STATUS_STARTED] * (steps - 1),
         ]
         run_ = get_run(stubs, w.run_id)
-        assert (run_.step_count, run_.usage.input_tokens) == (2, 5)
+        assert (run_.step_count, run_.usage.input_tokens) == (steps, 5)
         assert verified(stubs, w.run_id)
 
 

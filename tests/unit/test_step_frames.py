@@ -1,12 +1,24 @@
 """The step writer process's wire: length-prefixed frames survive any split of the stream,
-the server's setting switches the process off, and failing batches do not flood the log."""
+the server's setting switches the process off, failing batches do not flood the log, and a
+commit of unknown outcome is answered UNAVAILABLE."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
+from agentrt_base.errors import Unavailable
 from agentrt_base.settings import ServerSettings
-from runtime_service.step_process import FailureLog, FrameReader, frame
+from runtime_service.notify import Notifier
+from runtime_service.step_process import (
+    COMMIT_UNKNOWN,
+    FailureLog,
+    FrameReader,
+    StepProcess,
+    frame,
+)
 
 
 def test_frames_come_back_whole_however_the_stream_is_cut() -> None:
@@ -48,3 +60,17 @@ def test_failed_batches_are_logged_once_a_minute_with_a_count(
         "a batch of step writes failed (1 more since the last report); the server takes its calls",
     ]
     assert all(r.exc_info is not None for r in caplog.records)
+
+
+def test_a_commit_of_unknown_outcome_is_answered_unavailable_not_taken_by_the_server() -> None:
+    async def scenario() -> tuple[BaseException | None, Any]:
+        process = StepProcess("sqlite:///unused.db", Notifier())
+        loop = asyncio.get_running_loop()
+        unknown, handed_back = loop.create_future(), loop.create_future()
+        process._pending.update({1: unknown, 2: handed_back})
+        process._answered([(1, COMMIT_UNKNOWN, ()), (2, None, ())])
+        return unknown.exception(), handed_back.result()
+
+    error, handed_back = asyncio.run(scenario())
+    assert isinstance(error, Unavailable) and error.reason == "COMMIT_OUTCOME_UNKNOWN"
+    assert handed_back is None  # the server takes this one

@@ -198,9 +198,10 @@ class WorkerServiceServicer:
         RESOURCE_EXHAUSTED with ErrorInfo(reason="BUDGET_EXCEEDED", metadata
         "budget") when the step would exceed the run's budget; the run then ends
         FAILED (BUDGET_EXCEEDED), committed before the error is returned;
-        UNAVAILABLE (STEP_WRITER_STOPPED) when the server could not finish the
-        call and does not know whether the step was recorded: retry with the same
-        idempotency_key.
+        UNAVAILABLE (STEP_WRITER_STOPPED, or COMMIT_OUTCOME_UNKNOWN when the
+        database connection broke during the commit) when the server could not
+        finish the call and does not know whether the step was recorded: retry
+        with the same idempotency_key.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -213,8 +214,9 @@ class WorkerServiceServicer:
         Idempotent: repeating the same outcome returns the step unchanged. Errors:
         ABORTED (LEASE_LOST); NOT_FOUND (step); FAILED_PRECONDITION (step already
         ended with another outcome, not of this attempt, or not a step a worker
-        ends, such as an approval); UNAVAILABLE (STEP_WRITER_STOPPED): the outcome
-        may or may not be recorded, repeat the call.
+        ends, such as an approval); UNAVAILABLE (STEP_WRITER_STOPPED,
+        COMMIT_OUTCOME_UNKNOWN): the outcome may or may not be recorded, repeat the
+        call.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -115,9 +115,10 @@ class WorkerServiceStub:
     RESOURCE_EXHAUSTED with ErrorInfo(reason="BUDGET_EXCEEDED", metadata
     "budget") when the step would exceed the run's budget; the run then ends
     FAILED (BUDGET_EXCEEDED), committed before the error is returned;
-    UNAVAILABLE (STEP_WRITER_STOPPED) when the server could not finish the
-    call and does not know whether the step was recorded: retry with the same
-    idempotency_key.
+    UNAVAILABLE (STEP_WRITER_STOPPED, or COMMIT_OUTCOME_UNKNOWN when the
+    database connection broke during the commit) when the server could not
+    finish the call and does not know whether the step was recorded: retry
+    with the same idempotency_key.
     """
     EndStep: _grpc.UnaryUnaryMultiCallable[_worker_service_pb2.EndStepRequest, _worker_service_pb2.EndStepResponse]
     """Ends a STARTED step with its outcome and usage. Usage is added to the
@@ -126,8 +127,9 @@ class WorkerServiceStub:
     Idempotent: repeating the same outcome returns the step unchanged. Errors:
     ABORTED (LEASE_LOST); NOT_FOUND (step); FAILED_PRECONDITION (step already
     ended with another outcome, not of this attempt, or not a step a worker
-    ends, such as an approval); UNAVAILABLE (STEP_WRITER_STOPPED): the outcome
-    may or may not be recorded, repeat the call.
+    ends, such as an approval); UNAVAILABLE (STEP_WRITER_STOPPED,
+    COMMIT_OUTCOME_UNKNOWN): the outcome may or may not be recorded, repeat the
+    call.
     """
     WriteCheckpoint: _grpc.UnaryUnaryMultiCallable[_worker_service_pb2.WriteCheckpointRequest, _worker_service_pb2.WriteCheckpointResponse]
     """Records a checkpoint: worker state (a blob) a later attempt resumes from.
@@ -251,9 +253,10 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     RESOURCE_EXHAUSTED with ErrorInfo(reason="BUDGET_EXCEEDED", metadata
     "budget") when the step would exceed the run's budget; the run then ends
     FAILED (BUDGET_EXCEEDED), committed before the error is returned;
-    UNAVAILABLE (STEP_WRITER_STOPPED) when the server could not finish the
-    call and does not know whether the step was recorded: retry with the same
-    idempotency_key.
+    UNAVAILABLE (STEP_WRITER_STOPPED, or COMMIT_OUTCOME_UNKNOWN when the
+    database connection broke during the commit) when the server could not
+    finish the call and does not know whether the step was recorded: retry
+    with the same idempotency_key.
     """
     EndStep: _aio.UnaryUnaryMultiCallable[_worker_service_pb2.EndStepRequest, _worker_service_pb2.EndStepResponse]  # type: ignore[assignment]
     """Ends a STARTED step with its outcome and usage. Usage is added to the
@@ -262,8 +265,9 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     Idempotent: repeating the same outcome returns the step unchanged. Errors:
     ABORTED (LEASE_LOST); NOT_FOUND (step); FAILED_PRECONDITION (step already
     ended with another outcome, not of this attempt, or not a step a worker
-    ends, such as an approval); UNAVAILABLE (STEP_WRITER_STOPPED): the outcome
-    may or may not be recorded, repeat the call.
+    ends, such as an approval); UNAVAILABLE (STEP_WRITER_STOPPED,
+    COMMIT_OUTCOME_UNKNOWN): the outcome may or may not be recorded, repeat the
+    call.
     """
     WriteCheckpoint: _aio.UnaryUnaryMultiCallable[_worker_service_pb2.WriteCheckpointRequest, _worker_service_pb2.WriteCheckpointResponse]  # type: ignore[assignment]
     """Records a checkpoint: worker state (a blob) a later attempt resumes from.
@@ -414,9 +418,10 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         RESOURCE_EXHAUSTED with ErrorInfo(reason="BUDGET_EXCEEDED", metadata
         "budget") when the step would exceed the run's budget; the run then ends
         FAILED (BUDGET_EXCEEDED), committed before the error is returned;
-        UNAVAILABLE (STEP_WRITER_STOPPED) when the server could not finish the
-        call and does not know whether the step was recorded: retry with the same
-        idempotency_key.
+        UNAVAILABLE (STEP_WRITER_STOPPED, or COMMIT_OUTCOME_UNKNOWN when the
+        database connection broke during the commit) when the server could not
+        finish the call and does not know whether the step was recorded: retry
+        with the same idempotency_key.
         """
 
     @_abc_1.abstractmethod
@@ -431,8 +436,9 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         Idempotent: repeating the same outcome returns the step unchanged. Errors:
         ABORTED (LEASE_LOST); NOT_FOUND (step); FAILED_PRECONDITION (step already
         ended with another outcome, not of this attempt, or not a step a worker
-        ends, such as an approval); UNAVAILABLE (STEP_WRITER_STOPPED): the outcome
-        may or may not be recorded, repeat the call.
+        ends, such as an approval); UNAVAILABLE (STEP_WRITER_STOPPED,
+        COMMIT_OUTCOME_UNKNOWN): the outcome may or may not be recorded, repeat the
+        call.
         """
 
     @_abc_1.abstractmethod
