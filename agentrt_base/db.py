@@ -33,6 +33,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Dialect, Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
+from agentrt_base import errors
+
 if TYPE_CHECKING:
     from agentrt_base.raw import RawTx
 
@@ -90,6 +92,56 @@ def utcnow() -> dt.datetime:
 
 class DatabaseUnavailable(Exception):
     """The database cannot be reached or opened; the message is one line, fit for an operator."""
+
+
+#: PostgreSQL SQLSTATEs of a lost or closing connection (class 08, and the server shutting
+#: down or crashing: 57P01-57P03), and of a transaction that lost a conflict (serialization
+#: failure, deadlock). https://www.postgresql.org/docs/current/errcodes-appendix.html
+_CONNECTION_LOST = ("08", "57P01", "57P02", "57P03")
+_CONFLICT = ("40001", "40P01")
+#: SQLite's result codes for a lock it could not take within the busy timeout.
+_SQLITE_BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
+
+
+def database_failure(exc: BaseException) -> errors.AgentrtError | None:
+    """The error to answer for a failure of the database rather than of the call, or None.
+
+    A lost connection (the call may or may not have taken effect) and a database busy past
+    its timeout are ``UNAVAILABLE``; a serialization failure or deadlock is ``ABORTED``. Both
+    are retryable, with the call's idempotency key or request id. Anything else raised by the
+    database is a bug of ours (``INTERNAL``). Takes SQLAlchemy's wrapped errors and the
+    drivers' own (the plain-SQL step path raises those).
+    """
+    orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
+    if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+        return _lost()
+    sqlstate = getattr(orig, "sqlstate", None)
+    module = type(orig).__module__
+    if module.startswith("psycopg"):
+        import psycopg
+
+        if sqlstate in _CONFLICT:
+            return errors.Aborted(
+                "the transaction conflicted with another and was rolled back; retry",
+                reason="TRANSACTION_CONFLICT",
+            )
+        if isinstance(orig, psycopg.OperationalError) and (
+            sqlstate is None or sqlstate.startswith(_CONNECTION_LOST)
+        ):
+            return _lost()
+    if module == "sqlite3" and getattr(orig, "sqlite_errorcode", None) in _SQLITE_BUSY:
+        return errors.Unavailable(
+            "the database stayed locked past the busy timeout; retry", reason="DATABASE_BUSY"
+        )
+    return None
+
+
+def _lost() -> errors.AgentrtError:
+    return errors.Unavailable(
+        "the database connection was lost during the call: it may or may not have taken"
+        " effect; retry with the same idempotency key or request id",
+        reason="DATABASE_UNAVAILABLE",
+    )
 
 
 def normalise_url(url: str) -> URL:

@@ -8,8 +8,11 @@ the ``grpc-status-details-bin`` trailer, which every official gRPC client librar
 (Go ``status.FromError(err).Details()``, Java ``StatusProto.fromThrowable``, Node
 ``@grpc/grpc-js`` + ``google-rpc`` protos, Python ``grpc_status.rpc_status.from_call``).
 
-An exception that is not an ``AgentrtError`` is a bug of ours: it is logged with a fresh error
-id and answered ``INTERNAL`` with that id only — never a traceback on the wire.
+A failure of the database rather than of the call (a lost connection, a lock held past the
+busy timeout, a lost serialization conflict: ``agentrt_base.db.database_failure``) answers
+``UNAVAILABLE`` or ``ABORTED``, which the caller may retry. Any other exception that is not an
+``AgentrtError`` is a bug of ours: it is logged with a fresh error id and answered
+``INTERNAL`` with that id only — never a traceback on the wire.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from agentrt_base import errors
+from agentrt_base.db import database_failure
 from agentrt_base.ids import new_id
 
 log = logging.getLogger("agentrt.errors")
@@ -143,6 +147,11 @@ async def _handle(
             context,
             to_status(errors.Unimplemented(f"{method} is not implemented by this server yet"))[1],
         )
+    elif (failure := database_failure(exc)) is not None:
+        # Not a bug of the call: the database went away, stayed locked, or a transaction
+        # lost a conflict. The caller may retry; the operator sees what happened.
+        log.warning("database failure in %s: %s", method, exc)
+        await _abort(context, to_status(failure)[1])
     else:
         error_id = new_id("err")
         log.error("unhandled error in %s (id %s)", method, error_id, exc_info=exc)

@@ -5,17 +5,27 @@ the production interceptor."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import grpc
+import psycopg
 import pytest
+import sqlalchemy as sa
 
 from agentrt.registry.v1 import registry_service_pb2, registry_service_pb2_grpc
 from agentrt_base import errors
 from agentrt_base.grpc_errors import ErrorMappingInterceptor
 from tests.support import error_details
+
+
+def _busy() -> sqlite3.OperationalError:
+    error = sqlite3.OperationalError("database is locked")
+    error.sqlite_errorcode = 5  # SQLITE_BUSY, as the driver sets it
+    return error
+
 
 RAISES: dict[str, BaseException] = {
     "bad": errors.InvalidArgument(
@@ -36,6 +46,15 @@ RAISES: dict[str, BaseException] = {
     "budget": errors.ResourceExhausted("max_steps exceeded", reason="BUDGET_EXCEEDED"),
     "state": errors.FailedPrecondition("run is COMPLETED"),
     "bug": ZeroDivisionError("secret internal detail"),
+    # The database rather than the call failed: retryable codes, not INTERNAL.
+    "dropped": sa.exc.OperationalError(
+        "SELECT 1", {}, Exception("server closed the connection"), connection_invalidated=True
+    ),
+    "dropped-in-plain-sql": psycopg.OperationalError("consuming input failed: server closed"),
+    "shutting-down": psycopg.errors.AdminShutdown("terminating connection"),
+    "deadlock": psycopg.errors.DeadlockDetected("deadlock detected"),
+    "busy": _busy(),
+    "constraint": psycopg.errors.UniqueViolation("duplicate key value"),
 }
 
 
@@ -109,6 +128,26 @@ def test_other_codes(stub: Any, key: str, code: grpc.StatusCode, reason: str) ->
     error = _fail(stub, key)
     assert error.code() == code
     assert error_details(error)["ErrorInfo"].reason == reason
+
+
+@pytest.mark.parametrize(
+    ("key", "code", "reason"),
+    [
+        ("dropped", grpc.StatusCode.UNAVAILABLE, "DATABASE_UNAVAILABLE"),
+        ("dropped-in-plain-sql", grpc.StatusCode.UNAVAILABLE, "DATABASE_UNAVAILABLE"),
+        ("shutting-down", grpc.StatusCode.UNAVAILABLE, "DATABASE_UNAVAILABLE"),
+        ("deadlock", grpc.StatusCode.ABORTED, "TRANSACTION_CONFLICT"),
+        ("busy", grpc.StatusCode.UNAVAILABLE, "DATABASE_BUSY"),
+        ("constraint", grpc.StatusCode.INTERNAL, "INTERNAL"),
+    ],
+)
+def test_a_failure_of_the_database_is_retryable_and_any_other_database_error_a_bug(
+    stub: Any, key: str, code: grpc.StatusCode, reason: str
+) -> None:
+    error = _fail(stub, key)
+    assert error.code() == code
+    assert error_details(error)["ErrorInfo"].reason == reason
+    assert "server closed" not in error.details()  # the driver's words stay in the log
 
 
 def test_bug_is_internal_with_opaque_id_and_no_traceback(
