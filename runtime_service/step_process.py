@@ -597,11 +597,11 @@ def _postgres_batch(
     """A batch on PostgreSQL in two round trips: every call's lock and read, pipelined; then,
     the calls decided from what was read, every write, the NOTIFY and the COMMIT, pipelined.
 
-    Round trips are what a batch waits for here (each waits for a database process to be
-    scheduled on a 2-core machine) and psycopg's per-statement work is what it spends CPU on.
-    At 16 workers (alternated runs, one machine): call by call, two round trips each, ~460
-    Begin+End pairs/s; read ahead, ~590; with one ``executemany`` per statement, ~700. The
-    server's writer threads, a transaction per call, made ~340."""
+    Round trips, and the database's own work on its one backend, are what a batch waits for;
+    psycopg's per-statement work is what it spends CPU on. At 16 workers (a throwaway load
+    script, runs minutes apart): call by call, two round trips each, ~460 Begin+End pairs/s;
+    read ahead, ~590; with one ``executemany`` per statement, ~700. The server's writer
+    threads, a transaction per call, made ~340."""
     tx = RawTx(dialect, driver)
     writes: list[Writes] = []
     results: list[Answer | None] = []
