@@ -23,6 +23,7 @@ that owns them; this module holds only what is true of every field of its type.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -115,6 +116,9 @@ def check_request(message: Any) -> None:
 # 103 us for a BeginStep with a small Struct; the closures cost a few microseconds.
 
 _Check = Callable[[Any], bool]
+#: The string rule, in one place: PostgreSQL's text and jsonb cannot hold NUL. A C-level
+#: search, as cheap as ``in``, callable where a closure needs a function.
+_find_nul = re.compile("\x00").search
 _CHECKS: dict[str, _Check | None] = {}
 
 
@@ -158,8 +162,8 @@ def _field_check(fd: FieldDescriptor, kind: str) -> _Check:
     repeated = fd.is_repeated
     if kind == "string":
         if repeated:
-            return lambda m: not any("\x00" in s for s in getattr(m, name))
-        return lambda m: "\x00" not in getattr(m, name)
+            return lambda m: not any(map(_find_nul, getattr(m, name)))
+        return lambda m: _find_nul(getattr(m, name)) is None
     if kind == "float":
         if repeated:
             return lambda m: all(map(math.isfinite, getattr(m, name)))
@@ -177,7 +181,7 @@ def _field_check(fd: FieldDescriptor, kind: str) -> _Check:
 
         def map_ok(m: Any) -> bool:
             for key, value in getattr(m, name).items():
-                if isinstance(key, str) and "\x00" in key:
+                if not _scalar_ok(key):
                     return False
                 if inner is not None:
                     if not inner(value):
@@ -197,14 +201,15 @@ def _field_check(fd: FieldDescriptor, kind: str) -> _Check:
 
 
 def _scalar_ok(value: Any) -> bool:
+    """The rule for one string or number, shared by the fast check and the naming walk."""
     if isinstance(value, str):
-        return "\x00" not in value
+        return _find_nul(value) is None
     return not isinstance(value, float) or math.isfinite(value)
 
 
 def _struct_ok(struct: Any) -> bool:
-    for key, value in struct.fields.items():  # noqa: SIM110 -- as in check_message
-        if "\x00" in key or not _value_ok(value):
+    for key, value in struct.fields.items():
+        if _find_nul(key) is not None or not _value_ok(value):
             return False
     return True
 
@@ -218,7 +223,7 @@ def _value_ok(value: Any) -> bool:
     if kind == "number_value":
         return math.isfinite(value.number_value)
     if kind == "string_value":
-        return "\x00" not in str(value.string_value)
+        return _find_nul(value.string_value) is None
     if kind == "struct_value":
         return _struct_ok(value.struct_value)
     if kind == "list_value":
@@ -311,7 +316,7 @@ def _walk(message: Any, path: str, problems: list[FieldViolation]) -> None:
         elif kind in ("map_message", "map_scalar"):
             for key in value:
                 item_path = f'{here}["{key}"]' if isinstance(key, str) else f"{here}[{key}]"
-                if isinstance(key, str) and "\x00" in key:
+                if not _scalar_ok(key):
                     problems.append(FieldViolation(here, "a map key contains a NUL character"))
                     continue
                 item = value[key]
@@ -343,27 +348,24 @@ def _items(fd: FieldDescriptor, value: Any) -> Iterator[tuple[int | None, Any]]:
 
 
 def _scalar(value: Any, path: str, problems: list[FieldViolation]) -> None:
-    if isinstance(value, str):
-        if "\x00" in value:
-            problems.append(FieldViolation(path, "contains a NUL character"))
-    elif isinstance(value, float) and not math.isfinite(value):
-        problems.append(FieldViolation(path, f"must be a finite number, not {value}"))
+    if not _scalar_ok(value):
+        what = "contains a NUL character" if isinstance(value, str) else "must be a finite number"
+        problems.append(FieldViolation(path, what))
 
 
 def _timestamp(stamp: Any, path: str, problems: list[FieldViolation]) -> None:
-    if not TIMESTAMP_MIN_SECONDS <= stamp.seconds <= TIMESTAMP_MAX_SECONDS:
-        problems.append(FieldViolation(path, "outside 0001-01-01T00:00:00Z..9999-12-31T23:59:59Z"))
-    elif not 0 <= stamp.nanos < _NANOS:
-        problems.append(FieldViolation(path, "nanos must be in [0, 999999999]"))
+    if not _timestamp_ok(stamp):
+        problems.append(
+            FieldViolation(path, "must lie in 0001-01-01..9999-12-31 with nanos in [0, 1e9)")
+        )
 
 
 def _duration(span: Any, path: str, problems: list[FieldViolation]) -> None:
-    seconds, nanos = span.seconds, span.nanos
-    if not -DURATION_MAX_SECONDS <= seconds <= DURATION_MAX_SECONDS:
-        problems.append(FieldViolation(path, "outside the range of a Duration (+-10,000 years)"))
-    elif not -_NANOS < nanos < _NANOS or (seconds > 0 > nanos) or (seconds < 0 < nanos):
+    if not _duration_ok(span):
         problems.append(
-            FieldViolation(path, "nanos must be in (-1e9, 1e9) with the sign of the seconds")
+            FieldViolation(
+                path, "must lie within +-10,000 years, nanos in (-1e9, 1e9) of the seconds' sign"
+            )
         )
 
 
