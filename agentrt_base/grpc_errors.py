@@ -69,13 +69,28 @@ def _pack(message: Any) -> any_pb2.Any:
     return packed
 
 
+#: Bounds on what an error echoes of the request. The status travels in trailers, and gRPC
+#: clients refuse metadata past 16 KiB (and may past 8 KiB): a NOT_FOUND that quoted a 100 KB
+#: id in full reached the caller as RESOURCE_EXHAUSTED "metadata size exceeds hard limit".
+#: Kept under ~6 KiB in all, base64 and percent-encoding included.
+_MAX_MESSAGE = 400
+_MAX_TEXT = 200
+_MAX_VIOLATIONS = 8
+
+
+def _clip(text: str, limit: int = _MAX_TEXT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def to_status(error: errors.AgentrtError) -> tuple[grpc.StatusCode, status_pb2.Status]:
     """Build the ``google.rpc.Status`` (with details) for a domain error."""
     code = status_code_for(error)
     details = [
         _pack(
             error_details_pb2.ErrorInfo(
-                reason=error.reason, domain=errors.ERROR_DOMAIN, metadata=error.metadata
+                reason=error.reason,
+                domain=errors.ERROR_DOMAIN,
+                metadata={_clip(k): _clip(v) for k, v in error.metadata.items()},
             )
         )
     ]
@@ -85,9 +100,9 @@ def to_status(error: errors.AgentrtError) -> tuple[grpc.StatusCode, status_pb2.S
                 error_details_pb2.BadRequest(
                     field_violations=[
                         error_details_pb2.BadRequest.FieldViolation(
-                            field=v.field, description=v.description
+                            field=_clip(v.field), description=_clip(v.description)
                         )
-                        for v in error.violations
+                        for v in error.violations[:_MAX_VIOLATIONS]
                     ]
                 )
             )
@@ -98,9 +113,9 @@ def to_status(error: errors.AgentrtError) -> tuple[grpc.StatusCode, status_pb2.S
                 error_details_pb2.PreconditionFailure(
                     violations=[
                         error_details_pb2.PreconditionFailure.Violation(
-                            type=kind, subject=subject, description=description
+                            type=_clip(kind), subject=_clip(subject), description=_clip(description)
                         )
-                        for kind, subject, description in error.violations
+                        for kind, subject, description in error.violations[:_MAX_VIOLATIONS]
                     ]
                 )
             )
@@ -110,12 +125,14 @@ def to_status(error: errors.AgentrtError) -> tuple[grpc.StatusCode, status_pb2.S
             _pack(
                 error_details_pb2.ResourceInfo(
                     resource_type=error.resource_type,
-                    resource_name=error.resource_name,
-                    description=error.message,
+                    resource_name=_clip(error.resource_name),
+                    description=_clip(error.message, _MAX_MESSAGE),
                 )
             )
         )
-    status = status_pb2.Status(code=code.value[0], message=error.message, details=details)
+    status = status_pb2.Status(
+        code=code.value[0], message=_clip(error.message, _MAX_MESSAGE), details=details
+    )
     return code, status
 
 
