@@ -249,10 +249,15 @@ def normalise_url(url: str) -> URL:
 
 
 def _sqlite_engine(
-    url: URL, settings: DatabaseSettings, *, pool_size: int | None, immediate: bool
+    url: URL,
+    *,
+    pool_size: int | None,
+    immediate: bool,
+    settings: DatabaseSettings | None = None,
 ) -> Engine:
     """``pool_size`` None: no pool, a new connection every time (the health probe's, which
     must see the file as it is now: a pooled connection keeps the descriptors it opened)."""
+    settings = settings or DatabaseSettings()
     pool: dict[str, Any] = (
         {"poolclass": NullPool}
         if pool_size is None
@@ -685,9 +690,11 @@ class Database:
             # Two: the group-commit writer keeps one for itself; the other serves the rare
             # write outside it (migrations at start-up, ``write_sync``), which simply waits
             # for the writer's lock between batches.
-            self.write_engine = _sqlite_engine(self.url, settings, pool_size=2, immediate=True)
+            self.write_engine = _sqlite_engine(
+                self.url, pool_size=2, immediate=True, settings=settings
+            )
             self.read_engine = _sqlite_engine(
-                self.url, settings, pool_size=read_pool_size, immediate=False
+                self.url, pool_size=read_pool_size, immediate=False, settings=settings
             )
             writer_threads = 1
         else:
@@ -797,7 +804,7 @@ class Database:
         if self._probe_engine is None:
             if self.is_sqlite:
                 self._probe_engine = _sqlite_engine(
-                    self.url, self.settings, pool_size=None, immediate=True
+                    self.url, pool_size=None, immediate=True, settings=self.settings
                 )
             else:
                 self._probe_engine = sa.create_engine(
