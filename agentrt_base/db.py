@@ -705,6 +705,10 @@ class Database:
         self._read_sessions = sessionmaker(self.read_engine, expire_on_commit=False)
         lock_path = writer_lock_path(self.url) if writer_lock else None
         self._lock = WriterLock(lock_path) if lock_path else None
+        #: The probe's own flock on the writers' lock file (its own open file: a flock taken
+        #: through the writer's descriptor would not exclude the writer's thread), so the
+        #: probe queues behind the writers instead of sending them into SQLite's busy handler.
+        self._probe_lock = WriterLock(self._lock.path) if self._lock is not None else None
         self._group: GroupCommitWriter | None = (
             GroupCommitWriter(
                 self.write_engine, lock=self._lock, timeout=settings.statement_timeout
@@ -815,7 +819,7 @@ class Database:
                     pool_timeout=self.settings.pool_timeout,
                     connect_args=postgres_connect_args(self.settings),
                 )
-        with self._probe_engine.begin() as conn:
+        with self._probe_lock or contextlib.nullcontext(), self._probe_engine.begin() as conn:
             # Rewrites the installation row as it is: a real write, committed (so a full
             # disk shows on SQLite's WAL append or PostgreSQL's WAL flush), changing nothing.
             conn.exec_driver_sql("UPDATE installation SET create_time = create_time")
@@ -838,6 +842,8 @@ class Database:
         self._read_executor.shutdown(wait=True)
         if self._probe_engine is not None:
             self._probe_engine.dispose()
+        if self._probe_lock is not None:
+            self._probe_lock.close()
         self.write_engine.dispose()
         if self.read_engine is not self.write_engine:
             self.read_engine.dispose()
