@@ -12,8 +12,6 @@ CancelRun with the witness's id is a valid request), so the snapshot is taken an
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -28,7 +26,7 @@ from hypothesis import strategies as st
 
 from runtime_service.server import SERVICE_NAMES
 from runtime_service.services.context import RuntimeSettings
-from tests.fuzz import malformed, strategies, witness
+from tests.fuzz import corpus, malformed, strategies, witness
 from tests.fuzz.pool import Pool, encode_token, token_fingerprint
 from tests.fuzz.rpcs import Answer, Rpc, all_rpcs, invoke
 from tests.runtime_support import Stubs
@@ -40,6 +38,14 @@ UNDECIDED = {grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 #: RPCs that may legitimately wait (long polls and watches): a deadline is their normal end.
 WAITING = {"AcquireRun", "WatchRun", "WatchThread"}
 EXAMPLES_PER_KIND = 3
+
+
+def recorded_refusal(answer: Answer) -> bool:
+    """A refusal the API documents as recorded before it is answered (docs/api.md): a
+    BeginStep refused for its tool or arguments is kept as a step (its id in ErrorInfo), and
+    a step over budget ends the run (BUDGET_EXCEEDED). Its writes are the point, not a
+    partial write."""
+    return "step_id" in answer.metadata or answer.reason == "BUDGET_EXCEEDED"
 
 
 @dataclass
@@ -61,7 +67,9 @@ class Report:
     seconds: float = 0.0
     codes: Counter[str] = field(default_factory=Counter)
     by_rpc: Counter[tuple[str, str]] = field(default_factory=Counter)
-    examples: dict[tuple[str, str], list[Example]] = field(default_factory=lambda: defaultdict(list))
+    examples: dict[tuple[str, str], list[Example]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
     hung: list[Example] = field(default_factory=list)
     partial_writes: list[str] = field(default_factory=list)
     tracebacks: list[str] = field(default_factory=list)
@@ -98,14 +106,20 @@ class Report:
             f" hung {len(self.hung)}",
             f"step writer: {self.writer}; health: {self.health}",
             f"forged page tokens on: {', '.join(self.tokens_forged) or 'none'}"
-            + (f" (no token handed out by {', '.join(self.tokens_missing)})"
-               if self.tokens_missing else ""),
+            + (
+                f" (no token handed out by {', '.join(self.tokens_missing)})"
+                if self.tokens_missing
+                else ""
+            ),
         ]
         if not verbose:
             return "\n".join(lines)
         bugs = sorted(
-            ((rpc, code, n) for (rpc, code), n in self.by_rpc.items()
-             if code in ("UNKNOWN", "INTERNAL")),
+            (
+                (rpc, code, n)
+                for (rpc, code), n in self.by_rpc.items()
+                if code in ("UNKNOWN", "INTERNAL")
+            ),
             key=lambda item: -item[2],
         )
         if bugs:
@@ -166,7 +180,6 @@ class FuzzSession:
         *,
         timeout: float = 10.0,
         wait_timeout: float = 0.5,
-        stderr_tap: bool = False,
     ) -> None:
         self.engine = engine
         self.database_url = database_url
@@ -176,20 +189,11 @@ class FuzzSession:
         self.pool = Pool()
         self.report = Report(engine)
         self._catcher = _TracebackCatcher()
-        self._stderr_tap = stderr_tap
-        self._stderr_file: Any = None
-        self._saved_stderr: int | None = None
         self._started = 0.0
 
     # -- setup and teardown ---------------------------------------------------------------
 
     def __enter__(self) -> FuzzSession:
-        if self._stderr_tap:
-            # The step writer process logs to the stderr it inherits: catch its tracebacks
-            # too (only when its zygote starts after this point, as in run_long.py).
-            self._stderr_file = tempfile.TemporaryFile()
-            self._saved_stderr = os.dup(2)
-            os.dup2(self._stderr_file.fileno(), 2)
         logging.getLogger().addHandler(self._catcher)
         # No reaper passes during the fuzz (only the one at start): an expiry it wrote
         # between two calls would look like a partial write of the second.
@@ -219,16 +223,12 @@ class FuzzSession:
         self.server.stop()
         self.server = None  # type: ignore[assignment]
         logging.getLogger().removeHandler(self._catcher)
-        if self._saved_stderr is not None:
-            os.dup2(self._saved_stderr, 2)
-            os.close(self._saved_stderr)
-            self._saved_stderr = None
 
     def finish(self) -> Report:
         """Check the server is still whole; return the report (the session stays open)."""
         report = self.report
         report.seconds = time.monotonic() - self._started
-        health = health_pb2_grpc.HealthStub(self.stubs.channel)
+        health: Any = health_pb2_grpc.HealthStub(self.stubs.channel)
         statuses = set()
         for name in ("", *SERVICE_NAMES):
             try:
@@ -247,13 +247,6 @@ class FuzzSession:
         else:
             report.writer = f"alive (pid {process.pid})"
         report.tracebacks = list(self._catcher.found)
-        if self._stderr_file is not None:
-            self._stderr_file.seek(0)
-            text = self._stderr_file.read().decode(errors="replace")
-            report.tracebacks += [
-                "step writer stderr: " + chunk
-                for chunk in text.split("Traceback (most recent call last)")[1:]
-            ]
         return report
 
     # -- sending --------------------------------------------------------------------------
@@ -278,18 +271,22 @@ class FuzzSession:
             report.hung.append(
                 Example(rpc.label, code, kind, _describe(rpc, payloads), answer.details)
             )
-        if answer.code == grpc.StatusCode.OK or answer.code in UNDECIDED:
+        if (
+            answer.code == grpc.StatusCode.OK
+            or answer.code in UNDECIDED
+            or recorded_refusal(answer)
+        ):
             self._harvest(rpc, answer)
             self._state = self.snapshots.take(self.witness.run_id)
             return answer
         after = self.snapshots.take(self.witness.run_id)
         if after != self._state:
             changed = {
-                k: f"{self._state.get(k)} -> {v}" for k, v in after.items() if self._state.get(k) != v
+                k: f"{self._state.get(k)} -> {v}"
+                for k, v in after.items()
+                if self._state.get(k) != v
             }
-            report.partial_writes.append(
-                f"{_describe(rpc, payloads)} -> {code}: changed {changed}"
-            )
+            report.partial_writes.append(f"{_describe(rpc, payloads)} -> {code}: changed {changed}")
             self._state = after
         return answer
 
@@ -328,6 +325,10 @@ class FuzzSession:
 
         drive()
 
+    def corpus(self) -> None:
+        """The hostile requests issue 14 found, aimed at the witness."""
+        corpus.send_all(self)
+
     def malformed(self) -> None:
         """Every malformed-bytes case on every RPC."""
         for rpc in self.rpcs:
@@ -356,13 +357,13 @@ class FuzzSession:
     def _probe_token(self, rpc: Rpc) -> tuple[str, Any]:
         cls = rpc.request_class()
         variants: list[dict[str, str]] = [{}]
-        for field in rpc.input.fields:
-            if field.type != field.TYPE_STRING or field.is_repeated:
+        for string in rpc.input.fields:
+            if string.type != string.TYPE_STRING or string.is_repeated:
                 continue
-            if field.name == "page_token":
+            if string.name == "page_token":
                 continue
-            for value in self.pool.candidates(field.name)[:2]:
-                variants.append({field.name: value})
+            for value in self.pool.candidates(string.name)[:2]:
+                variants.append({string.name: value})
         for fields in variants:
             request = cls(page_size=1, **fields)
             answer = self.send(rpc, [request.SerializeToString()], "page-token probe")

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from tests.fuzz.rpcs import Rpc
+from tests.fuzz.rpcs import Rpc, message_type
 
 LEN, VARINT, I64, SGROUP, EGROUP, I32 = 2, 0, 1, 3, 4, 5
 BAD_UTF8 = b"\xc3\x28"
@@ -47,11 +47,15 @@ def deep_struct(depth: int) -> bytes:
 
 
 def _wire_type(field: FieldDescriptor) -> int:
-    if field.type in (
-        FieldDescriptor.TYPE_STRING,
-        FieldDescriptor.TYPE_BYTES,
-        FieldDescriptor.TYPE_MESSAGE,
-    ) or field.is_repeated:
+    if (
+        field.type
+        in (
+            FieldDescriptor.TYPE_STRING,
+            FieldDescriptor.TYPE_BYTES,
+            FieldDescriptor.TYPE_MESSAGE,
+        )
+        or field.is_repeated
+    ):
         return LEN
     if field.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FIXED64):
         return I64
@@ -71,25 +75,26 @@ def _bad_utf8_paths(descriptor: Descriptor, depth: int = 0) -> Iterator[tuple[st
         if field.type == FieldDescriptor.TYPE_STRING:
             yield field.name, length_delimited(field.number, BAD_UTF8)
         elif field.type == FieldDescriptor.TYPE_MESSAGE and depth < 1:
-            if field.message_type.full_name == "google.protobuf.Struct":
+            if message_type(field).full_name == "google.protobuf.Struct":
                 entry = length_delimited(1, BAD_UTF8) + length_delimited(2, b"")
-                yield f"{field.name}{{key}}", length_delimited(
-                    field.number, length_delimited(1, entry)
+                yield (
+                    f"{field.name}{{key}}",
+                    length_delimited(field.number, length_delimited(1, entry)),
                 )
                 continue
-            for path, inner in _bad_utf8_paths(field.message_type, depth + 1):
+            for path, inner in _bad_utf8_paths(message_type(field), depth + 1):
                 yield f"{field.name}.{path}", length_delimited(field.number, inner)
 
 
 def _struct_paths(descriptor: Descriptor, depth: int = 0) -> Iterator[tuple[str, list[int]]]:
     """Paths (names, field numbers) from the request to each Struct field, 3 levels down."""
     for field in descriptor.fields:
-        if field.type != FieldDescriptor.TYPE_MESSAGE or field.message_type.GetOptions().map_entry:
+        if field.type != FieldDescriptor.TYPE_MESSAGE or message_type(field).GetOptions().map_entry:
             continue
-        if field.message_type.full_name == "google.protobuf.Struct":
+        if message_type(field).full_name == "google.protobuf.Struct":
             yield field.name, [field.number]
-        elif depth < 2 and not field.message_type.full_name.startswith("google.protobuf."):
-            for path, numbers in _struct_paths(field.message_type, depth + 1):
+        elif depth < 2 and not message_type(field).full_name.startswith("google.protobuf."):
+            for path, numbers in _struct_paths(message_type(field), depth + 1):
                 yield f"{field.name}.{path}", [field.number, *numbers]
 
 
@@ -132,8 +137,11 @@ def streams(rpc: Rpc) -> Iterator[tuple[str, list[bytes]]]:
         for what, body in cases(rpc):
             yield f"header, then {what}", [header, body]
         yield "header with invalid UTF-8 media_type (0a040a01ff)", [bytes.fromhex("0a040a01ff")]
-        yield "header, then a chunk, then a truncated message", [
-            header,
-            length_delimited(2, b"abcd"),
-            b"\x12\x05ab",
-        ]
+        yield (
+            "header, then a chunk, then a truncated message",
+            [
+                header,
+                length_delimited(2, b"abcd"),
+                b"\x12\x05ab",
+            ],
+        )

@@ -18,6 +18,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from agentrt.runtime.v1 import message_pb2 as runtime_messages
+from tests.fuzz.rpcs import message_type
 
 #: Request fields that name something filed under another key.
 ALIASES = {
@@ -86,7 +87,7 @@ class Pool:
         """File every id, digest, fence and page token in a response."""
         if message.DESCRIPTOR.full_name == runtime_messages.Fence.DESCRIPTOR.full_name:
             fence = runtime_messages.Fence()
-            fence.CopyFrom(message)
+            fence.MergeFromString(message.SerializeToString())
             if fence.attempt_id and all(f != fence for f in self.fences):
                 self.fences.append(fence)
                 del self.fences[_CAP:]
@@ -95,7 +96,7 @@ class Pool:
 
     def _harvest_field(self, message: Message, field: FieldDescriptor, value: Any) -> None:
         if field.type == FieldDescriptor.TYPE_MESSAGE:
-            if field.message_type.GetOptions().map_entry:
+            if message_type(field).GetOptions().map_entry:
                 return
             items = value if field.is_repeated else [value]
             for item in items:

@@ -9,16 +9,17 @@ encoder would produce) and gets the response's bytes back.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 from google.protobuf import message_factory
-from google.protobuf.descriptor import Descriptor, ServiceDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor, ServiceDescriptor
 
 from agentrt.audit.v1 import audit_service_pb2
 from agentrt.registry.v1 import registry_service_pb2
 from agentrt.runtime.v1 import runtime_service_pb2, worker_service_pb2
+from tests.support import error_details
 
 FILES = (registry_service_pb2, runtime_service_pb2, worker_service_pb2, audit_service_pb2)
 
@@ -45,6 +46,12 @@ class Rpc:
 
     def response_class(self) -> Any:
         return message_factory.GetMessageClass(self.output)
+
+
+def message_type(field: FieldDescriptor) -> Descriptor:
+    """The message type of a message field (never None for one)."""
+    assert field.message_type is not None, field.full_name
+    return field.message_type
 
 
 def _services() -> Iterator[ServiceDescriptor]:
@@ -76,10 +83,16 @@ class Answer:
     code: grpc.StatusCode
     responses: list[bytes]
     details: str = ""
+    reason: str = ""  # google.rpc.ErrorInfo of a refusal
+    metadata: dict[str, str] = field(default_factory=dict)
 
 
 def invoke(
-    channel: grpc.Channel, rpc: Rpc, payloads: list[bytes], timeout: float, max_messages: int = 64
+    channel: Any,  # a grpc.Channel, whose generic methods are typed for serializers
+    rpc: Rpc,
+    payloads: list[bytes],
+    timeout: float,
+    max_messages: int = 64,
 ) -> Answer:
     """Send ``payloads`` (one message for a unary request, the whole stream for a client
     stream) as they are, and read the answer. A server stream is read until it ends, its
@@ -104,5 +117,12 @@ def invoke(
                 if len(responses) >= max_messages:
                     break
     except grpc.RpcError as exc:
-        return Answer(exc.code(), responses, str(exc.details() or ""))
+        info = error_details(exc).get("ErrorInfo")
+        return Answer(
+            exc.code(),
+            responses,
+            str(exc.details() or ""),
+            info.reason if info is not None else "",
+            dict(info.metadata) if info is not None else {},
+        )
     return Answer(grpc.StatusCode.OK, responses)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from agentrt.runtime.v1 import message_pb2 as runtime_messages
 from tests.fuzz.pool import Pool, encode_token
-from tests.fuzz.rpcs import Rpc
+from tests.fuzz.rpcs import Rpc, message_type
 
 I64_MAX, I64_MIN = 2**63 - 1, -(2**63)
 I32_MAX, I32_MIN = 2**31 - 1, -(2**31)
@@ -235,7 +235,7 @@ def fences(pool: Pool) -> st.SearchStrategy[runtime_messages.Fence]:
     @st.composite
     def build(data: st.DrawFn) -> runtime_messages.Fence:
         fence = runtime_messages.Fence()
-        if pool.fences and data(st.integers(0, 4)):
+        if pool.fences and data(st.integers(0, 4)) > 0:
             fence.CopyFrom(pool.fences[data(st.integers(0, len(pool.fences) - 1))])
             if not data(st.integers(0, 5)):
                 fence.lease_epoch = data(st.sampled_from(HOSTILE_INTS))
@@ -294,6 +294,7 @@ def _scalar(field: FieldDescriptor, pool: Pool) -> st.SearchStrategy[Any]:
     if kind == FieldDescriptor.TYPE_BOOL:
         return st.booleans()
     if kind == FieldDescriptor.TYPE_ENUM:
+        assert field.enum_type is not None
         numbers = [v.number for v in field.enum_type.values]
         return st.one_of(st.sampled_from(numbers), st.sampled_from([-1, 99, I32_MAX, I32_MIN]))
     raise AssertionError(f"unhandled field type {kind} of {field.full_name}")
@@ -339,17 +340,19 @@ def _messages(descriptor: Descriptor, pool: Pool, depth: int) -> st.SearchStrate
     return build()
 
 
-def _fill(message: Message, field: FieldDescriptor, data: st.DrawFn, pool: Pool, depth: int) -> None:
+def _fill(
+    message: Message, field: FieldDescriptor, data: st.DrawFn, pool: Pool, depth: int
+) -> None:
     is_message = field.type == FieldDescriptor.TYPE_MESSAGE
-    if is_message and field.message_type.GetOptions().map_entry:
-        key_field = field.message_type.fields_by_name["key"]
-        value_field = field.message_type.fields_by_name["value"]
+    if is_message and message_type(field).GetOptions().map_entry:
+        key_field = message_type(field).fields_by_name["key"]
+        value_field = message_type(field).fields_by_name["value"]
         for _ in range(data(st.integers(0, 3))):
             key = data(scalar(key_field, pool))
             target = getattr(message, field.name)
             try:
                 if value_field.type == FieldDescriptor.TYPE_MESSAGE:
-                    target[key].CopyFrom(data(messages(value_field.message_type, pool, depth + 1)))
+                    target[key].CopyFrom(data(messages(message_type(value_field), pool, depth + 1)))
                 else:
                     target[key] = data(scalar(value_field, pool))
             except (ValueError, TypeError):
@@ -357,9 +360,10 @@ def _fill(message: Message, field: FieldDescriptor, data: st.DrawFn, pool: Pool,
         return
     if is_message and depth >= 3:
         return
+
     def one() -> Any:
         if is_message:
-            return data(messages(field.message_type, pool, depth + 1))
+            return data(messages(message_type(field), pool, depth + 1))
         return data(scalar(field, pool))
 
     try:

@@ -11,7 +11,6 @@ hands out) every time. ``AGENTRT_FUZZ_REQUESTS`` raises its size; the nightly lo
 from __future__ import annotations
 
 import os
-import pytest
 
 from tests.fuzz.harness import FuzzSession
 
@@ -23,6 +22,7 @@ def test_no_request_crashes_wedges_or_half_writes(engine: str, database_url: str
     them). Every RPC must be reached by generated requests, and every List RPC must have
     handed out a real page token to tamper with, or the test would prove nothing for it."""
     with FuzzSession(engine, database_url) as session:
+        session.corpus()
         session.malformed()
         session.page_tokens()
         session.generated(GENERATED)

@@ -37,6 +37,7 @@ LEASE = duration_pb2.Duration(seconds=600)  # the longest lease: it outlives any
 class Witness:
     run_id: str
     fence: Any  # Fence of the witness run's live attempt
+    turn_id: str  # its open turn
     responses: list[Any]  # every response of the setup, for the pool to harvest
 
 
@@ -174,7 +175,7 @@ def build(stubs: Stubs) -> Witness:
     out.append(_acquire(stubs, "w2"))
     out.append(stubs.runtime.GetRun(pb.GetRunRequest(run_id=runs[0].id), timeout=T))
     out += threads + runs
-    return Witness(run_id=runs[0].id, fence=fence, responses=out)
+    return Witness(run_id=runs[0].id, fence=fence, turn_id=turn.turn.id, responses=out)
 
 
 class Snapshots:
