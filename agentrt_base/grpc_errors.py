@@ -13,10 +13,16 @@ busy timeout, a lost serialization conflict: ``agentrt_base.db.database_failure`
 ``UNAVAILABLE`` or ``ABORTED``, which the caller may retry. Any other exception that is not an
 ``AgentrtError`` is a bug of ours: it is logged with a fresh error id and answered
 ``INTERNAL`` with that id only — never a traceback on the wire.
+
+Before any handler runs, the interceptor checks the request itself
+(:mod:`agentrt_base.wire`): bytes that do not decode, NUL characters, non-finite numbers and
+out-of-range times are refused ``INVALID_ARGUMENT`` here, for every RPC of every service
+(health and reflection included, which get that check only), so no domain code sees them.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -28,6 +34,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from agentrt_base import errors
 from agentrt_base.db import database_failure
 from agentrt_base.ids import new_id
+from agentrt_base.wire import Undecodable, check_request, guard_deserializer
 
 log = logging.getLogger("agentrt.errors")
 
@@ -62,13 +69,28 @@ def _pack(message: Any) -> any_pb2.Any:
     return packed
 
 
+#: Bounds on what an error echoes of the request. The status travels in trailers, and gRPC
+#: clients refuse metadata past 16 KiB (and may past 8 KiB): a NOT_FOUND that quoted a 100 KB
+#: id in full reached the caller as RESOURCE_EXHAUSTED "metadata size exceeds hard limit".
+#: Kept under ~6 KiB in all, base64 and percent-encoding included.
+_MAX_MESSAGE = 400
+_MAX_TEXT = 200
+_MAX_VIOLATIONS = 8
+
+
+def _clip(text: str, limit: int = _MAX_TEXT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def to_status(error: errors.AgentrtError) -> tuple[grpc.StatusCode, status_pb2.Status]:
     """Build the ``google.rpc.Status`` (with details) for a domain error."""
     code = status_code_for(error)
     details = [
         _pack(
             error_details_pb2.ErrorInfo(
-                reason=error.reason, domain=errors.ERROR_DOMAIN, metadata=error.metadata
+                reason=error.reason,
+                domain=errors.ERROR_DOMAIN,
+                metadata={_clip(k): _clip(v) for k, v in error.metadata.items()},
             )
         )
     ]
@@ -78,9 +100,9 @@ def to_status(error: errors.AgentrtError) -> tuple[grpc.StatusCode, status_pb2.S
                 error_details_pb2.BadRequest(
                     field_violations=[
                         error_details_pb2.BadRequest.FieldViolation(
-                            field=v.field, description=v.description
+                            field=_clip(v.field), description=_clip(v.description)
                         )
-                        for v in error.violations
+                        for v in error.violations[:_MAX_VIOLATIONS]
                     ]
                 )
             )
@@ -91,9 +113,9 @@ def to_status(error: errors.AgentrtError) -> tuple[grpc.StatusCode, status_pb2.S
                 error_details_pb2.PreconditionFailure(
                     violations=[
                         error_details_pb2.PreconditionFailure.Violation(
-                            type=kind, subject=subject, description=description
+                            type=_clip(kind), subject=_clip(subject), description=_clip(description)
                         )
-                        for kind, subject, description in error.violations
+                        for kind, subject, description in error.violations[:_MAX_VIOLATIONS]
                     ]
                 )
             )
@@ -103,12 +125,14 @@ def to_status(error: errors.AgentrtError) -> tuple[grpc.StatusCode, status_pb2.S
             _pack(
                 error_details_pb2.ResourceInfo(
                     resource_type=error.resource_type,
-                    resource_name=error.resource_name,
-                    description=error.message,
+                    resource_name=_clip(error.resource_name),
+                    description=_clip(error.message, _MAX_MESSAGE),
                 )
             )
         )
-    status = status_pb2.Status(code=code.value[0], message=error.message, details=details)
+    status = status_pb2.Status(
+        code=code.value[0], message=_clip(error.message, _MAX_MESSAGE), details=details
+    )
     return code, status
 
 
@@ -171,9 +195,13 @@ _Req = TypeVar("_Req")
 _Resp = TypeVar("_Resp")
 
 
-def _wrap_unary(method: str, behavior: Handler) -> Handler:
+def _wrap_unary(method: str, behavior: Handler, streamed_request: bool = False) -> Handler:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         try:
+            if streamed_request:
+                request = _checked_stream(request)
+            else:
+                check_request(request)
             return await behavior(request, context)
         except Exception as exc:
             if _is_control_flow(exc):
@@ -183,11 +211,15 @@ def _wrap_unary(method: str, behavior: Handler) -> Handler:
     return wrapper
 
 
-def _wrap_stream(method: str, behavior: Handler) -> Handler:
+def _wrap_stream(method: str, behavior: Handler, streamed_request: bool = False) -> Handler:
     async def wrapper(
         request: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
         try:
+            if streamed_request:
+                request = _checked_stream(request)
+            else:
+                check_request(request)
             async for response in behavior(request, context):
                 yield response
         except Exception as exc:
@@ -196,6 +228,109 @@ def _wrap_stream(method: str, behavior: Handler) -> Handler:
             await _handle(exc, method, context)
 
     return wrapper
+
+
+async def _checked_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """A client stream whose every message is checked as it arrives (the handler's loop
+    raises the first refusal, which the wrapper maps like any other)."""
+    async for request in requests:
+        check_request(request)
+        yield request
+
+
+def _guard_only(handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
+    """Health and reflection keep their own conventions (no error mapping), but bytes that
+    do not decode still answer ``INVALID_ARGUMENT`` rather than gRPC's ``UNKNOWN``."""
+
+    async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        await _abort(context, to_status(request.error())[1])
+
+    def unary(behavior: Handler) -> Handler:
+        async def wrapper(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            if type(request) is Undecodable:
+                await refuse(request, context)
+            result = behavior(request, context)
+            return await result if inspect.isawaitable(result) else result
+
+        return wrapper
+
+    def server_streaming(behavior: Handler) -> Handler:
+        if inspect.isasyncgenfunction(behavior):
+
+            async def generator(
+                request: Any, context: grpc.aio.ServicerContext[Any, Any]
+            ) -> AsyncIterator[Any]:
+                if type(request) is Undecodable:
+                    await refuse(request, context)
+                async for response in behavior(request, context):
+                    yield response
+
+            return generator
+        return unary(behavior)  # writes through context.write (health's Watch)
+
+    def client_streaming(behavior: Handler, inner: Callable[[Handler], Handler]) -> Handler:
+        wrapped = inner(behavior)
+
+        def with_checked(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            async def checked() -> AsyncIterator[Any]:
+                async for request in requests:
+                    if type(request) is Undecodable:
+                        await refuse(request, context)
+                    yield request
+
+            return wrapped(checked(), context)
+
+        if inspect.isasyncgenfunction(behavior):
+
+            async def generator(
+                requests: Any, context: grpc.aio.ServicerContext[Any, Any]
+            ) -> AsyncIterator[Any]:
+                async for response in with_checked(requests, context):
+                    yield response
+
+            return generator
+
+        async def coroutine(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            return await with_checked(requests, context)
+
+        return coroutine
+
+    return _rebuild(
+        handler,
+        unary=unary,
+        server_streaming=server_streaming,
+        client_streaming=lambda b: client_streaming(b, unary),
+        bidi=lambda b: client_streaming(b, server_streaming),
+    )
+
+
+def _rebuild(
+    handler: grpc.RpcMethodHandler[Any, Any],
+    *,
+    unary: Callable[[Handler], Handler],
+    server_streaming: Callable[[Handler], Handler],
+    client_streaming: Callable[[Handler], Handler],
+    bidi: Callable[[Handler], Handler],
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """The same handler with its behaviour wrapped (by its kind) and its request
+    deserializer guarded."""
+    kwargs = {
+        "request_deserializer": guard_deserializer(handler.request_deserializer),
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary:
+        return grpc.unary_unary_rpc_method_handler(unary(handler.unary_unary), **kwargs)
+    if handler.stream_unary:
+        return grpc.stream_unary_rpc_method_handler(
+            client_streaming(handler.stream_unary), **kwargs
+        )
+    if handler.unary_stream:
+        return grpc.unary_stream_rpc_method_handler(
+            server_streaming(handler.unary_stream), **kwargs
+        )
+    if handler.stream_stream:
+        return grpc.stream_stream_rpc_method_handler(bidi(handler.stream_stream), **kwargs)
+    return handler
 
 
 class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
@@ -219,9 +354,7 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler[Any, Any]:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
-        # Only agentrt's own services: health and reflection have their own conventions
-        # (health's Watch writes through the context rather than yielding).
-        if handler is None or not method.startswith("/agentrt."):
+        if handler is None:
             return handler
         cached = self._wrapped.get(method)
         if cached is not None and cached[0] is handler:
@@ -234,24 +367,14 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
     def _wrap(
         method: str, handler: grpc.RpcMethodHandler[Any, Any]
     ) -> grpc.RpcMethodHandler[Any, Any]:
-        kwargs = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary(method, handler.unary_unary), **kwargs
-            )
-        if handler.stream_unary:
-            return grpc.stream_unary_rpc_method_handler(
-                _wrap_unary(method, handler.stream_unary), **kwargs
-            )
-        if handler.unary_stream:
-            return grpc.unary_stream_rpc_method_handler(
-                _wrap_stream(method, handler.unary_stream), **kwargs
-            )
-        if handler.stream_stream:
-            return grpc.stream_stream_rpc_method_handler(
-                _wrap_stream(method, handler.stream_stream), **kwargs
-            )
-        return handler
+        # Only agentrt's own services get the error mapping: health and reflection have their
+        # own conventions (health's Watch writes through the context rather than yielding).
+        if not method.startswith("/agentrt."):
+            return _guard_only(handler)
+        return _rebuild(
+            handler,
+            unary=lambda b: _wrap_unary(method, b),
+            server_streaming=lambda b: _wrap_stream(method, b),
+            client_streaming=lambda b: _wrap_unary(method, b, streamed_request=True),
+            bidi=lambda b: _wrap_stream(method, b, streamed_request=True),
+        )

@@ -440,6 +440,7 @@ class RegistryService:
             page_size,
             page_token,
             filters,
+            key=(str, dt.datetime, str),
             default=limits.DEFAULT_PAGE_SIZE,
             maximum=limits.MAX_PAGE_SIZE,
         )
@@ -452,8 +453,7 @@ class RegistryService:
             if name:
                 stmt = stmt.where(c.name == name)
             if page.after is not None:
-                after_name, after_time, after_digest = page.after
-                t = dt.datetime.fromisoformat(after_time)
+                after_name, t, after_digest = page.after
                 stmt = stmt.where(
                     sa.or_(
                         c.name > after_name,
@@ -468,7 +468,7 @@ class RegistryService:
                 session.scalars(stmt).all(),
                 page.size,
                 filters,
-                lambda r: [r.name, r.publish_time.isoformat(), r.digest],
+                lambda r: [r.name, r.publish_time, r.digest],
             )
             return Page([component_from_row(r) for r in rows], token)
 
@@ -572,6 +572,7 @@ class RegistryService:
             page_size,
             page_token,
             filters,
+            key=(dt.datetime, str),
             default=limits.DEFAULT_PAGE_SIZE,
             maximum=limits.MAX_PAGE_SIZE,
         )
@@ -582,7 +583,7 @@ class RegistryService:
             if agent_id:
                 stmt = stmt.where(v.agent_id == agent_id)
             if page.after is not None:
-                t = dt.datetime.fromisoformat(page.after[0])
+                t = page.after[0]
                 stmt = stmt.where(
                     sa.or_(
                         v.publish_time < t, sa.and_(v.publish_time == t, v.digest < page.after[1])
@@ -593,7 +594,7 @@ class RegistryService:
                 session.scalars(stmt).all(),
                 page.size,
                 filters,
-                lambda r: [r.publish_time.isoformat(), r.digest],
+                lambda r: [r.publish_time, r.digest],
             )
             return Page([agent_version_from_row(session, r) for r in rows], token)
 
@@ -736,6 +737,7 @@ class RegistryService:
             page_size,
             page_token,
             filters,
+            key=(str, str),
             default=limits.DEFAULT_PAGE_SIZE,
             maximum=limits.MAX_PAGE_SIZE,
         )
@@ -772,6 +774,7 @@ class RegistryService:
             page_size,
             page_token,
             filters,
+            key=(int,),
             default=limits.DEFAULT_PAGE_SIZE,
             maximum=limits.MAX_PAGE_SIZE,
         )
@@ -784,7 +787,7 @@ class RegistryService:
             if tag_name:
                 stmt = stmt.where(e.tag == tag_name)
             if page.after is not None:
-                stmt = stmt.where(e.sequence < int(page.after[0]))
+                stmt = stmt.where(e.sequence < page.after[0])
             rows, token = cut_page(
                 session.scalars(stmt.order_by(e.sequence.desc()).limit(page.size + 1)).all(),
                 page.size,

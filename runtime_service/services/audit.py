@@ -407,9 +407,9 @@ class AuditService:
             "start": query.start_time,
             "end": query.end_time,
         }
-        page = page_request(page_size, page_token, filters, default=100, maximum=1000)
-        if page.after is not None:
-            page = PageRequest(page.size, _decode_key(page.after))
+        page = page_request(
+            page_size, page_token, filters, key=(dt.datetime, str, str), default=100, maximum=1000
+        )
 
         def read(session: Session) -> tuple[list[Usage], bool]:
             _snapshot(session)
@@ -452,7 +452,7 @@ class AuditService:
             )
 
         usages, more = await self._rt.read(read)
-        token = next_page_token(_encode_key(usages[-1].key), filters) if more and usages else ""
+        token = next_page_token(list(usages[-1].key), filters) if more and usages else ""
         return usages, token
 
     def _component_usages(
@@ -752,18 +752,6 @@ def _run_usages(
         )
         for r in session.execute(stmt)
     ]
-
-
-def _encode_key(key: tuple[dt.datetime, str, str]) -> list[Any]:
-    return [key[0].isoformat(), key[1], key[2]]
-
-
-def _decode_key(after: list[Any]) -> list[Any]:
-    try:
-        time, ident, name = after
-        return [dt.datetime.fromisoformat(time), str(ident), str(name)]
-    except (ValueError, TypeError) as exc:
-        raise InvalidArgument.for_field("page_token", "not a token this server issued") from exc
 
 
 def _link(row: Any) -> Link:

@@ -246,7 +246,7 @@ class RunsService:
         self, metadata: dict[str, str], page_size: int, page_token: str
     ) -> tuple[list[ThreadRow], str]:
         filters = {"metadata": metadata}
-        page = page_request(page_size, page_token, filters, default=50)
+        page = page_request(page_size, page_token, filters, key=(str,), default=50)
 
         def read(session: Session) -> tuple[list[ThreadRow], str]:
             stmt = sa.select(ThreadRow).order_by(ThreadRow.id.desc())
@@ -341,7 +341,7 @@ class RunsService:
         if not thread_id:
             raise InvalidArgument.for_field("thread_id", "required")
         filters = {"thread_id": thread_id, "run_id": run_id, "newest_first": newest_first}
-        page = page_request(page_size, page_token, filters, default=50)
+        page = page_request(page_size, page_token, filters, key=(int,), default=50)
 
         def read(session: Session) -> tuple[list[MessageRow], str]:
             if session.get(ThreadRow, thread_id) is None:
@@ -555,7 +555,7 @@ class RunsService:
         self, thread_id: str, statuses: list[str], agent_id: str, page_size: int, page_token: str
     ) -> tuple[list[RunRow], str]:
         filters = {"thread_id": thread_id, "statuses": sorted(statuses), "agent_id": agent_id}
-        page = page_request(page_size, page_token, filters, default=50)
+        page = page_request(page_size, page_token, filters, key=(str,), default=50)
 
         def read(session: Session) -> tuple[list[RunRow], str]:
             stmt = sa.select(RunRow)
@@ -710,7 +710,7 @@ class RunsService:
         self, run_id: str, page_size: int, page_token: str
     ) -> tuple[list[AttemptRow], str]:
         filters = {"run_id": run_id}
-        page = page_request(page_size, page_token, filters, default=50)
+        page = page_request(page_size, page_token, filters, key=(int,), default=50)
 
         def read(session: Session) -> tuple[list[AttemptRow], str]:
             if session.get(RunRow, run_id) is None:

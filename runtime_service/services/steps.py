@@ -64,6 +64,14 @@ MAX_INPUT_BYTES = 256 * 1024
 #: ResolvedVersions answers by (bound digest, recorded resolution): see resolved_for.
 _RESOLVED: LruCache[tuple[str, ...], message_pb2.ResolvedVersions] = LruCache(1024)
 MAX_TEXT = 64 * 1024
+#: What one step may report using: far beyond any model call (2^40 tokens, a billion
+#: dollars), and small enough that a run's totals, which add up at most MAX_RUN_STEPS steps,
+#: stay within the 64-bit columns that hold them (2^22 * 2^40 = 2^62) and a finite float.
+MAX_STEP_TOKENS = 1 << 40
+MAX_STEP_COST_USD = 1e9
+#: The runtime's own ceiling on a run's counted steps, whatever its max_steps budget says:
+#: what keeps usage totals from overflowing (above).
+MAX_RUN_STEPS = 1 << 22
 
 
 @dataclass
@@ -438,6 +446,9 @@ def budget_error(run: _Budgeted, estimated_tokens: int = 0) -> ResourceExhausted
     if run.max_steps and run.step_count + 1 > run.max_steps:
         exceeded = f"max_steps ({run.max_steps}) reached"
         name = "max_steps"
+    elif run.step_count + 1 > MAX_RUN_STEPS:
+        exceeded = f"the runtime's ceiling of {MAX_RUN_STEPS} steps a run reached"
+        name = "max_steps"
     # Fix: ModelCallSpec.estimated_input_tokens "drives ... the token budget check": a
     # model call whose estimate alone would pass the budget is refused before it is made.
     elif run.max_model_tokens and (
@@ -478,8 +489,8 @@ def check_step_request(req: StepRequest) -> None:
         problems.add("operation", "at most 200 characters")
     if len(req.idempotency_key) > 200:
         problems.add("idempotency_key", "at most 200 characters")
-    if req.estimated_input_tokens < 0:
-        problems.add("model_call.estimated_input_tokens", "must not be negative")
+    if not 0 <= req.estimated_input_tokens <= MAX_STEP_TOKENS:
+        problems.add("model_call.estimated_input_tokens", f"must be in [0, {MAX_STEP_TOKENS}]")
     for name, value in (
         ("input_ref", req.input_ref),
         ("model_call.context_digest", req.context_digest),
@@ -513,12 +524,15 @@ def step_end(
     problems = ViolationCollector()
     if status not in ("SUCCEEDED", "FAILED", "CANCELLED"):
         problems.add("status", "required: SUCCEEDED, FAILED or CANCELLED")
-    if input_tokens < 0:
-        problems.add("usage.input_tokens", "must not be negative")
-    if output_tokens < 0:
-        problems.add("usage.output_tokens", "must not be negative")
-    if cost_usd < 0 or cost_usd != cost_usd:
-        problems.add("usage.cost_usd", "must be a non-negative number")
+    for name, tokens in (
+        ("usage.input_tokens", input_tokens),
+        ("usage.output_tokens", output_tokens),
+    ):
+        if not 0 <= tokens <= MAX_STEP_TOKENS:
+            problems.add(name, f"must be in [0, {MAX_STEP_TOKENS}] (one step's tokens)")
+    # (NaN fails both comparisons.)
+    if not 0 <= cost_usd <= MAX_STEP_COST_USD:
+        problems.add("usage.cost_usd", f"must be in [0, {MAX_STEP_COST_USD:g}] (one step's cost)")
     if output_ref and not refs.is_digest(output_ref):
         problems.add("output_ref", "not a sha256 digest")
     if len(summary.encode()) > MAX_TEXT:
@@ -1459,7 +1473,7 @@ class StepsService:
         self, run_id: str, attempt_id: str, turn_id: str, page_size: int, page_token: str
     ) -> tuple[list[StepRow], str]:
         filters = {"run_id": run_id, "attempt_id": attempt_id, "turn_id": turn_id}
-        page = page_request(page_size, page_token, filters, default=100)
+        page = page_request(page_size, page_token, filters, key=(int,), default=100)
 
         def read(session: Session) -> tuple[list[StepRow], str]:
             if session.get(RunRow, run_id) is None:
@@ -1491,7 +1505,7 @@ class StepsService:
         if bool(run_id) == bool(thread_id):
             raise InvalidArgument.for_field("run_id", "exactly one of run_id and thread_id")
         filters = {"run_id": run_id, "thread_id": thread_id}
-        page = page_request(page_size, page_token, filters, default=100)
+        page = page_request(page_size, page_token, filters, key=(str,), default=100)
 
         def read(session: Session) -> tuple[list[ArtifactRow], str]:
             stmt = sa.select(ArtifactRow)
