@@ -261,14 +261,32 @@ _UINT32 = {FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_FIXED32}
 _UINT64 = {FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_FIXED64}
 
 
-_SCALARS: dict[tuple[str, int], st.SearchStrategy[Any]] = {}
+_SCALARS: dict[tuple[str, int, bool], st.SearchStrategy[Any]] = {}
 
 
-def scalar(field: FieldDescriptor, pool: Pool) -> st.SearchStrategy[Any]:
-    key = (field.full_name, id(pool))
+def scalar(field: FieldDescriptor, pool: Pool, calm: bool = False) -> st.SearchStrategy[Any]:
+    """A value for a scalar field: hostile or valid, or with ``calm`` only valid ones."""
+    key = (field.full_name, id(pool), calm)
     if key not in _SCALARS:
-        _SCALARS[key] = _scalar(field, pool)
+        _SCALARS[key] = _calm_scalar(field, pool) if calm else _scalar(field, pool)
     return _SCALARS[key]
+
+
+def _calm_scalar(field: FieldDescriptor, pool: Pool) -> st.SearchStrategy[Any]:
+    kind = field.type
+    if kind == FieldDescriptor.TYPE_STRING:
+        return _from_pool(pool, field.name)
+    if kind == FieldDescriptor.TYPE_BYTES:
+        return st.binary(max_size=16)
+    if kind in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+        return st.floats(0, 10)
+    if kind == FieldDescriptor.TYPE_BOOL:
+        return st.booleans()
+    if kind == FieldDescriptor.TYPE_ENUM:
+        assert field.enum_type is not None
+        numbers = [v.number for v in field.enum_type.values]
+        return st.sampled_from(numbers[1:] or numbers)
+    return st.integers(0, 10)
 
 
 def _scalar(field: FieldDescriptor, pool: Pool) -> st.SearchStrategy[Any]:
@@ -300,28 +318,39 @@ def _scalar(field: FieldDescriptor, pool: Pool) -> st.SearchStrategy[Any]:
     raise AssertionError(f"unhandled field type {kind} of {field.full_name}")
 
 
-_CACHE: dict[tuple[str, int, int], st.SearchStrategy[Any]] = {}
+_CACHE: dict[tuple[str, int, int, bool], st.SearchStrategy[Any]] = {}
+_NOW = 1_800_000_000
 
 
-def messages(descriptor: Descriptor, pool: Pool, depth: int = 0) -> st.SearchStrategy[Any]:
+def messages(
+    descriptor: Descriptor, pool: Pool, depth: int = 0, calm: bool = False
+) -> st.SearchStrategy[Any]:
     """A message of this type with a random subset of its fields set (built once per type:
-    Hypothesis spends most of its time on strategies it has not seen before)."""
-    key = (descriptor.full_name, id(pool), depth)
+    Hypothesis spends most of its time on strategies it has not seen before). A ``calm``
+    message holds valid values only but for (at the top) one field, so it gets past the
+    checks of every other field to the code that handles the hostile one."""
+    key = (descriptor.full_name, id(pool), depth, calm)
     if key not in _CACHE:
-        _CACHE[key] = _messages(descriptor, pool, depth)
+        _CACHE[key] = _messages(descriptor, pool, depth, calm)
     return _CACHE[key]
 
 
-def _messages(descriptor: Descriptor, pool: Pool, depth: int) -> st.SearchStrategy[Any]:
+def _messages(descriptor: Descriptor, pool: Pool, depth: int, calm: bool) -> st.SearchStrategy[Any]:
     special = descriptor.full_name
     if special == "google.protobuf.Timestamp":
+        if calm:
+            return st.builds(timestamp_pb2.Timestamp, seconds=st.integers(_NOW, _NOW + 86_400))
         return _TIMESTAMPS
     if special == "google.protobuf.Duration":
+        if calm:
+            return st.builds(duration_pb2.Duration, seconds=st.integers(0, 2))
         return _DURATIONS
     if special == "google.protobuf.Struct":
+        if calm:
+            return st.just({"path": "a.txt"}).map(_to_value).map(lambda v: v.struct_value)
         return _STRUCTS
     if special == "google.protobuf.Value":
-        return json_leaves.map(_to_value)
+        return (st.text(max_size=8) if calm else json_leaves).map(_to_value)
     if special == runtime_messages.Fence.DESCRIPTOR.full_name:
         return fences(pool)
     from google.protobuf import message_factory
@@ -331,30 +360,32 @@ def _messages(descriptor: Descriptor, pool: Pool, depth: int) -> st.SearchStrate
     @st.composite
     def build(data: st.DrawFn) -> Message:
         message = cls()
-        for field in descriptor.fields:
-            if not data(st.integers(0, 9)) < (6 if depth == 0 else 4):
+        hostile = data(st.integers(0, len(descriptor.fields))) if calm and depth == 0 else -1
+        for index, field in enumerate(descriptor.fields):
+            if index != hostile and not data(st.integers(0, 9)) < (6 if depth == 0 else 4):
                 continue
-            _fill(message, field, data, pool, depth)
+            _fill(message, field, data, pool, depth, calm and index != hostile)
         return message
 
     return build()
 
 
 def _fill(
-    message: Message, field: FieldDescriptor, data: st.DrawFn, pool: Pool, depth: int
+    message: Message, field: FieldDescriptor, data: st.DrawFn, pool: Pool, depth: int, calm: bool
 ) -> None:
     is_message = field.type == FieldDescriptor.TYPE_MESSAGE
     if is_message and message_type(field).GetOptions().map_entry:
         key_field = message_type(field).fields_by_name["key"]
         value_field = message_type(field).fields_by_name["value"]
         for _ in range(data(st.integers(0, 3))):
-            key = data(scalar(key_field, pool))
+            key = data(scalar(key_field, pool, calm))
             target = getattr(message, field.name)
             try:
                 if value_field.type == FieldDescriptor.TYPE_MESSAGE:
-                    target[key].CopyFrom(data(messages(message_type(value_field), pool, depth + 1)))
+                    value = data(messages(message_type(value_field), pool, depth + 1, calm))
+                    target[key].CopyFrom(value)
                 else:
-                    target[key] = data(scalar(value_field, pool))
+                    target[key] = data(scalar(value_field, pool, calm))
             except (ValueError, TypeError):
                 pass  # a value the Python runtime itself refuses to hold
         return
@@ -363,12 +394,13 @@ def _fill(
 
     def one() -> Any:
         if is_message:
-            return data(messages(message_type(field), pool, depth + 1))
-        return data(scalar(field, pool))
+            return data(messages(message_type(field), pool, depth + 1, calm))
+        return data(scalar(field, pool, calm))
 
     try:
         if field.is_repeated:
-            count = data(st.one_of(st.integers(0, 3), st.just(200)))
+            sizes = st.integers(0, 3) if calm else st.one_of(st.integers(0, 3), st.just(200))
+            count = data(sizes)
             items = [one() for _ in range(count if not is_message else min(count, 3))]
             target = getattr(message, field.name)
             if is_message:
@@ -385,7 +417,7 @@ def _fill(
 
 
 def requests(rpc: Rpc, pool: Pool) -> st.SearchStrategy[list[bytes]]:
-    key = (rpc.path, id(pool), -1)
+    key = (rpc.path, id(pool), -1, False)
     if key not in _CACHE:
         _CACHE[key] = _requests(rpc, pool)
     return _CACHE[key]
@@ -394,7 +426,9 @@ def requests(rpc: Rpc, pool: Pool) -> st.SearchStrategy[list[bytes]]:
 def _requests(rpc: Rpc, pool: Pool) -> st.SearchStrategy[list[bytes]]:
     """The payloads of one call: one message, or for a client stream 1-4 messages (a header
     then chunks, or anything)."""
-    single = messages(rpc.input, pool).map(lambda m: m.SerializeToString())
+    single = st.one_of(messages(rpc.input, pool, calm=True), messages(rpc.input, pool)).map(
+        lambda m: m.SerializeToString()
+    )
     if not rpc.client_streaming:
         return single.map(lambda b: [b])
     return st.lists(single, min_size=1, max_size=4)
