@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_DATABASE_URL = "sqlite:///./agentrt.db"
@@ -17,6 +17,50 @@ ENV_LISTEN = "AGENTRT_LISTEN"
 ENV_DATABASE_URL = "AGENTRT_DATABASE_URL"
 ENV_TARGET = "AGENTRT_TARGET"
 ENV_STEP_PROCESS = "AGENTRT_STEP_PROCESS"
+ENV_DB_CONNECT_TIMEOUT = "AGENTRT_DB_CONNECT_TIMEOUT"
+ENV_DB_STATEMENT_TIMEOUT = "AGENTRT_DB_STATEMENT_TIMEOUT"
+ENV_DB_LOCK_TIMEOUT = "AGENTRT_DB_LOCK_TIMEOUT"
+ENV_DB_POOL_TIMEOUT = "AGENTRT_DB_POOL_TIMEOUT"
+ENV_SQLITE_MAX_BYTES = "AGENTRT_SQLITE_MAX_BYTES"
+
+
+@dataclass(frozen=True)
+class DatabaseSettings:
+    """The server's own deadlines on the database, so a frozen database answers UNAVAILABLE
+    (``DATABASE_TIMEOUT``) instead of holding calls until the client's deadline, and the
+    SQLite size cap. Seconds unless said otherwise; ``docs/architecture.md`` ("Deadlines")."""
+
+    #: Opening a PostgreSQL connection (libpq ``connect_timeout``).
+    connect_timeout: float = 5.0
+    #: One PostgreSQL statement (``statement_timeout``); on SQLite, how long a write call waits
+    #: for the group-commit writer to commit it.
+    statement_timeout: float = 30.0
+    #: Waiting for a lock: PostgreSQL ``lock_timeout``, SQLite ``busy_timeout``.
+    lock_timeout: float = 10.0
+    #: Waiting for a free connection of the pool (PostgreSQL).
+    pool_timeout: float = 5.0
+    #: SQLite: the largest the database file may grow (``PRAGMA max_page_count``); a write
+    #: past it answers RESOURCE_EXHAUSTED ``DATABASE_FULL``. None: as large as the disk allows.
+    sqlite_max_bytes: int | None = None
+    #: How often the health watcher probes the database (``runtime_service.health``).
+    probe_interval: float = 1.0
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str]) -> DatabaseSettings:
+        default = cls()
+
+        def seconds(name: str, value: float) -> float:
+            text = env.get(name, "").strip()
+            return float(text) if text else value
+
+        max_bytes = env.get(ENV_SQLITE_MAX_BYTES, "").strip()
+        return cls(
+            connect_timeout=seconds(ENV_DB_CONNECT_TIMEOUT, default.connect_timeout),
+            statement_timeout=seconds(ENV_DB_STATEMENT_TIMEOUT, default.statement_timeout),
+            lock_timeout=seconds(ENV_DB_LOCK_TIMEOUT, default.lock_timeout),
+            pool_timeout=seconds(ENV_DB_POOL_TIMEOUT, default.pool_timeout),
+            sqlite_max_bytes=int(max_bytes) if max_bytes else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -31,6 +75,8 @@ class ServerSettings:
     #: second process (``runtime_service.step_process``); ``AGENTRT_STEP_PROCESS=0`` keeps it
     #: in-process.
     step_process: bool = True
+    #: Deadlines on every database call, and the SQLite size cap.
+    database: DatabaseSettings = field(default_factory=DatabaseSettings)
 
     @classmethod
     def resolve(
@@ -47,6 +93,7 @@ class ServerSettings:
             database_url=database_url or env.get(ENV_DATABASE_URL) or DEFAULT_DATABASE_URL,
             step_process=env.get(ENV_STEP_PROCESS, "1").strip().lower()
             not in ("0", "false", "no", "off"),
+            database=DatabaseSettings.from_environ(env),
         )
 
 

@@ -51,6 +51,10 @@ def upgrade(database: Database, revision: str = "head") -> str:
     config = _config()
     with database.write_engine.begin() as conn:
         if not database.is_sqlite:
+            # A migration may wait for another replica's and rewrite large tables: the
+            # server's per-statement deadlines are for calls, not for this.
+            conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
+            conn.exec_driver_sql("SET LOCAL lock_timeout = 0")
             conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK_KEY})")
         config.attributes["connection"] = conn
         command.upgrade(config, revision)

@@ -15,7 +15,7 @@ import socket
 from dataclasses import dataclass, field
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from agentrt.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
@@ -32,6 +32,7 @@ from agentrt_base.grpc_errors import ErrorMappingInterceptor
 from agentrt_base.settings import ServerSettings
 from registry.servicer import RegistryServicer
 from runtime_service import migrate
+from runtime_service.health import DatabaseHealth
 from runtime_service.notify import Notifier
 from runtime_service.servicers.audit import AuditServicer
 from runtime_service.servicers.runtime import RuntimeServicer
@@ -104,6 +105,7 @@ class AgentrtServer:
     _reaper: asyncio.Task[None] | None = field(default=None, repr=False)
     _stop_background: asyncio.Event | None = field(default=None, repr=False)
     _step_process: StepProcess | None = field(default=None, repr=False)
+    _database_health: DatabaseHealth | None = field(default=None, repr=False)
 
     async def start(self) -> int:
         """Open and migrate the database, bind, start serving; return the bound port."""
@@ -115,7 +117,11 @@ class AgentrtServer:
             and (writer_lock_path(url) is not None or url.get_backend_name() == "postgresql")
             and StepProcess.supported()
         )
-        database = Database(self.settings.database_url, writer_lock=use_step_process)
+        database = Database(
+            self.settings.database_url,
+            writer_lock=use_step_process,
+            settings=self.settings.database,
+        )
         notifier = Notifier()
         step_process = StepProcess(child_database_url(url), notifier) if use_step_process else None
         try:
@@ -179,8 +185,16 @@ class AgentrtServer:
         self._reaper = asyncio.create_task(
             worker.leases.run_reaper(self._stop_background), name="agentrt-reaper"
         )
-        for name in ("", *SERVICE_NAMES):
-            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        # Health follows the database from here on: SERVING only while it can be written.
+        db_settings = self.settings.database
+        self._database_health = DatabaseHealth(
+            database,
+            health_servicer,
+            SERVICE_NAMES,
+            interval=db_settings.probe_interval,
+            timeout=min(db_settings.statement_timeout, max(2.0, 2 * db_settings.probe_interval)),
+        )
+        await self._database_health.start()
         self._server, self._health, self.port = server, health_servicer, port
         return port
 
@@ -198,6 +212,9 @@ class AgentrtServer:
         """Report NOT_SERVING, let in-flight calls finish within ``grace``, release the DB."""
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
+        if self._database_health is not None:
+            await self._database_health.stop()
+            self._database_health = None
         if self._stop_background is not None:
             self._stop_background.set()
         if self._server is not None:
