@@ -1,0 +1,1 @@
+"""The wire fuzz suite: every RPC, generated and malformed requests, both engines (issue 14)."""
