@@ -159,6 +159,9 @@ def normalise_url(url: str) -> URL:
 def _sqlite_engine(url: URL, *, pool_size: int, immediate: bool) -> Engine:
     engine = sa.create_engine(
         url,
+        # A failed statement's parameters go into the exception's text, which is logged:
+        # they are the callers' content (goals, messages, arguments), not ours to log.
+        hide_parameters=True,
         pool_size=pool_size,
         max_overflow=0,
         # Connections are used from executor threads, never concurrently (the pool hands each
@@ -193,6 +196,7 @@ def _sqlite_engine(url: URL, *, pool_size: int, immediate: bool) -> Engine:
 def _postgres_engine(url: URL, *, pool_size: int) -> Engine:
     return sa.create_engine(
         url,
+        hide_parameters=True,  # as for SQLite: callers' content stays out of the log
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,
