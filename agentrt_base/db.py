@@ -145,15 +145,33 @@ def _lost() -> errors.AgentrtError:
 
 
 def normalise_url(url: str) -> URL:
-    """Parse a database URL, selecting psycopg 3 for a bare ``postgresql://`` URL."""
-    parsed = make_url(url)
+    """Parse a database URL, selecting psycopg 3 for a bare ``postgresql://`` URL.
+
+    A malformed URL raises :class:`DatabaseUnavailable` here, one line an operator can act
+    on, rather than SQLAlchemy's error when the engine is built (a traceback at start-up).
+    """
+    try:
+        parsed = make_url(url)
+    except (sa.exc.ArgumentError, ValueError):
+        # Not echoed: the text may hold a password.
+        raise DatabaseUnavailable(f"the database URL is not a URL: {_URL_FORMS}") from None
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
         raise DatabaseUnavailable(
             f"unsupported database {parsed.get_backend_name()!r}: use sqlite:/// or postgresql://"
         )
+    try:
+        # The dialect's own checks of the rest (sqlite://x.db names a host, not a file; an
+        # unknown driver; a port that is not a number), made now.
+        parsed.get_dialect()().create_connect_args(parsed)
+    except (sa.exc.ArgumentError, ValueError):
+        shown = parsed.render_as_string(hide_password=True)
+        raise DatabaseUnavailable(f"invalid database URL {shown}: {_URL_FORMS}") from None
     return parsed
+
+
+_URL_FORMS = "use sqlite:///relative/path.db, sqlite:////absolute/path.db or postgresql://HOST/DB"
 
 
 def _sqlite_engine(url: URL, *, pool_size: int, immediate: bool) -> Engine:
