@@ -237,15 +237,33 @@ def _lost() -> errors.AgentrtError:
 
 
 def normalise_url(url: str) -> URL:
-    """Parse a database URL, selecting psycopg 3 for a bare ``postgresql://`` URL."""
-    parsed = make_url(url)
+    """Parse a database URL, selecting psycopg 3 for a bare ``postgresql://`` URL.
+
+    A malformed URL raises :class:`DatabaseUnavailable` here, one line an operator can act
+    on, rather than SQLAlchemy's error when the engine is built (a traceback at start-up).
+    """
+    try:
+        parsed = make_url(url)
+    except (sa.exc.ArgumentError, ValueError):
+        # Not echoed: the text may hold a password.
+        raise DatabaseUnavailable(f"the database URL is not a URL: {_URL_FORMS}") from None
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
         raise DatabaseUnavailable(
             f"unsupported database {parsed.get_backend_name()!r}: use sqlite:/// or postgresql://"
         )
+    try:
+        # The dialect's own checks of the rest (sqlite://x.db names a host, not a file; an
+        # unknown driver; a port that is not a number), made now.
+        parsed.get_dialect()().create_connect_args(parsed)
+    except (sa.exc.ArgumentError, ValueError):
+        shown = parsed.render_as_string(hide_password=True)
+        raise DatabaseUnavailable(f"invalid database URL {shown}: {_URL_FORMS}") from None
     return parsed
+
+
+_URL_FORMS = "use sqlite:///relative/path.db, sqlite:////absolute/path.db or postgresql://HOST/DB"
 
 
 def _sqlite_engine(
@@ -266,6 +284,9 @@ def _sqlite_engine(
     busy_ms = int(settings.lock_timeout * 1000)
     engine = sa.create_engine(
         url,
+        # A failed statement's parameters go into the exception's text, which is logged:
+        # they are the callers' content (goals, messages, arguments), not ours to log.
+        hide_parameters=True,
         **pool,
         # Connections are used from executor threads, never concurrently (the pool hands each
         # to one thread at a time), so the driver's same-thread check only gets in the way.
@@ -304,6 +325,7 @@ def _sqlite_engine(
 def _postgres_engine(url: URL, settings: DatabaseSettings, *, pool_size: int) -> Engine:
     return sa.create_engine(
         url,
+        hide_parameters=True,  # as for SQLite: callers' content stays out of the log
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,

@@ -15,6 +15,9 @@ DEFAULT_TARGET = "127.0.0.1:50051"
 
 ENV_LISTEN = "AGENTRT_LISTEN"
 ENV_DATABASE_URL = "AGENTRT_DATABASE_URL"
+#: A file whose content is the database password (it replaces the URL's), so the password
+#: need not appear in the process's arguments or environment.
+ENV_DATABASE_PASSWORD_FILE = "AGENTRT_DATABASE_PASSWORD_FILE"
 ENV_TARGET = "AGENTRT_TARGET"
 ENV_STEP_PROCESS = "AGENTRT_STEP_PROCESS"
 ENV_DB_CONNECT_TIMEOUT = "AGENTRT_DB_CONNECT_TIMEOUT"

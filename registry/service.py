@@ -884,16 +884,25 @@ class RegistryService:
         self, fn: Callable[[Session], T], *, conflict_is_abort: bool = False
     ) -> T:
         """Run a write; on a unique-key race (two replicas inserting the same key at once on
-        PostgreSQL) run it once more, when it will see the winner's row. Tag moves instead
-        answer ABORTED, so the caller re-reads before deciding again."""
-        try:
-            result: T = await self._db.write(fn)
-            return result
-        except sa.exc.IntegrityError as exc:
-            if conflict_is_abort:
-                raise Aborted("a concurrent change won the race; re-read and retry") from exc
-            retried: T = await self._db.write(fn)
-            return retried
+        PostgreSQL) run it again, when it will see the winner's row. Tag moves instead
+        answer ABORTED, so the caller re-reads before deciding again.
+
+        A publish inserts up to three keys others may insert too (the agent row, an inline
+        prompt, the version), and each lost race is to a committed row the next run sees, so
+        it can lose at most that many times in a row; a fourth loss is a bug (INTERNAL)."""
+        for _ in range(_PUBLISH_RACES):
+            try:
+                result: T = await self._db.write(fn)
+                return result
+            except sa.exc.IntegrityError as exc:
+                if conflict_is_abort:
+                    raise Aborted("a concurrent change won the race; re-read and retry") from exc
+        retried: T = await self._db.write(fn)
+        return retried
+
+
+#: How many unique-key races one write may lose before its last try (see _write_retrying).
+_PUBLISH_RACES = 3
 
 
 def _sorted_definition(definition: AgentDefinition) -> AgentDefinition:

@@ -28,18 +28,30 @@ def loads(text: str) -> Any:
 
 
 class ComponentRow(Base):
-    """One published component version (or an anonymous inline prompt)."""
+    """One published component version, or an anonymous PROMPT (an agent's inline system
+    prompt), which has no name or version and is known by its digest alone."""
 
     __tablename__ = "registry_components"
     __table_args__ = (
-        sa.UniqueConstraint("name", "version"),
+        # A name@version is published once; anonymous prompts are left out of the index
+        # (any number of them share the empty name and version, each its own digest).
+        # The condition is spelled as SQLAlchemy renders `~anonymous` on each engine, so the
+        # queries below, which all say `~anonymous`, can use the index on SQLite too.
+        sa.Index(
+            "ix_registry_components_name_version",
+            "name",
+            "version",
+            unique=True,
+            sqlite_where=sa.text("anonymous = 0"),
+            postgresql_where=sa.text("NOT anonymous"),
+        ),
         sa.Index("ix_registry_components_kind_name", "kind", "name"),
     )
 
     digest: Mapped[str] = mapped_column(sa.String(71), primary_key=True)
     kind: Mapped[str] = mapped_column(sa.String(32))
-    # Empty strings (not NULL) for an anonymous prompt, so the unique constraint means the
-    # same on both engines; such rows are told apart by `anonymous`.
+    # Empty strings (not NULL) for an anonymous prompt; such rows are told apart by
+    # `anonymous` and are found by digest only.
     name: Mapped[str] = mapped_column(sa.String(64))
     version: Mapped[str] = mapped_column(sa.String(128))
     anonymous: Mapped[bool] = mapped_column(default=False)

@@ -1,5 +1,5 @@
-"""The health watcher: ``grpc.health.v1`` says NOT_SERVING while the database cannot be
-reached or written, and SERVING again once it can.
+"""The gRPC health service: its servicer (with ``List``), and the watcher that says
+NOT_SERVING while the database cannot be reached or written, and SERVING again once it can.
 
 A load balancer or orchestrator reads health to route calls away from a replica that can only
 fail them, so health must follow the database, not just the process. Every ``interval`` the
@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from grpc_health.v1 import health, health_pb2
 
@@ -118,3 +119,25 @@ class DatabaseHealth:
         )
         for name in ("", *self._services):
             await self._servicer.set(name, status)
+
+
+class HealthServicer(health.aio.HealthServicer):
+    """The reference asyncio servicer plus ``List``.
+
+    grpcio-health-checking's asyncio servicer implements ``Check`` and ``Watch`` but not
+    ``List``, so a ``List`` fell through to the generated base class, which raises
+    ``NotImplementedError`` inside the handler: every call logged a traceback. Here ``List``
+    answers the statuses ``Check`` answers, one snapshot of them.
+    """
+
+    async def List(self, request: Any, context: Any) -> Any:
+        # `_server_status` is the reference servicer's own record of every `set` (and of a
+        # graceful shutdown), the mapping its `Check` reads. The List messages and that
+        # attribute are missing from the published type stubs (they lag the package).
+        statuses = self._server_status  # type: ignore[attr-defined]
+        return health_pb2.HealthListResponse(  # type: ignore[attr-defined]
+            statuses={
+                service: health_pb2.HealthCheckResponse(status=status)
+                for service, status in statuses.items()
+            }
+        )

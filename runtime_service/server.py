@@ -32,7 +32,7 @@ from agentrt_base.grpc_errors import ErrorMappingInterceptor
 from agentrt_base.settings import ServerSettings
 from registry.servicer import RegistryServicer
 from runtime_service import migrate
-from runtime_service.health import DatabaseHealth
+from runtime_service.health import DatabaseHealth, HealthServicer
 from runtime_service.notify import Notifier
 from runtime_service.servicers.audit import AuditServicer
 from runtime_service.servicers.runtime import RuntimeServicer
@@ -99,7 +99,7 @@ class AgentrtServer:
     database: Database | None = None
     port: int = 0
     _server: grpc.aio.Server | None = field(default=None, repr=False)
-    _health: health.aio.HealthServicer | None = field(default=None, repr=False)
+    _health: HealthServicer | None = field(default=None, repr=False)
     runtime_settings: RuntimeSettings = field(default_factory=RuntimeSettings)
     _notifier: Notifier | None = field(default=None, repr=False)
     _reaper: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -160,7 +160,7 @@ class AgentrtServer:
         )
         worker_service_pb2_grpc.add_WorkerServiceServicer_to_server(worker, server)
         audit_service_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(runtime), server)
-        health_servicer = health.aio.HealthServicer()
+        health_servicer = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server

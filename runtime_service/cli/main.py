@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -17,6 +18,7 @@ from agentrt_base.db import Database, DatabaseUnavailable
 from agentrt_base.settings import (
     DEFAULT_DATABASE_URL,
     DEFAULT_LISTEN,
+    ENV_DATABASE_PASSWORD_FILE,
     ENV_DATABASE_URL,
     ENV_LISTEN,
     ENV_TARGET,
@@ -26,6 +28,7 @@ from agentrt_base.settings import (
 from registry import cli as registry_cli
 from runtime_service import __version__
 from runtime_service.cli import audit as audit_cli
+from runtime_service.cli import database_url
 
 #: Exit codes: 1 = the command failed, 2 = bad usage (argparse's own), 3 = cannot start.
 EXIT_FAILED = 1
@@ -49,12 +52,27 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+def _settings(args: argparse.Namespace, listen: str | None) -> ServerSettings:
+    """Flags, environment and defaults, with the password file's password in the URL.
+
+    Raises:
+        DatabaseUnavailable: the password file cannot be used (one line).
+    """
+    database_url.warn_if_password_in_arguments(args.database_url)
+    settings = ServerSettings.resolve(listen=listen, database_url=args.database_url)
+    path = database_url.password_file(args.database_password_file)
+    if path is None:
+        return settings
+    url = database_url.with_password_from_file(settings.database_url, path)
+    return dataclasses.replace(settings, database_url=url)
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from runtime_service.server import StartupError, serve
 
-    settings = ServerSettings.resolve(listen=args.listen, database_url=args.database_url)
     _configure_logging()
     try:
+        settings = _settings(args, args.listen)
         asyncio.run(serve(settings))
     except (DatabaseUnavailable, StartupError) as exc:
         return _fail(str(exc), EXIT_CANNOT_START)
@@ -64,8 +82,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_db_upgrade(args: argparse.Namespace) -> int:
     from runtime_service import migrate
 
-    settings = ServerSettings.resolve(listen=None, database_url=args.database_url)
+    _configure_logging()
     try:
+        settings = _settings(args, None)
         database = Database(settings.database_url)
     except DatabaseUnavailable as exc:
         return _fail(str(exc), EXIT_CANNOT_START)
@@ -108,7 +127,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"agentrt {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    database_help = f"database URL (env {ENV_DATABASE_URL}; default {DEFAULT_DATABASE_URL})"
+    database_help = (
+        f"database URL (env {ENV_DATABASE_URL}; default {DEFAULT_DATABASE_URL}); a password"
+        " given here is visible to every user of the machine in the process list: set"
+        f" {ENV_DATABASE_URL} or use --database-password-file instead"
+    )
+    password_help = (
+        "file whose content is the database password, replacing the URL's"
+        f" (env {ENV_DATABASE_PASSWORD_FILE})"
+    )
     serve = commands.add_parser("serve", help="run the gRPC server")
     serve.add_argument(
         "--listen",
@@ -116,12 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"address (env {ENV_LISTEN}; default {DEFAULT_LISTEN})",
     )
     serve.add_argument("--database-url", metavar="URL", help=database_help)
+    serve.add_argument("--database-password-file", metavar="PATH", help=password_help)
     serve.set_defaults(handler=_cmd_serve)
 
     db = commands.add_parser("db", help="database maintenance")
     db_commands = db.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
     upgrade = db_commands.add_parser("upgrade", help="apply migrations, then exit")
     upgrade.add_argument("--database-url", metavar="URL", help=database_help)
+    upgrade.add_argument("--database-password-file", metavar="PATH", help=password_help)
     upgrade.set_defaults(handler=_cmd_db_upgrade)
 
     health = commands.add_parser("health", help="ask a server whether it is serving")

@@ -506,6 +506,22 @@ def check_step_request(req: StepRequest) -> None:
     problems.raise_if_any("invalid step")
 
 
+def check_retry_of(session: Session, run_id: str, retry_of_step_id: str) -> None:
+    """The rule for BeginStep's ``retry_of_step_id``: empty, or a step of the same run.
+
+    A retry of another run's step (or of no step) would put a link in this run's ledger, and
+    in its audit bundle, that leads out of it. The common path hands every request with a
+    ``retry_of_step_id`` to the ORM path (retries are rare), so this is the one check.
+    """
+    if not retry_of_step_id:
+        return
+    step_run = session.scalar(sa.select(StepRow.run_id).where(StepRow.id == retry_of_step_id))
+    if step_run != run_id:
+        raise InvalidArgument.for_field(
+            "retry_of_step_id", f"{retry_of_step_id!r} is not a step of run {run_id}"
+        )
+
+
 def step_end(
     status: str,
     *,
@@ -663,6 +679,7 @@ class CommonPath:
             or state.turn_status != "OPEN"
             or (req.input_ref and not state.input_blob)
             or state.keyed_step_id is not None
+            or req.retry_of_step_id  # checked by the ORM path (check_retry_of)
         ):
             return None
         cached = self._bound(state.agent_digest)
@@ -959,6 +976,7 @@ class StepsService:
             )
         if req.input_ref:
             require_blob(session, req.input_ref, "input_ref")
+        check_retry_of(session, run.id, req.retry_of_step_id)
         b = _Begin(
             session,
             run,

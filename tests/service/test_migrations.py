@@ -67,3 +67,34 @@ def test_the_step_paths_key_lookup_is_served_by_the_partial_key_index(
         assert "ix_runtime_steps_run_id_idempotency_key" in plan, plan
     finally:
         database.dispose()
+
+
+def test_component_lookup_by_version_is_served_by_the_partial_unique_index(
+    empty_database_url: str,
+) -> None:
+    """name@version is unique among named components only (anonymous inline prompts share
+    the empty name and version); the look-up by version must still use that index, which
+    on SQLite means its condition is spelled exactly as the query renders `~anonymous`."""
+    import sqlalchemy as sa
+
+    from registry.store import ComponentRow
+
+    database = Database(empty_database_url)
+    try:
+        migrate.upgrade(database)
+        c = ComponentRow
+        query = sa.select(c.digest).where(c.name == "tool", c.version == "1", ~c.anonymous)
+        with database.write_engine.connect() as conn:
+            if database.is_sqlite:
+                compiled = query.compile(conn)
+                plan = conn.exec_driver_sql(
+                    "EXPLAIN QUERY PLAN " + str(compiled), tuple(compiled.params.values())
+                ).all()
+            else:
+                conn.exec_driver_sql("SET enable_seqscan = off")
+                compiled = query.compile(conn, compile_kwargs={"literal_binds": True})
+                plan = conn.exec_driver_sql("EXPLAIN " + str(compiled)).all()
+        text = " ".join(str(row[-1]) for row in plan)
+        assert "ix_registry_components_name_version" in text, text
+    finally:
+        database.dispose()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -30,6 +32,28 @@ def test_health_serving_for_server_and_each_service(server_address: str) -> None
         with pytest.raises(grpc.RpcError) as info:
             stub.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=5)
         assert info.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_health_list_answers_every_service_without_a_traceback(
+    server_address: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """grpc.health.v1.Health/List is part of the health contract the server registers; it
+    answers the same statuses Check does, and logs nothing (it once raised in the handler and
+    logged a traceback on every call)."""
+    caplog.set_level(logging.DEBUG)
+    with grpc.insecure_channel(server_address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for _ in range(3):
+            response = stub.List(health_pb2.HealthListRequest(), timeout=5)
+            assert set(response.statuses) == {"", *AGENTRT_SERVICES}
+            for service, status in response.statuses.items():
+                assert status.status == health_pb2.HealthCheckResponse.SERVING, service
+    noisy = [
+        r
+        for r in caplog.records
+        if r.exc_info or "Traceback" in r.getMessage() or r.levelno >= logging.ERROR
+    ]
+    assert not noisy, [r.getMessage() for r in noisy]
 
 
 def test_reflection_lists_the_four_services(server_address: str) -> None:

@@ -215,6 +215,38 @@ def test_tool_steps_record_errors_retries_side_effects_and_a_sequence_across_att
     assert rest.next_page_token == ""
 
 
+def test_retry_of_step_id_must_name_a_step_of_the_same_run(stubs: Stubs) -> None:
+    """On the common path (the step writer process) and the server's alike: a retry of
+    another run's step, or of no step, is refused naming the field, and changes nothing."""
+    other = start(stubs)
+    foreign = other.model("theirs").step
+    other.end(foreign.id, FAILED, error_class=E.ERROR_CLASS_RATE_LIMITED, retryable=True)
+    w = start(stubs, publish=False)
+    assert w.run_id != other.run_id
+    own = w.model("mine").step
+    before_steps = list_steps(stubs, w.run_id)
+    before_run = get_run(stubs, w.run_id)
+
+    for target in (foreign.id, "stp_nope", "x" * 300):
+        for call in (
+            lambda t=target: w.model(retry_of_step_id=t),
+            lambda t=target: w.model("keyed", retry_of_step_id=t),
+            lambda t=target: w.begin(
+                type=E.STEP_TYPE_TOOL_CALL,
+                retry_of_step_id=t,
+                tool_call=message_pb2.ToolCallSpec(tool="read_file", arguments=args(path="a")),
+            ),
+        ):
+            details = expect(INVALID, call)
+            assert violations(details) == ["retry_of_step_id"]
+
+    assert list_steps(stubs, w.run_id) == before_steps
+    assert get_run(stubs, w.run_id).last_event_sequence == before_run.last_event_sequence
+    # A step of the same run is still a valid target.
+    retry = w.model(retry_of_step_id=own.id).step
+    assert retry.retry_of_step_id == own.id
+
+
 def test_a_stale_fence_is_lease_lost_and_changes_nothing(stubs: Stubs) -> None:
     w1 = start(stubs)
     open_step = w1.model("k").step
