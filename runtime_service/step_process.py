@@ -12,9 +12,11 @@ its own, and the server builds the answer from the step the child recorded.
 Everything else stays with the server. For a request that is not the common case (one to
 refuse, a denial or budget stop to record, a steer to deliver, a repeated idempotency key, an
 invalid request, an error of any kind) the child answers None having written nothing, and the
-server's own path handles the call exactly as it would without the child. If the child dies,
-the calls it held fail ``UNAVAILABLE`` (each step may or may not be recorded; a retry with the
-same idempotency key is safe) and every later call takes the in-process path.
+server's own path handles the call exactly as it would without the child; so does a request
+that breaks the child's own code (it catches every exception of a call). If the child dies
+anyway, the calls it held fail ``UNAVAILABLE`` (each step may or may not be recorded; a retry
+with the same idempotency key is safe), later calls take the in-process path, and
+:class:`StepProcess` starts a new child after a :class:`Backoff`.
 
 Two writers on one SQLite file: both hold the database's
 :class:`~agentrt_base.db.WriterLock` around each transaction, so neither ever sleeps in
