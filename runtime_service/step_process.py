@@ -12,9 +12,11 @@ its own, and the server builds the answer from the step the child recorded.
 Everything else stays with the server. For a request that is not the common case (one to
 refuse, a denial or budget stop to record, a steer to deliver, a repeated idempotency key, an
 invalid request, an error of any kind) the child answers None having written nothing, and the
-server's own path handles the call exactly as it would without the child. If the child dies,
-the calls it held fail ``UNAVAILABLE`` (each step may or may not be recorded; a retry with the
-same idempotency key is safe) and every later call takes the in-process path.
+server's own path handles the call exactly as it would without the child; so does a request
+that breaks the child's own code (it catches every exception of a call). If the child dies
+anyway, the calls it held fail ``UNAVAILABLE`` (each step may or may not be recorded; a retry
+with the same idempotency key is safe), later calls take the in-process path, and
+:class:`StepProcess` starts a new child after a :class:`Backoff`.
 
 Two writers on one SQLite file: both hold the database's
 :class:`~agentrt_base.db.WriterLock` around each transaction, so neither ever sleeps in
@@ -137,21 +139,60 @@ class _Connection(asyncio.Protocol):
         self._owner._lost(exc)
 
 
-class StepProcess:
-    """The server's handle on the step writer process: start it, send it calls, stop it."""
+@dataclass
+class Backoff:
+    """How long the supervisor waits before starting the step writer process again: ``first``
+    seconds after a death, doubling with each start that fails or each child that dies young,
+    up to ``cap``; back to ``first`` once a child stayed up ``stable`` seconds. A request that
+    kept killing the child could then cost at most one start every ``cap`` seconds, never a
+    spinning server."""
 
-    def __init__(self, database_url: str, notifier: Notifier) -> None:
+    first: float = 0.1
+    cap: float = 10.0
+    stable: float = 30.0
+    _next: float = 0.0
+
+    def delay(self, up_for: float | None) -> float:
+        """The wait before the next start; ``up_for``: how long the child that has just died
+        had been up (None: the last start failed)."""
+        if self._next == 0.0 or (up_for is not None and up_for >= self.stable):
+            self._next = self.first
+        delay, self._next = self._next, min(self._next * 2, self.cap)
+        return delay
+
+
+class StepProcess:
+    """The server's handle on the step writer process: start it, send it calls, restart it
+    when it dies, stop it."""
+
+    def __init__(
+        self,
+        database_url: str,
+        notifier: Notifier,
+        backoff: Backoff | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._url = database_url
         self._notifier = notifier
+        self._backoff = backoff if backoff is not None else Backoff()
+        self._clock = clock
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Answer | None]] = {}
         self._transport: asyncio.Transport | None = None
         self._closed: asyncio.Event | None = None
         self._pid: int | None = None
+        self._started_at = 0.0
         self._stopping = False
+        #: Set by stop(): the supervisor's wait ends, a start-up in progress gives up.
+        self._stop_requested = asyncio.Event()
+        self._halt = threading.Event()
+        self._supervisor: asyncio.Task[None] | None = None
         #: Calls the child answered, and calls it handed back to the server.
         self.answered = 0
         self.handed_back = 0
+        #: Times the child was started again after it died, and starts that failed.
+        self.restarts = 0
+        self.failed_starts = 0
 
     @staticmethod
     def supported() -> bool:
@@ -168,14 +209,21 @@ class StepProcess:
         return self._pid
 
     async def start(self) -> None:
-        """Start the child and wait until it has opened the database; raise if it cannot."""
+        """Start the child and wait until it has opened the database; raise if it cannot.
+        From then on it is restarted whenever it dies, until :meth:`stop`."""
+        await self._spawn()
+        self._supervisor = asyncio.create_task(
+            self._supervise(), name="agentrt-step-writer-supervisor"
+        )
+
+    async def _spawn(self) -> None:
         ours, theirs = socket.socketpair()
         try:
             self._pid = await asyncio.to_thread(
                 _Zygote.fork, self._url, self._notifier.origin, theirs
             )
             theirs.close()
-            if not await asyncio.to_thread(_wait_ready, ours):
+            if not await asyncio.to_thread(_wait_ready, ours, self._halt):
                 raise RuntimeError(
                     "the step writer process exited before it was ready; its error is logged above"
                 )
@@ -188,6 +236,42 @@ class StepProcess:
         self._closed = asyncio.Event()
         transport, _ = await loop.create_unix_connection(lambda: _Connection(self), sock=ours)
         self._transport = transport
+        self._started_at = self._clock()
+
+    async def _supervise(self) -> None:
+        """Start the child again each time it dies, after :class:`Backoff`'s wait; meanwhile
+        calls take the in-process path. Ends when :meth:`stop` is called (a start already
+        under way finishes, and stop() then stops that child)."""
+        try:
+            while not self._stopping:
+                assert self._closed is not None
+                await _either(self._closed, self._stop_requested)
+                if self._stopping:
+                    return
+                up_for: float | None = self._clock() - self._started_at
+                # Gone for good (it holds no lock or transaction) before another opens the
+                # database.
+                await self._reap()
+                while not self._stopping:
+                    delay = self._backoff.delay(up_for)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stop_requested.wait(), delay)
+                    if self._stopping:
+                        return
+                    try:
+                        await self._spawn()
+                    except (OSError, RuntimeError) as exc:
+                        self.failed_starts += 1
+                        up_for = None
+                        if not self._stopping:
+                            log.error("cannot restart the step writer process: %s", exc)
+                        continue
+                    self.restarts += 1
+                    log.info("the step writer process is running again (pid %s)", self._pid)
+                    break
+        except Exception:
+            # A bug of ours: the server goes on writing every step itself.
+            log.exception("the step writer process supervisor failed; it is not restarted")
 
     async def call(self, method: int, request: bytes) -> Any:
         """The child's answer to one BeginStep or EndStep, or None: the server must take the
@@ -232,8 +316,12 @@ class StepProcess:
             self._closed.set()
         pending, self._pending = self._pending, {}
         if not self._stopping:
+            # One line: how it ended (a reset connection when it was killed) is all there is
+            # to tell; a traceback of our socket read would say nothing more.
             log.error(
-                "the step writer process stopped (%s); steps now take the in-process path",
+                "the step writer process (pid %s) stopped unexpectedly (%s); steps take the"
+                " in-process path until it is restarted",
+                self._pid,
                 exc or "end of stream",
             )
         for future in pending.values():
@@ -247,8 +335,14 @@ class StepProcess:
                 )
 
     async def stop(self) -> None:
-        """End the child's input: it answers what it holds, closes its end and exits."""
+        """End the child's input: it answers what it holds, closes its end and exits. No
+        restart follows, and the database file is closed when this returns."""
         self._stopping = True
+        self._stop_requested.set()
+        self._halt.set()
+        if self._supervisor is not None:
+            await self._supervisor  # (a start under way ends first: its child is stopped below)
+            self._supervisor = None
         # Calls from now on take the in-process path (there should be none: the server
         # stops serving first).
         transport, self._transport = self._transport, None
@@ -268,6 +362,16 @@ class StepProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             await asyncio.to_thread(_wait_exit, pid, 5.0)
+
+
+async def _either(a: asyncio.Event, b: asyncio.Event) -> None:
+    """Wait until ``a`` or ``b`` is set."""
+    waits = [asyncio.ensure_future(a.wait()), asyncio.ensure_future(b.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
 
 
 def _wait_exit(pid: int, timeout: float) -> bool:
@@ -346,17 +450,24 @@ class _Zygote:
         cls._control = ours
 
 
-def _wait_ready(sock: socket.socket) -> bool:
-    sock.settimeout(_START_TIMEOUT)
+def _wait_ready(sock: socket.socket, halt: threading.Event) -> bool:
+    """Whether the child said it is ready, within the start timeout and before ``halt``."""
+    deadline = time.monotonic() + _START_TIMEOUT
+    reader = FrameReader()
+    # Short waits, so that stop() need not sit out a start-up stuck on the database.
+    sock.settimeout(0.1)
     try:
-        reader = FrameReader()
-        while True:
-            data = sock.recv(4096)
+        while not halt.is_set() and time.monotonic() < deadline:
+            try:
+                data = sock.recv(4096)
+            except TimeoutError:
+                continue
+            except OSError:  # (reset: it was killed while starting)
+                return False
             if not data:
                 return False
             if reader.feed(data):
                 return True
-    except TimeoutError:
         return False
     finally:
         sock.settimeout(None)
@@ -405,7 +516,11 @@ class StepJobs:
     @staticmethod
     def parse(method: int, payload: bytes) -> Call | None:
         """The call in a request's bytes, or None if it is invalid (the server answers the
-        error, from the same checks)."""
+        error, from the same checks) or cannot be read here for any other reason.
+
+        Any exception, not only our own errors: a request the server let through may still
+        break a conversion here (a non-finite number in a Struct once did), and an exception
+        escaping would end the process and every call it holds."""
         try:
             if method == BEGIN_STEP:
                 req = step_request(pb.BeginStepRequest.FromString(payload))
@@ -417,6 +532,9 @@ class StepJobs:
                 fence.attempt_id, fence.lease_epoch, request.step_id, step_end_of(request)
             )
         except AgentrtError:
+            return None  # a refusal: the server's path answers it
+        except Exception:
+            _CALL_FAILURES.failed()
             return None
 
     def run(self, tx: RawTx, call: Call | None) -> Answer | None:
@@ -510,12 +628,12 @@ class FailureLog:
         self._last_logged: float | None = None
         self._unlogged = 0
 
-    def failed(self) -> None:
-        """Call from an ``except`` block."""
+    def failed(self, exc: BaseException | None = None) -> None:
+        """Call from an ``except`` block; ``exc``: the error to show, if not the one handled."""
         now = self._clock()
         if self._last_logged is None or now - self._last_logged >= self._every:
             more = f" ({self._unlogged} more since the last report)" if self._unlogged else ""
-            log.exception("%s%s; the server takes its calls", self._what, more)
+            log.error("%s%s; the server takes its calls", self._what, more, exc_info=exc or True)
             self._last_logged, self._unlogged = now, 0
         else:
             self._unlogged += 1
@@ -523,6 +641,8 @@ class FailureLog:
 
 _FAILURES = FailureLog()
 _UNREACHABLE = FailureLog("the step writer cannot open a database connection")
+#: A bug of ours that one request reached (the server's own path then answers that request).
+_CALL_FAILURES = FailureLog("a step call failed unexpectedly in the step writer process")
 
 
 def _commit(
@@ -543,15 +663,7 @@ def _commit(
             return [(job, None, ()) for job, _, _ in batch], None
     calls = [jobs.parse(method, payload) for _, method, payload in batch]
     try:
-        if jobs.sqlite:
-            # First in the transaction: the cached step states are checked against other
-            # writers.
-            fns: list[Callable[[RawTx], Any]] = [jobs.states.validate]
-            fns += [functools.partial(jobs.run, call=call) for call in calls]
-            with database.writer_lock():
-                results = run_raw_batch_sqlite(dialect, conn.driver_connection, fns)[1:]
-        else:
-            results = _postgres_batch(dialect, conn.driver_connection, jobs, calls, origin)
+        results = _run_batch(database, dialect, conn, jobs, calls, origin)
     except _CommitUnknown as unknown:
         # Calls that wrote nothing can still go to the server; the others may be committed.
         _FAILURES.failed()
@@ -572,6 +684,64 @@ def _commit(
     for (job, _, _), result in zip(batch, results, strict=True):
         answers.append((job, None, ()) if result is None else (job, result[0], result[1]))
     return answers, conn
+
+
+def _run_batch(
+    database: Database,
+    dialect: Dialect,
+    conn: Any,
+    jobs: StepJobs,
+    calls: list[Call | None],
+    origin: str,
+) -> list[Answer | None]:
+    """One transaction for ``calls``. A call that raises anything but a database error is
+    handed back alone (answered None): the batch is rolled back and runs again without it,
+    so one request that reaches a bug costs the others a retry, not a trip to the server.
+    Each retry hands back one more call; should a call fail again once handed back (it is
+    then None: a bug in this function), the batch fails as a whole after as many retries as
+    calls."""
+    for _ in range(len(calls) + 1):
+        try:
+            if jobs.sqlite:
+                # First in the transaction: the cached step states are checked against other
+                # writers.
+                fns: list[Callable[[RawTx], Any]] = [jobs.states.validate]
+                fns += [
+                    functools.partial(_run_call, jobs, index, call=call)
+                    for index, call in enumerate(calls)
+                ]
+                with database.writer_lock():
+                    return run_raw_batch_sqlite(dialect, conn.driver_connection, fns)[1:]
+            return _postgres_batch(dialect, conn.driver_connection, jobs, calls, origin)
+        except _CallFailed as failed:
+            jobs.states.clear()  # what the batch's jobs remembered was rolled back
+            _CALL_FAILURES.failed(failed.__cause__)
+            calls = [None if i == failed.index else call for i, call in enumerate(calls)]
+    raise RuntimeError("the calls of a step batch kept failing one by one")
+
+
+def _run_call(jobs: StepJobs, index: int, tx: RawTx, call: Call | None) -> Answer | None:
+    """:meth:`StepJobs.run`, telling a failure of this call apart from one of the database."""
+    try:
+        return jobs.run(tx, call)
+    except Exception as exc:
+        if _is_database_error(exc):
+            raise  # the database's, not this call's: the batch as a whole fails
+        raise _CallFailed(index) from exc
+
+
+def _is_database_error(exc: BaseException) -> bool:
+    """Whether a driver or SQLAlchemy raised ``exc`` (by module: the child imports psycopg
+    only on PostgreSQL)."""
+    return type(exc).__module__.partition(".")[0] in ("sqlite3", "psycopg", "sqlalchemy")
+
+
+class _CallFailed(Exception):
+    """The call at ``index`` of a batch raised something other than a database error."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(f"call {index} of the batch failed")
+        self.index = index
 
 
 def _connect(database: Database) -> Any:
@@ -609,9 +779,9 @@ def _postgres_batch(
     try:
         jobs.read_ahead(tx, calls)
         keys: list[str] = []
-        for call in calls:
+        for index, call in enumerate(calls):
             job_tx = DeferredTx(dialect, writes)
-            results.append(jobs.run(job_tx, call))
+            results.append(_run_call(jobs, index, job_tx, call))
             keys += job_tx.wake
         with tx.pipeline():
             send_deferred(tx, writes)

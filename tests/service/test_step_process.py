@@ -1,12 +1,14 @@
 """The step writer process, on both engines: it takes BeginStep and EndStep's common case,
 hands everything else back to the server, writes side by side with the server's own writer,
-and when it dies its calls fail UNAVAILABLE and the server carries on alone. What is
+and when it dies its calls fail UNAVAILABLE and the server carries on alone until it restarts
+the process (``test_step_process_supervision.py``: restarts under load). What is
 particular to an engine: on SQLite what it remembers between its writes and the thread
 cursors; on PostgreSQL its batches read ahead and commit all or nothing."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import sqlite3
@@ -36,6 +38,7 @@ from runtime_service.step_process import (
     StepJobs,
     StepProcess,
     _commit,
+    _Zygote,
     child_database_url,
 )
 from tests.runtime_support import Stubs
@@ -454,12 +457,22 @@ def verified(stubs: Stubs, run_id: str) -> bool:
 
 
 def test_when_it_dies_its_calls_fail_unavailable_and_the_server_carries_on(
-    server: tuple[StepProcess, Stubs],
+    server: tuple[StepProcess, Stubs], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The calls the child held fail UNAVAILABLE; until a new child is up (here its starts
+    fail, fewer and fewer of them: backoff) the server takes every call; then the new child
+    takes them again."""
     process, stubs = server
     w = start(stubs)
     pid = process.pid
     assert pid is not None
+    starts: list[float] = []
+
+    def cannot_start(*args: Any) -> int:
+        starts.append(time.monotonic())
+        raise RuntimeError("no step writer for this test")
+
+    monkeypatch.setattr(_Zygote, "fork", cannot_start)
     os.kill(pid, signal.SIGSTOP)  # the call reaches the child, which never answers it
     try:
         call = stubs.worker.BeginStep.future(
@@ -476,6 +489,7 @@ def test_when_it_dies_its_calls_fail_unavailable_and_the_server_carries_on(
         assert not call.done()
     finally:
         os.kill(pid, signal.SIGKILL)
+    died = time.monotonic()
     error = call.exception()
     assert error is not None and error.code() == grpc.StatusCode.UNAVAILABLE
     assert error_details(error)["ErrorInfo"].reason == "STEP_WRITER_STOPPED"
@@ -485,13 +499,31 @@ def test_when_it_dies_its_calls_fail_unavailable_and_the_server_carries_on(
     assert not process.alive
 
     # The retry (same key) is taken by the server itself, records the step once, and the
-    # rest of the run goes on without the child.
+    # run goes on without the child meanwhile.
+    answered = process.answered
     retried = w.model("in-flight")
     assert not retried.existing
     w.end(retried.step.id)
     later = w.model("next")
     w.end(later.step.id)
-    assert [s.sequence for s in list_steps(stubs, w.run_id)] == [1, 2]
+    assert process.answered == answered
+    time.sleep(max(0.0, died + 2.0 - time.monotonic()))
+    # Starts 0.1 s after the death, then 0.2, 0.4, 0.8 s apart: four in two seconds, not a
+    # spin (the machine being slow only spaces them further).
+    assert 2 <= len(starts) <= 5, starts
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert all(gap >= 0.9 * 0.2 * 2**i for i, gap in enumerate(gaps)), gaps
+    assert process.failed_starts == len(starts) and process.restarts == 0
+
+    monkeypatch.undo()
+    deadline = time.monotonic() + 20
+    while not process.alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert process.alive and process.pid not in (None, pid) and process.restarts == 1
+    again = w.model("after")
+    w.end(again.step.id)
+    assert process.answered == answered + 2  # the new child's
+    assert [s.sequence for s in list_steps(stubs, w.run_id)] == [1, 2, 3]
     assert verified(stubs, w.run_id)
 
 
