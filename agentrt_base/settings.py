@@ -17,6 +17,8 @@ ENV_LISTEN = "AGENTRT_LISTEN"
 ENV_DATABASE_URL = "AGENTRT_DATABASE_URL"
 ENV_TARGET = "AGENTRT_TARGET"
 ENV_STEP_PROCESS = "AGENTRT_STEP_PROCESS"
+ENV_MAX_BLOB_BYTES = "AGENTRT_MAX_BLOB_BYTES"
+ENV_BLOB_QUOTA_BYTES = "AGENTRT_BLOB_QUOTA_BYTES"
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,10 @@ class ServerSettings:
     #: second process (``runtime_service.step_process``); ``AGENTRT_STEP_PROCESS=0`` keeps it
     #: in-process.
     step_process: bool = True
+    #: PutBlob's per-blob limit and total quota in bytes; None keeps the runtime's defaults
+    #: (``RuntimeSettings``).
+    max_blob_bytes: int | None = None
+    blob_quota_bytes: int | None = None
 
     @classmethod
     def resolve(
@@ -39,15 +45,33 @@ class ServerSettings:
         listen: str | None,
         database_url: str | None,
         environ: Mapping[str, str] | None = None,
+        max_blob_bytes: int | None = None,
+        blob_quota_bytes: int | None = None,
     ) -> ServerSettings:
-        """Combine flags (which win) with the environment and the defaults."""
+        """Combine flags (which win) with the environment and the defaults; raises
+        ValueError (one line) for a malformed value."""
         env = os.environ if environ is None else environ
         return cls(
+            max_blob_bytes=_bytes(max_blob_bytes, env, ENV_MAX_BLOB_BYTES),
+            blob_quota_bytes=_bytes(blob_quota_bytes, env, ENV_BLOB_QUOTA_BYTES),
             listen=listen or env.get(ENV_LISTEN) or DEFAULT_LISTEN,
             database_url=database_url or env.get(ENV_DATABASE_URL) or DEFAULT_DATABASE_URL,
             step_process=env.get(ENV_STEP_PROCESS, "1").strip().lower()
             not in ("0", "false", "no", "off"),
         )
+
+
+def _bytes(flag: int | None, env: Mapping[str, str], name: str) -> int | None:
+    """A size in bytes from its flag or environment variable (None when neither is set)."""
+    value: int | None = flag
+    if value is None and env.get(name, "").strip():
+        try:
+            value = int(env[name].strip())
+        except ValueError:
+            raise ValueError(f"{name}={env[name]!r} is not a whole number of bytes") from None
+    if value is not None and value < 0:
+        raise ValueError(f"{name}: a size in bytes may not be negative ({value})")
+    return value
 
 
 def resolve_target(target: str | None, environ: Mapping[str, str] | None = None) -> str:

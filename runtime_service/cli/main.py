@@ -17,8 +17,10 @@ from agentrt_base.db import Database, DatabaseUnavailable
 from agentrt_base.settings import (
     DEFAULT_DATABASE_URL,
     DEFAULT_LISTEN,
+    ENV_BLOB_QUOTA_BYTES,
     ENV_DATABASE_URL,
     ENV_LISTEN,
+    ENV_MAX_BLOB_BYTES,
     ENV_TARGET,
     ServerSettings,
     resolve_target,
@@ -26,6 +28,7 @@ from agentrt_base.settings import (
 from registry import cli as registry_cli
 from runtime_service import __version__
 from runtime_service.cli import audit as audit_cli
+from runtime_service.services.context import RuntimeSettings
 
 #: Exit codes: 1 = the command failed, 2 = bad usage (argparse's own), 3 = cannot start.
 EXIT_FAILED = 1
@@ -52,7 +55,15 @@ def _fail(message: str, code: int) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from runtime_service.server import StartupError, serve
 
-    settings = ServerSettings.resolve(listen=args.listen, database_url=args.database_url)
+    try:
+        settings = ServerSettings.resolve(
+            listen=args.listen,
+            database_url=args.database_url,
+            max_blob_bytes=args.max_blob_bytes,
+            blob_quota_bytes=args.blob_quota_bytes,
+        )
+    except ValueError as exc:
+        return _fail(str(exc), EXIT_CANNOT_START)
     _configure_logging()
     try:
         asyncio.run(serve(settings))
@@ -116,6 +127,20 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"address (env {ENV_LISTEN}; default {DEFAULT_LISTEN})",
     )
     serve.add_argument("--database-url", metavar="URL", help=database_help)
+    serve.add_argument(
+        "--max-blob-bytes",
+        type=int,
+        metavar="N",
+        help=f"largest blob PutBlob accepts (env {ENV_MAX_BLOB_BYTES}; "
+        f"default {RuntimeSettings.max_blob_bytes} = 64 MiB)",
+    )
+    serve.add_argument(
+        "--blob-quota-bytes",
+        type=int,
+        metavar="N",
+        help=f"total size of all stored blobs (env {ENV_BLOB_QUOTA_BYTES}; "
+        f"default {RuntimeSettings.blob_quota_bytes} = 10 GiB)",
+    )
     serve.set_defaults(handler=_cmd_serve)
 
     db = commands.add_parser("db", help="database maintenance")
