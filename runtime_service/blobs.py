@@ -30,12 +30,14 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
+import datetime as dt
 import hashlib
 import os
 import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -150,59 +152,129 @@ class Upload:
 
 
 class BlobStore(Protocol):
-    """Where blob bytes live. An upload is kept in three steps: :meth:`place` (outside any
-    transaction), :meth:`write` (inside the short transaction that inserts the blob's row),
-    and, should that transaction not insert the row, :meth:`unplace`."""
+    """Where blob bytes live. A verified upload is kept in steps: :meth:`place` (outside the
+    row's transaction), :meth:`write` (inside the short transaction that inserts the blob's
+    row), and, whenever that transaction does not insert the row (refused, failed, or the
+    content was stored already), :meth:`unplace`."""
 
     def open_upload(self) -> Upload:
         """A new upload's staging file."""
         ...
 
-    def place(self, digest: str, upload: Upload) -> bool:
-        """Make the content durable where :meth:`read_chunk` will find it, before the row
-        commits; True when this call put it there (so :meth:`unplace` may take it away)."""
+    async def place(self, digest: str, upload: Upload) -> str | None:
+        """Put the content where it will be read from, without holding the ledger's writer;
+        returns what :meth:`write` and :meth:`unplace` need (None: nothing was placed)."""
         ...
 
-    def write(self, session: Session, digest: str, upload: Upload) -> None: ...
+    def write(self, session: Session, digest: str, placed: str | None) -> None: ...
 
-    def unplace(self, digest: str) -> None:
-        """Undo a :meth:`place` that returned True, whose row was not inserted."""
-        ...
+    async def unplace(self, placed: str | None) -> None: ...
 
     def read_chunk(self, session: Session, digest: str, index: int) -> bytes | None:
         """Chunk ``index`` (0-based) of the blob, or None past its end."""
         ...
 
 
+def read_chunk_row(session: Session, digest: str, index: int) -> bytes | None:
+    data: bytes | None = session.scalar(
+        sa.select(BlobContentRow.data).where(
+            BlobContentRow.digest == digest, BlobContentRow.chunk == index
+        )
+    )
+    return data
+
+
+#: Prefix of the key under which :class:`DatabaseBlobStore` stages an upload's rows. Never a
+#: digest (every digest a caller passes is checked to be ``sha256:...``), so nothing can
+#: find or reference a staged upload, and :func:`check_quota` does not count it.
+PENDING_PREFIX = "pending:"
+
+
 class DatabaseBlobStore:
-    """Blob bytes as 1 MiB rows of ``runtime_blob_chunks``, written in the row's transaction."""
+    """Blob bytes as 1 MiB rows of ``runtime_blob_chunks``.
+
+    Written in one transaction, 64 MiB of rows went into PostgreSQL's WAL at once, and every
+    step commit after them waited for all of it to be flushed. So the rows are staged one
+    chunk per committed transaction (each commit waits for its own 1 MiB to be flushed, which
+    paces the upload at what the disk takes, with the step commits interleaved) under a
+    pending key whose row holds them (the foreign key wants one), and the row's transaction
+    only renames them to the digest: small tuples, the chunk data itself is not rewritten.
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._rt = runtime
+        self._swept = False
 
     def open_upload(self) -> Upload:
         # A temporary file whose bytes end up in rows: it need not survive a crash.
         return Upload(None)
 
-    def place(self, digest: str, upload: Upload) -> bool:
-        return False
+    async def place(self, digest: str, upload: Upload) -> str | None:
+        if not self._swept:
+            self._swept = True
+            await self._sweep()
+        pending = PENDING_PREFIX + uuid.uuid4().hex
+        created = utcnow()
 
-    def write(self, session: Session, digest: str, upload: Upload) -> None:
-        upload.rewind()
-        index = 0
-        while chunk := upload.read(CHUNK_BYTES):
-            session.execute(
-                sa.insert(BlobContentRow).values(digest=digest, chunk=index, data=chunk)
+        def open_pending(session: Session) -> None:
+            session.add(
+                BlobRow(digest=pending, size=upload.size, media_type="", create_time=created)
             )
-            index += 1
 
-    def unplace(self, digest: str) -> None:
-        return None
+        await self._rt.write(open_pending)
+        try:
+            await in_upload_thread(upload.rewind)
+            index = 0
+            while chunk := await in_upload_thread(upload.read, CHUNK_BYTES):
+                await self._rt.write(partial(_insert_chunk, pending, index, chunk))
+                index += 1
+        except BaseException:
+            await self.unplace(pending)
+            raise
+        return pending
+
+    def write(self, session: Session, digest: str, placed: str | None) -> None:
+        session.execute(
+            sa.update(BlobContentRow)
+            .where(BlobContentRow.digest == placed)
+            .values(digest=digest)
+            .execution_options(synchronize_session=False)
+        )
+        session.execute(sa.delete(BlobRow).where(BlobRow.digest == placed))
+
+    async def unplace(self, placed: str | None) -> None:
+        if placed is not None:
+            await self._rt.write(partial(_drop_pending, [placed]))
 
     def read_chunk(self, session: Session, digest: str, index: int) -> bytes | None:
-        data: bytes | None = session.scalar(
-            sa.select(BlobContentRow.data).where(
-                BlobContentRow.digest == digest, BlobContentRow.chunk == index
+        return read_chunk_row(session, digest, index)
+
+    async def _sweep(self) -> None:
+        """Drop uploads staged by a server that stopped mid-upload (any replica's, once
+        stale)."""
+        cutoff = utcnow() - dt.timedelta(seconds=STALE_UPLOAD_SECONDS)
+
+        def stale(session: Session) -> list[str]:
+            return list(
+                session.scalars(
+                    sa.select(BlobRow.digest).where(
+                        BlobRow.digest.startswith(PENDING_PREFIX), BlobRow.create_time < cutoff
+                    )
+                )
             )
-        )
-        return data
+
+        keys = await self._rt.read(stale)
+        if keys:
+            await self._rt.write(partial(_drop_pending, keys))
+
+
+def _insert_chunk(key: str, index: int, data: bytes, session: Session) -> None:
+    session.execute(sa.insert(BlobContentRow).values(digest=key, chunk=index, data=data))
+
+
+def _drop_pending(keys: list[str], session: Session) -> None:
+    session.execute(sa.delete(BlobContentRow).where(BlobContentRow.digest.in_(keys)))
+    session.execute(sa.delete(BlobRow).where(BlobRow.digest.in_(keys)))
 
 
 class FileBlobStore:
@@ -222,7 +294,11 @@ class FileBlobStore:
         hexdigest = digest.removeprefix("sha256:")
         return self.root / "sha256" / hexdigest[:2] / hexdigest
 
-    def place(self, digest: str, upload: Upload) -> bool:
+    async def place(self, digest: str, upload: Upload) -> str | None:
+        placed = await in_upload_thread(self._place, digest, upload)
+        return str(self.path(digest)) if placed else None
+
+    def _place(self, digest: str, upload: Upload) -> bool:
         target = self.path(digest)
         if target.exists():
             return False
@@ -233,12 +309,12 @@ class FileBlobStore:
         _fsync_directory(target.parent)
         return True
 
-    def write(self, session: Session, digest: str, upload: Upload) -> None:
+    def write(self, session: Session, digest: str, placed: str | None) -> None:
         return None
 
-    def unplace(self, digest: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.path(digest).unlink()
+    async def unplace(self, placed: str | None) -> None:
+        if placed is not None:
+            await in_upload_thread(partial(Path(placed).unlink, missing_ok=True))
 
     def read_chunk(self, session: Session, digest: str, index: int) -> bytes | None:
         try:
@@ -247,7 +323,7 @@ class FileBlobStore:
                 return f.read(CHUNK_BYTES) or None
         except FileNotFoundError:
             # Blobs stored before the file store existed are still rows in the database.
-            return DatabaseBlobStore().read_chunk(session, digest, index)
+            return read_chunk_row(session, digest, index)
 
     def _remove_stale_uploads(self) -> None:
         cutoff = time.time() - STALE_UPLOAD_SECONDS
@@ -304,9 +380,9 @@ def blob_directory(url: URL) -> str | None:
     return database + "-blobs"
 
 
-def default_store(url: URL) -> BlobStore:
-    directory = blob_directory(url)
-    return FileBlobStore(directory) if directory is not None else DatabaseBlobStore()
+def default_store(runtime: Runtime) -> BlobStore:
+    directory = blob_directory(runtime.database.url)
+    return FileBlobStore(directory) if directory is not None else DatabaseBlobStore(runtime)
 
 
 def blob_exists(session: Session, digest: str) -> bool:
@@ -339,7 +415,10 @@ def check_quota(session: Session, size: int, quota: int) -> None:
     """The total quota (``blob_quota_bytes``): the sizes of every stored blob plus this new
     one may not pass it (RESOURCE_EXHAUSTED BLOB_QUOTA_EXCEEDED). Content already stored
     is never charged again, so callers ask only for a blob that is not stored."""
-    used = int(session.scalar(sa.select(sa.func.coalesce(sa.func.sum(BlobRow.size), 0))) or 0)
+    stored = sa.select(sa.func.coalesce(sa.func.sum(BlobRow.size), 0)).where(
+        BlobRow.digest.startswith("sha256:")  # not uploads being staged
+    )
+    used = int(session.scalar(stored) or 0)
     if used + size > quota:
         raise ResourceExhausted(
             f"storing {size} more bytes would pass the blob quota of {quota} bytes "
@@ -360,10 +439,11 @@ def check_chunk(chunk: bytes) -> None:
 class BlobService:
     def __init__(self, runtime: Runtime, store: BlobStore | None = None) -> None:
         self._rt = runtime
-        self._store = store or default_store(runtime.database.url)
-        # Held from placing an upload's content to its row's commit: a concurrent upload of
-        # the same content must not see the file placed, then lose it to our unplace.
-        self._keeping = asyncio.Lock()
+        self._store = store or default_store(runtime)
+        # One lock per digest being kept, held from placing its content to its row's commit:
+        # a concurrent upload of the same content must not see the file placed, then lose it
+        # to our unplace. Uploads of different content never wait for each other.
+        self._keeping: dict[str, tuple[asyncio.Lock, int]] = {}
 
     async def put(
         self, header: BlobHeader | None, chunks: AsyncIterable[bytes]
@@ -424,11 +504,18 @@ class BlobService:
                 upload.discard()
 
     async def _keep(self, header: BlobHeader, digest: str, upload: Upload) -> tuple[BlobRow, bool]:
+        lock, users = self._keeping.get(digest, (asyncio.Lock(), 0))
+        self._keeping[digest] = (lock, users + 1)
         try:
-            async with self._keeping:
+            async with lock:
                 return await self._place_and_commit(header, digest, upload)
         finally:
             upload.discard()
+            lock, users = self._keeping[digest]
+            if users == 1:
+                del self._keeping[digest]
+            else:
+                self._keeping[digest] = (lock, users - 1)
 
     async def _place_and_commit(
         self, header: BlobHeader, digest: str, upload: Upload
@@ -436,7 +523,7 @@ class BlobService:
         """Place the verified content, then insert its row in one short transaction."""
         store = self._store
         quota = self._rt.settings.blob_quota_bytes
-        placed = await in_upload_thread(store.place, digest, upload)
+        placed = await store.place(digest, upload)
 
         def write(session: Session) -> tuple[BlobRow, bool]:
             existing = session.get(BlobRow, digest)
@@ -459,23 +546,25 @@ class BlobService:
             )
             session.add(row)
             session.flush()
-            store.write(session, digest, upload)
+            store.write(session, digest, placed)
             return row, True
 
+        created = False
         try:
-            return await self._rt.write(write)
-        except sa.exc.IntegrityError:
-            # Two replicas uploading the same content both pass the existence check; the
-            # loser's insert hits the primary key. The content is stored either way: answer
-            # as for a repeated upload.
-            stored = await self._rt.read(lambda session: session.get(BlobRow, digest))
-            if stored is None:
-                raise
-            return stored, False
-        except BaseException:
-            if placed:
-                await in_upload_thread(store.unplace, digest)
-            raise
+            try:
+                row, created = await self._rt.write(write)
+            except sa.exc.IntegrityError:
+                # Two replicas uploading the same content both passed the existence check;
+                # the loser's insert hit the primary key. The content is stored either way:
+                # answer as for a repeated upload.
+                stored = await self._rt.read(lambda session: session.get(BlobRow, digest))
+                if stored is None:
+                    raise
+                row = stored
+            return row, created
+        finally:
+            if not created:
+                await store.unplace(placed)
 
     async def get(self, digest: str) -> tuple[BlobRow, AsyncIterator[bytes]]:
         if not refs.is_digest(digest):
