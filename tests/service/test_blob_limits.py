@@ -118,14 +118,16 @@ def test_the_total_quota_refuses_what_would_not_fit_and_stores_nothing(
     assert get(limited, digest_of(a)) == a
 
 
-def test_a_deduplicated_upload_is_not_charged_twice(limited: Stubs) -> None:
+def test_a_deduplicated_upload_is_not_charged_twice(limited: Stubs, database_url: str) -> None:
     a = b"a" * 2000
     assert put_blob(limited, a).created
+    before = stored(database_url)
     # 2000 + 2000 would pass the quota of 3000, but the content is stored already.
     again = put_blob(limited, a, chunk=700)
     assert not again.created
     announced = put(limited, header(len(a), expected=digest_of(a)), chunk(a))
     assert not announced.created
+    assert stored(database_url) == before  # and nothing of them was left staged
     # So exactly 1000 bytes are left.
     assert put_blob(limited, b"c" * 1000).created
     expect(EXHAUSTED, put, limited, header(1), chunk(b"d"), reason="BLOB_QUOTA_EXCEEDED")
