@@ -523,6 +523,11 @@ class BlobService:
         """Place the verified content, then insert its row in one short transaction."""
         store = self._store
         quota = self._rt.settings.blob_quota_bytes
+        # Content stored already is not placed again (on PostgreSQL that would write all of
+        # its rows only to drop them); the row's transaction checks again in any case.
+        stored = await self._rt.read(lambda session: session.get(BlobRow, digest))
+        if stored is not None:
+            return stored, False
         placed = await store.place(digest, upload)
 
         def write(session: Session) -> tuple[BlobRow, bool]:
@@ -557,10 +562,10 @@ class BlobService:
                 # Two replicas uploading the same content both passed the existence check;
                 # the loser's insert hit the primary key. The content is stored either way:
                 # answer as for a repeated upload.
-                stored = await self._rt.read(lambda session: session.get(BlobRow, digest))
-                if stored is None:
+                winner = await self._rt.read(lambda session: session.get(BlobRow, digest))
+                if winner is None:
                     raise
-                row = stored
+                row = winner
             return row, created
         finally:
             if not created:
