@@ -118,14 +118,17 @@ class Upload:
         self._file = os.fdopen(fd, "w+b")
         self._hasher = hashlib.sha256()
         self.size = 0
+        self._written_back = 0
 
     def add(self, chunk: bytes) -> None:
         self._hasher.update(chunk)
         self._file.write(chunk)
         self.size += len(chunk)
-        if self._durable:
+        # A MiB at a time, however small the client's chunks.
+        if self._durable and self.size - self._written_back >= CHUNK_BYTES:
             self._file.flush()
-            _write_back(self._file.fileno(), self.size - len(chunk), len(chunk))
+            _write_back(self._file.fileno(), self._written_back, self.size - self._written_back)
+            self._written_back = self.size
 
     @property
     def digest(self) -> str:
