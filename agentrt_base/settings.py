@@ -25,6 +25,8 @@ ENV_DB_STATEMENT_TIMEOUT = "AGENTRT_DB_STATEMENT_TIMEOUT"
 ENV_DB_LOCK_TIMEOUT = "AGENTRT_DB_LOCK_TIMEOUT"
 ENV_DB_POOL_TIMEOUT = "AGENTRT_DB_POOL_TIMEOUT"
 ENV_SQLITE_MAX_BYTES = "AGENTRT_SQLITE_MAX_BYTES"
+ENV_MAX_BLOB_BYTES = "AGENTRT_MAX_BLOB_BYTES"
+ENV_BLOB_QUOTA_BYTES = "AGENTRT_BLOB_QUOTA_BYTES"
 
 
 @dataclass(frozen=True)
@@ -54,15 +56,22 @@ class DatabaseSettings:
 
         def seconds(name: str, value: float) -> float:
             text = env.get(name, "").strip()
-            return float(text) if text else value
+            if not text:
+                return value
+            try:
+                parsed = float(text)
+            except ValueError:
+                raise ValueError(f"{name}={text!r} is not a number of seconds") from None
+            if not 0 < parsed < 86_400:
+                raise ValueError(f"{name}: must be more than 0 and less than a day ({text})")
+            return parsed
 
-        max_bytes = env.get(ENV_SQLITE_MAX_BYTES, "").strip()
         return cls(
             connect_timeout=seconds(ENV_DB_CONNECT_TIMEOUT, default.connect_timeout),
             statement_timeout=seconds(ENV_DB_STATEMENT_TIMEOUT, default.statement_timeout),
             lock_timeout=seconds(ENV_DB_LOCK_TIMEOUT, default.lock_timeout),
             pool_timeout=seconds(ENV_DB_POOL_TIMEOUT, default.pool_timeout),
-            sqlite_max_bytes=int(max_bytes) if max_bytes else None,
+            sqlite_max_bytes=_bytes(None, env, ENV_SQLITE_MAX_BYTES),
         )
 
 
@@ -80,6 +89,10 @@ class ServerSettings:
     step_process: bool = True
     #: Deadlines on every database call, and the SQLite size cap.
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
+    #: PutBlob's per-blob limit and total quota in bytes; None keeps the runtime's defaults
+    #: (``RuntimeSettings``).
+    max_blob_bytes: int | None = None
+    blob_quota_bytes: int | None = None
 
     @classmethod
     def resolve(
@@ -88,16 +101,34 @@ class ServerSettings:
         listen: str | None,
         database_url: str | None,
         environ: Mapping[str, str] | None = None,
+        max_blob_bytes: int | None = None,
+        blob_quota_bytes: int | None = None,
     ) -> ServerSettings:
-        """Combine flags (which win) with the environment and the defaults."""
+        """Combine flags (which win) with the environment and the defaults; raises
+        ValueError (one line) for a malformed value."""
         env = os.environ if environ is None else environ
         return cls(
+            max_blob_bytes=_bytes(max_blob_bytes, env, ENV_MAX_BLOB_BYTES),
+            blob_quota_bytes=_bytes(blob_quota_bytes, env, ENV_BLOB_QUOTA_BYTES),
             listen=listen or env.get(ENV_LISTEN) or DEFAULT_LISTEN,
             database_url=database_url or env.get(ENV_DATABASE_URL) or DEFAULT_DATABASE_URL,
             step_process=env.get(ENV_STEP_PROCESS, "1").strip().lower()
             not in ("0", "false", "no", "off"),
             database=DatabaseSettings.from_environ(env),
         )
+
+
+def _bytes(flag: int | None, env: Mapping[str, str], name: str) -> int | None:
+    """A size in bytes from its flag or environment variable (None when neither is set)."""
+    value: int | None = flag
+    if value is None and env.get(name, "").strip():
+        try:
+            value = int(env[name].strip())
+        except ValueError:
+            raise ValueError(f"{name}={env[name]!r} is not a whole number of bytes") from None
+    if value is not None and value < 0:
+        raise ValueError(f"{name}: a size in bytes may not be negative ({value})")
+    return value
 
 
 def resolve_target(target: str | None, environ: Mapping[str, str] | None = None) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 import socket
@@ -240,6 +241,16 @@ class AgentrtServer:
             self.database = None
 
 
+def runtime_settings(settings: ServerSettings) -> RuntimeSettings:
+    """The runtime's settings, with what the operator set on the command line or environment."""
+    runtime = RuntimeSettings()
+    if settings.max_blob_bytes is not None:
+        runtime = dataclasses.replace(runtime, max_blob_bytes=settings.max_blob_bytes)
+    if settings.blob_quota_bytes is not None:
+        runtime = dataclasses.replace(runtime, blob_quota_bytes=settings.blob_quota_bytes)
+    return runtime
+
+
 async def serve(settings: ServerSettings) -> None:
     """Run until SIGTERM or SIGINT, then drain and return (the process exits 0)."""
     stop = asyncio.Event()
@@ -248,7 +259,7 @@ async def serve(settings: ServerSettings) -> None:
     # reads that line, and the default handler would kill the process mid-flight.
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    server = AgentrtServer(settings)
+    server = AgentrtServer(settings, runtime_settings=runtime_settings(settings))
     try:
         await server.start()
         gc_policy.settle_long_lived()

@@ -18,9 +18,11 @@ from agentrt_base.db import Database, DatabaseUnavailable
 from agentrt_base.settings import (
     DEFAULT_DATABASE_URL,
     DEFAULT_LISTEN,
+    ENV_BLOB_QUOTA_BYTES,
     ENV_DATABASE_PASSWORD_FILE,
     ENV_DATABASE_URL,
     ENV_LISTEN,
+    ENV_MAX_BLOB_BYTES,
     ENV_TARGET,
     ServerSettings,
     resolve_target,
@@ -29,6 +31,7 @@ from registry import cli as registry_cli
 from runtime_service import __version__
 from runtime_service.cli import audit as audit_cli
 from runtime_service.cli import database_url
+from runtime_service.services.context import RuntimeSettings
 
 #: Exit codes: 1 = the command failed, 2 = bad usage (argparse's own), 3 = cannot start.
 EXIT_FAILED = 1
@@ -57,9 +60,16 @@ def _settings(args: argparse.Namespace, listen: str | None) -> ServerSettings:
 
     Raises:
         DatabaseUnavailable: the password file cannot be used (one line).
+        ValueError: a malformed setting (one line).
     """
     database_url.warn_if_password_in_arguments(args.database_url)
-    settings = ServerSettings.resolve(listen=listen, database_url=args.database_url)
+    settings = ServerSettings.resolve(
+        listen=listen,
+        database_url=args.database_url,
+        # serve's flags only; db upgrade has none of them.
+        max_blob_bytes=getattr(args, "max_blob_bytes", None),
+        blob_quota_bytes=getattr(args, "blob_quota_bytes", None),
+    )
     path = database_url.password_file(args.database_password_file)
     if path is None:
         return settings
@@ -74,7 +84,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         settings = _settings(args, args.listen)
         asyncio.run(serve(settings))
-    except (DatabaseUnavailable, StartupError) as exc:
+    except (DatabaseUnavailable, StartupError, ValueError) as exc:
         return _fail(str(exc), EXIT_CANNOT_START)
     return 0
 
@@ -85,8 +95,8 @@ def _cmd_db_upgrade(args: argparse.Namespace) -> int:
     _configure_logging()
     try:
         settings = _settings(args, None)
-        database = Database(settings.database_url)
-    except DatabaseUnavailable as exc:
+        database = Database(settings.database_url, settings=settings.database)
+    except (DatabaseUnavailable, ValueError) as exc:
         return _fail(str(exc), EXIT_CANNOT_START)
     try:
         database.check()
@@ -144,6 +154,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--database-url", metavar="URL", help=database_help)
     serve.add_argument("--database-password-file", metavar="PATH", help=password_help)
+    serve.add_argument(
+        "--max-blob-bytes",
+        type=int,
+        metavar="N",
+        help=f"largest blob PutBlob accepts (env {ENV_MAX_BLOB_BYTES}; "
+        f"default {RuntimeSettings.max_blob_bytes} = 64 MiB)",
+    )
+    serve.add_argument(
+        "--blob-quota-bytes",
+        type=int,
+        metavar="N",
+        help=f"total size of all stored blobs (env {ENV_BLOB_QUOTA_BYTES}; "
+        f"default {RuntimeSettings.blob_quota_bytes} = 10 GiB)",
+    )
     serve.set_defaults(handler=_cmd_serve)
 
     db = commands.add_parser("db", help="database maintenance")

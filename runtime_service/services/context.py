@@ -35,6 +35,10 @@ class RuntimeSettings:
     #: How often the reaper looks for expired leases, stop deadlines and run deadlines.
     reaper_interval: float = 1.0
     default_max_attempts: int = 3
+    #: PutBlob limits (``agentrt serve --max-blob-bytes / --blob-quota-bytes``): the largest
+    #: blob, and the total size of every stored blob together (content stored once counts once).
+    max_blob_bytes: int = 64 * 1024 * 1024
+    blob_quota_bytes: int = 10 * 1024 * 1024 * 1024
 
 
 @dataclass

@@ -13,7 +13,6 @@ from agentrt.runtime.v1 import enum_pb2 as E
 from agentrt.runtime.v1 import message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
-from runtime_service import blobs
 from tests.runtime_support import Stubs
 from tests.service.test_steps_helpers import (
     T,
@@ -113,26 +112,6 @@ def test_put_blob_refuses_bad_uploads(stubs: Stubs) -> None:
     refused("header")  # no message at all
     # None of them stored anything.
     expect(grpc.StatusCode.NOT_FOUND, get, stubs, digest_of(data))
-
-
-def test_put_blob_enforces_the_size_limit(stubs: Stubs, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(blobs, "MAX_BLOB_BYTES", 1000)
-    assert put_blob(stubs, b"x" * 1000).created  # at the limit is fine
-    details = expect(
-        grpc.StatusCode.RESOURCE_EXHAUSTED, put, stubs, header(1001), reason="BLOB_TOO_LARGE"
-    )
-    assert details["ErrorInfo"].metadata["limit"] == "1000"
-    # A header that understates the size is caught while streaming.
-    expect(
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        put,
-        stubs,
-        header(500),
-        chunk(b"y" * 600),
-        chunk(b"y" * 600),
-        reason="BLOB_TOO_LARGE",
-    )
-    expect(grpc.StatusCode.NOT_FOUND, get, stubs, digest_of(b"y" * 1200))
 
 
 def test_get_blob_errors(stubs: Stubs) -> None:

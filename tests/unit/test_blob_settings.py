@@ -1,0 +1,34 @@
+"""The blob limits an operator sets: flag over environment over the runtime's defaults."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrt_base.settings import ServerSettings
+from runtime_service.server import runtime_settings
+from runtime_service.services.context import RuntimeSettings
+
+
+def resolve(env: dict[str, str], **flags: int | None) -> ServerSettings:
+    return ServerSettings.resolve(listen=None, database_url=None, environ=env, **flags)
+
+
+def test_defaults_are_the_runtimes() -> None:
+    runtime = runtime_settings(resolve({}))
+    assert runtime.max_blob_bytes == RuntimeSettings().max_blob_bytes == 64 * 1024 * 1024
+    assert runtime.blob_quota_bytes == RuntimeSettings().blob_quota_bytes == 10 * 1024**3
+
+
+def test_the_environment_sets_them_and_a_flag_wins() -> None:
+    env = {"AGENTRT_MAX_BLOB_BYTES": "1000", "AGENTRT_BLOB_QUOTA_BYTES": " 5000 "}
+    runtime = runtime_settings(resolve(env))
+    assert (runtime.max_blob_bytes, runtime.blob_quota_bytes) == (1000, 5000)
+    runtime = runtime_settings(resolve(env, max_blob_bytes=7, blob_quota_bytes=0))
+    assert (runtime.max_blob_bytes, runtime.blob_quota_bytes) == (7, 0)
+
+
+@pytest.mark.parametrize("value", ["64MiB", "1e6", "-1"])
+def test_a_malformed_value_is_one_line(value: str) -> None:
+    with pytest.raises(ValueError, match="AGENTRT_BLOB_QUOTA_BYTES") as info:
+        resolve({"AGENTRT_BLOB_QUOTA_BYTES": value})
+    assert "\n" not in str(info.value)
