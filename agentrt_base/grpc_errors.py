@@ -69,17 +69,23 @@ def _pack(message: Any) -> any_pb2.Any:
     return packed
 
 
-#: Bounds on what an error echoes of the request. The status travels in trailers, and gRPC
-#: clients refuse metadata past 16 KiB (and may past 8 KiB): a NOT_FOUND that quoted a 100 KB
-#: id in full reached the caller as RESOURCE_EXHAUSTED "metadata size exceeds hard limit".
-#: Kept under ~6 KiB in all, base64 and percent-encoding included.
+#: Bounds, in UTF-8 bytes, on what an error echoes of the request. The status travels in
+#: trailers, and gRPC clients refuse metadata past 16 KiB and, at random, past 8 KiB: a
+#: NOT_FOUND that quoted a 100 KB id in full reached the caller as RESOURCE_EXHAUSTED
+#: "metadata size exceeds hard limit". The message goes out twice (grpc-message, where a
+#: non-ASCII byte is percent-encoded as three, and inside the base64 details), so the worst
+#: case stays near 6 KiB: message 1.2 KiB + details 4.4 KiB x 4/3.
 _MAX_MESSAGE = 400
-_MAX_TEXT = 200
-_MAX_VIOLATIONS = 8
+_MAX_TEXT = 160
+_MAX_VIOLATIONS = 5
 
 
 def _clip(text: str, limit: int = _MAX_TEXT) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    # Cut on a character boundary, leaving room for the ellipsis (3 bytes).
+    return data[: limit - 3].decode(errors="ignore") + "…"
 
 
 def to_status(error: errors.AgentrtError) -> tuple[grpc.StatusCode, status_pb2.Status]:
