@@ -71,6 +71,10 @@ class Report:
         default_factory=lambda: defaultdict(list)
     )
     hung: list[Example] = field(default_factory=list)
+    #: Refusals that came without ErrorInfo (every refusal of ours carries one): how many,
+    #: and the first few.
+    undetailed: int = 0
+    undetailed_examples: list[Example] = field(default_factory=list)
     partial_writes: list[str] = field(default_factory=list)
     tracebacks: list[str] = field(default_factory=list)
     writer: str = "not checked"
@@ -87,6 +91,11 @@ class Report:
             found.append(f"{self.bug_count()} calls answered UNKNOWN or INTERNAL")
         if self.hung:
             found.append(f"{len(self.hung)} calls hung until the client's deadline")
+        if self.undetailed:
+            found.append(
+                f"{self.undetailed} refusals without ErrorInfo, e.g. "
+                + "; ".join(str(e) for e in self.undetailed_examples)
+            )
         if self.partial_writes:
             found.append(f"{len(self.partial_writes)} refused calls changed the database")
         if self.tracebacks:
@@ -103,7 +112,7 @@ class Report:
             "codes: " + ", ".join(f"{c} {n}" for c, n in self.codes.most_common()),
             f"UNKNOWN {self.codes['UNKNOWN']}, INTERNAL {self.codes['INTERNAL']},"
             f" tracebacks {len(self.tracebacks)}, partial writes {len(self.partial_writes)},"
-            f" hung {len(self.hung)}",
+            f" hung {len(self.hung)}, refusals without ErrorInfo {self.undetailed}",
             f"step writer: {self.writer}; health: {self.health}",
             f"forged page tokens on: {', '.join(self.tokens_forged) or 'none'}"
             + (
@@ -271,6 +280,14 @@ class FuzzSession:
             report.hung.append(
                 Example(rpc.label, code, kind, _describe(rpc, payloads), answer.details)
             )
+        elif (
+            answer.code not in UNDECIDED and answer.code != grpc.StatusCode.OK and not answer.reason
+        ):
+            report.undetailed += 1
+            if len(report.undetailed_examples) < EXAMPLES_PER_KIND:
+                report.undetailed_examples.append(
+                    Example(rpc.label, code, kind, _describe(rpc, payloads), answer.details)
+                )
         if (
             answer.code == grpc.StatusCode.OK
             or answer.code in UNDECIDED

@@ -117,7 +117,12 @@ def invoke(
                 if len(responses) >= max_messages:
                     break
     except grpc.RpcError as exc:
-        info = error_details(exc).get("ErrorInfo")
+        try:
+            info = error_details(exc).get("ErrorInfo")
+        except ValueError:
+            # The status the client read is not the server's (it refused the trailers, say):
+            # no details, which the harness counts as a refusal without ErrorInfo.
+            info = None
         return Answer(
             exc.code(),
             responses,
