@@ -124,7 +124,11 @@ class AgentrtServer:
             settings=self.settings.database,
         )
         notifier = Notifier()
-        step_process = StepProcess(child_database_url(url), notifier) if use_step_process else None
+        step_process = (
+            StepProcess(child_database_url(url), notifier, settings=self.settings.database)
+            if use_step_process
+            else None
+        )
         try:
             await asyncio.to_thread(database.check)
             await asyncio.to_thread(migrate.upgrade, database)

@@ -37,8 +37,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import itertools
+import json
 import logging
 import os
 import pickle
@@ -62,6 +64,7 @@ from agentrt_base import gc_policy
 from agentrt_base.db import Database, run_raw_batch_sqlite
 from agentrt_base.errors import AgentrtError, Unavailable
 from agentrt_base.raw import DeferredTx, RawTx, Writes, send_deferred
+from agentrt_base.settings import DatabaseSettings
 from runtime_service import notify
 from runtime_service.notify import Notifier
 from runtime_service.servicers.step_messages import step_end_of, step_request
@@ -170,9 +173,12 @@ class StepProcess:
         database_url: str,
         notifier: Notifier,
         backoff: Backoff | None = None,
+        settings: DatabaseSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._url = database_url
+        # The server's deadlines, so the child's database calls end when the server's do.
+        self._settings = json.dumps(dataclasses.asdict(settings or DatabaseSettings()))
         self._notifier = notifier
         self._backoff = backoff if backoff is not None else Backoff()
         self._clock = clock
@@ -220,7 +226,7 @@ class StepProcess:
         ours, theirs = socket.socketpair()
         try:
             self._pid = await asyncio.to_thread(
-                _Zygote.fork, self._url, self._notifier.origin, theirs
+                _Zygote.fork, self._url, self._notifier.origin, theirs, self._settings
             )
             theirs.close()
             if not await asyncio.to_thread(_wait_ready, ours, self._halt):
@@ -413,9 +419,10 @@ class _Zygote:
     _control: socket.socket | None = None
 
     @classmethod
-    def fork(cls, database_url: str, origin: str, sock: socket.socket) -> int:
+    def fork(cls, database_url: str, origin: str, sock: socket.socket, settings: str = "{}") -> int:
         """Start a step writer process on ``sock`` for ``database_url``, notifying as
-        ``origin`` (PostgreSQL); return its pid."""
+        ``origin`` (PostgreSQL), with ``settings`` (a :class:`DatabaseSettings` as JSON);
+        return its pid."""
         with cls._lock:
             for _ in range(2):
                 if cls._process is None or cls._process.poll() is not None:
@@ -423,7 +430,9 @@ class _Zygote:
                 assert cls._control is not None
                 try:
                     socket.send_fds(
-                        cls._control, [f"{origin}\n{database_url}".encode()], [sock.fileno()]
+                        cls._control,
+                        [f"{origin}\n{settings}\n{database_url}".encode()],
+                        [sock.fileno()],
                     )
                     reply = cls._control.recv(64)
                 except OSError:
@@ -569,14 +578,26 @@ class StepJobs:
         states.collect(tx)
 
 
-def child_main(database_url: str, sock: socket.socket, origin: str = "") -> None:
+def child_main(
+    database_url: str,
+    sock: socket.socket,
+    origin: str = "",
+    settings: DatabaseSettings | None = None,
+) -> None:
     """The step writer process: serve calls from ``sock`` until the server closes it.
-    ``origin``: the server's notifier origin, for the notifications it sends (PostgreSQL)."""
+    ``origin``: the server's notifier origin, for the notifications it sends (PostgreSQL);
+    ``settings``: the server's database deadlines."""
     # Ctrl-C reaches the whole process group; the server decides when this process stops
     # (it closes the stream), so an interrupted batch never leaves calls unanswered.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    database = Database(database_url, read_pool_size=1, writer_lock=True, group_commit=False)
+    database = Database(
+        database_url,
+        read_pool_size=1,
+        writer_lock=True,
+        group_commit=False,
+        settings=settings or DatabaseSettings(),
+    )
     try:
         database.check()
         jobs = StepJobs(database)
@@ -817,8 +838,13 @@ def _zygote_main(control_fd: int) -> None:
             try:
                 control.close()
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                origin, _, database_url = message.decode().partition("\n")
-                child_main(database_url, socket.socket(fileno=fds[0]), origin)
+                origin, settings, database_url = message.decode().split("\n", 2)
+                child_main(
+                    database_url,
+                    socket.socket(fileno=fds[0]),
+                    origin,
+                    DatabaseSettings(**json.loads(settings)),
+                )
                 code = 0
             except BaseException:
                 traceback.print_exc()

@@ -21,7 +21,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
-from agentrt_base.db import utcnow
+from agentrt_base.db import database_failure, utcnow
 from agentrt_base.errors import FailedPrecondition, InvalidArgument, LeaseLost
 from agentrt_base.ids import new_id
 from runtime_service import notify
@@ -569,7 +569,12 @@ class LeasesService:
         while not stop.is_set():
             try:
                 await self.reap_once()
-            except Exception:
-                log.exception("reaper pass failed; retrying")
+            except Exception as exc:
+                if database_failure(exc) is not None:
+                    # The database is down, full, frozen: health says so; one line is enough.
+                    first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
+                    log.warning("reaper pass failed (%s); retrying", first_line)
+                else:
+                    log.exception("reaper pass failed; retrying")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self._rt.settings.reaper_interval)

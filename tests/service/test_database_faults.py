@@ -24,6 +24,8 @@ import sqlalchemy as sa
 from agentrt_base.db import normalise_url
 from agentrt_base.settings import DatabaseSettings
 from tests.faults import NOT_SERVING, SERVING, Client, server_with
+from tests.runtime_support import Stubs
+from tests.service.test_steps_helpers import start
 
 FAST_PROBE = DatabaseSettings(probe_interval=0.2)
 
@@ -174,6 +176,45 @@ def test_frozen_database_answers_unavailable_within_the_server_deadline(
         client.create_thread("after-frozen")
         assert _threads(database_url, "frozen") == 0
         client.close()
+
+
+def test_a_frozen_database_bounds_step_calls_too(
+    database_url: str, engine: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """BeginStep goes to the step writer process first, which has its own connection: it must
+    keep the server's deadlines (lock 1 s here), not its defaults (10 s), or a frozen
+    database holds the step call for the child's wait and then the server's. The freeze is
+    the database's, not a bug: the server logs it without a traceback."""
+    settings = DatabaseSettings(probe_interval=0.2, lock_timeout=1.0, statement_timeout=5.0)
+    with server_with(database_url, settings) as address:
+        stubs = Stubs.open(address)
+        worker = start(stubs)
+        worker.end(worker.model().step.id)  # the child is up and answering
+        holder = sa.create_engine(normalise_url(database_url), poolclass=sa.pool.NullPool)
+        conn = holder.connect()
+        try:
+            driver = conn.connection.driver_connection
+            if engine == "sqlite":
+                driver.isolation_level = None
+                driver.execute("BEGIN EXCLUSIVE")
+            else:
+                conn.exec_driver_sql("LOCK TABLE runtime_runs IN ACCESS EXCLUSIVE MODE")
+            begun = time.monotonic()
+            with pytest.raises(grpc.RpcError) as info:
+                worker.model(key="frozen")
+            waited = time.monotonic() - begun
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE, info.value.details()
+            assert waited < 4, f"the step call waited {waited:.1f} s"
+        finally:
+            if engine == "sqlite":
+                conn.connection.driver_connection.execute("ROLLBACK")
+            else:
+                conn.rollback()
+            conn.close()
+            holder.dispose()
+        worker.end(worker.model(key="frozen").step.id)  # the retry is recorded once
+        stubs.close()
+    assert not [r.getMessage() for r in caplog.records if r.exc_info]
 
 
 def test_sqlite_write_waiting_past_its_deadline_is_withdrawn(sqlite_url: str) -> None:
