@@ -27,6 +27,7 @@ ENV_DB_POOL_TIMEOUT = "AGENTRT_DB_POOL_TIMEOUT"
 ENV_SQLITE_MAX_BYTES = "AGENTRT_SQLITE_MAX_BYTES"
 ENV_MAX_BLOB_BYTES = "AGENTRT_MAX_BLOB_BYTES"
 ENV_BLOB_QUOTA_BYTES = "AGENTRT_BLOB_QUOTA_BYTES"
+ENV_BLOB_UPLOAD_RATE = "AGENTRT_BLOB_UPLOAD_BYTES_PER_SECOND"
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,8 @@ class ServerSettings:
     #: (``RuntimeSettings``).
     max_blob_bytes: int | None = None
     blob_quota_bytes: int | None = None
+    #: Bytes per second all uploads together may take (0: no limit); None: the default.
+    blob_upload_rate: int | None = None
 
     @classmethod
     def resolve(
@@ -103,6 +106,7 @@ class ServerSettings:
         environ: Mapping[str, str] | None = None,
         max_blob_bytes: int | None = None,
         blob_quota_bytes: int | None = None,
+        blob_upload_rate: int | None = None,
     ) -> ServerSettings:
         """Combine flags (which win) with the environment and the defaults; raises
         ValueError (one line) for a malformed value."""
@@ -110,6 +114,7 @@ class ServerSettings:
         return cls(
             max_blob_bytes=_bytes(max_blob_bytes, env, ENV_MAX_BLOB_BYTES),
             blob_quota_bytes=_bytes(blob_quota_bytes, env, ENV_BLOB_QUOTA_BYTES),
+            blob_upload_rate=_bytes(blob_upload_rate, env, ENV_BLOB_UPLOAD_RATE),
             listen=listen or env.get(ENV_LISTEN) or DEFAULT_LISTEN,
             database_url=database_url or env.get(ENV_DATABASE_URL) or DEFAULT_DATABASE_URL,
             step_process=env.get(ENV_STEP_PROCESS, "1").strip().lower()

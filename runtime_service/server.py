@@ -252,6 +252,8 @@ def runtime_settings(settings: ServerSettings) -> RuntimeSettings:
         runtime = dataclasses.replace(runtime, max_blob_bytes=settings.max_blob_bytes)
     if settings.blob_quota_bytes is not None:
         runtime = dataclasses.replace(runtime, blob_quota_bytes=settings.blob_quota_bytes)
+    if settings.blob_upload_rate is not None:
+        runtime = dataclasses.replace(runtime, blob_upload_rate=settings.blob_upload_rate)
     return runtime
 
 

@@ -19,6 +19,7 @@ from agentrt_base.settings import (
     DEFAULT_DATABASE_URL,
     DEFAULT_LISTEN,
     ENV_BLOB_QUOTA_BYTES,
+    ENV_BLOB_UPLOAD_RATE,
     ENV_DATABASE_PASSWORD_FILE,
     ENV_DATABASE_URL,
     ENV_LISTEN,
@@ -69,6 +70,7 @@ def _settings(args: argparse.Namespace, listen: str | None) -> ServerSettings:
         # serve's flags only; db upgrade has none of them.
         max_blob_bytes=getattr(args, "max_blob_bytes", None),
         blob_quota_bytes=getattr(args, "blob_quota_bytes", None),
+        blob_upload_rate=getattr(args, "blob_upload_rate", None),
     )
     path = database_url.password_file(args.database_password_file)
     if path is None:
@@ -167,6 +169,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"total size of all stored blobs (env {ENV_BLOB_QUOTA_BYTES}; "
         f"default {RuntimeSettings.blob_quota_bytes} = 10 GiB)",
+    )
+    serve.add_argument(
+        "--blob-upload-rate",
+        type=int,
+        metavar="BYTES_PER_S",
+        help=f"bytes per second all uploads together may take, so they cannot starve the "
+        f"ledger; 0 = no limit (env {ENV_BLOB_UPLOAD_RATE}; "
+        f"default {RuntimeSettings.blob_upload_rate} = 32 MiB/s)",
     )
     serve.set_defaults(handler=_cmd_serve)
 

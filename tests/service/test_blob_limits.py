@@ -180,3 +180,29 @@ def test_an_abandoned_upload_leaves_nothing(database_url: str) -> None:
             assert get(stubs, digest_of(data)) == data
         finally:
             stubs.close()
+
+
+def test_uploads_together_keep_to_the_servers_pace(database_url: str) -> None:
+    """Two uploads at once share one pace (here 4 MiB/s after a 4 MiB burst): 12 MiB in all
+    take at least (12 - 4) / 4 = 2 s however fast the clients send, and both complete."""
+    settings = RuntimeSettings(blob_upload_rate=4 * MIB)
+    with running_server(database_url, settings) as address:
+        stubs = Stubs.open(address)
+        try:
+            results: list[Any] = []
+
+            def upload(tag: bytes) -> None:
+                results.append(put_blob(stubs, tag * (6 * MIB), chunk=MIB))
+
+            started = time.monotonic()
+            uploads = [threading.Thread(target=upload, args=(t,)) for t in (b"a", b"b")]
+            for thread in uploads:
+                thread.start()
+            for thread in uploads:
+                thread.join(60)
+            elapsed = time.monotonic() - started
+            assert [r.created for r in results] == [True, True]
+            assert elapsed >= 1.9, f"12 MiB took {elapsed:.2f} s at 4 MiB/s"
+            assert get(stubs, results[0].blob.digest)[:1] in (b"a", b"b")
+        finally:
+            stubs.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentrt_base.settings import ServerSettings
+from runtime_service.blobs import UploadPace
 from runtime_service.server import runtime_settings
 from runtime_service.services.context import RuntimeSettings
 
@@ -32,3 +33,24 @@ def test_a_malformed_value_is_one_line(value: str) -> None:
     with pytest.raises(ValueError, match="AGENTRT_BLOB_QUOTA_BYTES") as info:
         resolve({"AGENTRT_BLOB_QUOTA_BYTES": value})
     assert "\n" not in str(info.value)
+
+
+def test_the_upload_rate_is_a_setting() -> None:
+    assert runtime_settings(resolve({})).blob_upload_rate == 32 * 1024 * 1024
+    env = {"AGENTRT_BLOB_UPLOAD_BYTES_PER_SECOND": "1000"}
+    assert runtime_settings(resolve(env)).blob_upload_rate == 1000
+    assert runtime_settings(resolve(env, blob_upload_rate=0)).blob_upload_rate == 0
+
+
+def test_uploads_together_keep_to_the_pace_after_a_burst() -> None:
+    now = [100.0]
+    mib = 1024 * 1024
+    pace = UploadPace(rate=10 * mib, burst=4 * mib, clock=lambda: now[0])
+    # The first 4 MiB go at once, then each MiB waits its tenth of a second: two uploads
+    # taking turns share one schedule.
+    waits = [pace.delay(mib) for _ in range(8)]
+    assert waits[:4] == [0.0] * 4
+    assert waits[4:] == pytest.approx([0.1, 0.2, 0.3, 0.4])
+    now[0] += 60  # idle: the credit refills, but only to a burst
+    assert [pace.delay(mib) for _ in range(5)] == pytest.approx([0, 0, 0, 0, 0.1])
+    assert UploadPace(rate=0).delay(10**9) == 0.0  # no limit
