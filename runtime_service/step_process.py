@@ -61,7 +61,7 @@ from sqlalchemy.engine import URL, Dialect
 
 from agentrt.runtime.v1 import worker_service_pb2 as pb
 from agentrt_base import gc_policy
-from agentrt_base.db import Database, run_raw_batch_sqlite
+from agentrt_base.db import Database, database_failure, run_raw_batch_sqlite
 from agentrt_base.errors import AgentrtError, Unavailable
 from agentrt_base.raw import DeferredTx, RawTx, Writes, send_deferred
 from agentrt_base.settings import DatabaseSettings
@@ -634,8 +634,10 @@ def _serve(sock: socket.socket, database: Database, jobs: StepJobs, origin: str)
 
 class FailureLog:
     """Logs failed batches without flooding the log when they keep failing (a full disk, a
-    locked file, a database restarting): the first with its traceback, then at most one line
-    per ``every`` seconds saying how many more failed and the last error."""
+    locked file, a database restarting): the first, then at most one line per ``every``
+    seconds saying how many more failed. A failure of the database (``database_failure``:
+    locked, full, gone) is the database's, not a bug, so it is one line with its reason; any
+    other error comes with its traceback."""
 
     def __init__(
         self,
@@ -654,7 +656,20 @@ class FailureLog:
         now = self._clock()
         if self._last_logged is None or now - self._last_logged >= self._every:
             more = f" ({self._unlogged} more since the last report)" if self._unlogged else ""
-            log.error("%s%s; the server takes its calls", self._what, more, exc_info=exc or True)
+            error = exc if exc is not None else sys.exc_info()[1]
+            failure = database_failure(error) if isinstance(error, Exception) else None
+            if failure is not None:
+                log.warning(
+                    "%s%s (%s: %s); the server takes its calls",
+                    self._what,
+                    more,
+                    failure.reason,
+                    (str(error).splitlines() or [type(error).__name__])[0],
+                )
+            else:
+                log.error(
+                    "%s%s; the server takes its calls", self._what, more, exc_info=error or True
+                )
             self._last_logged, self._unlogged = now, 0
         else:
             self._unlogged += 1

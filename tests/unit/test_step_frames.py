@@ -5,6 +5,7 @@ commit of unknown outcome is answered UNAVAILABLE."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from typing import Any
 
 import pytest
@@ -60,6 +61,24 @@ def test_failed_batches_are_logged_once_a_minute_with_a_count(
         "a batch of step writes failed (1 more since the last report); the server takes its calls",
     ]
     assert all(r.exc_info is not None for r in caplog.records)
+
+
+def test_a_failure_of_the_database_is_one_line_without_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A locked, full or vanished database is the database's, not a bug of ours.
+    locked = sqlite3.OperationalError("database is locked")
+    locked.sqlite_errorcode = 5  # SQLITE_BUSY, as the driver sets it
+    try:
+        raise locked
+    except sqlite3.OperationalError:
+        FailureLog().failed()
+    [record] = caplog.records
+    assert record.exc_info is None
+    assert record.getMessage() == (
+        "a batch of step writes failed (DATABASE_BUSY: database is locked);"
+        " the server takes its calls"
+    )
 
 
 def test_a_commit_of_unknown_outcome_is_answered_unavailable_not_taken_by_the_server() -> None:
