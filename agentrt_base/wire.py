@@ -111,9 +111,10 @@ def check_request(message: Any) -> None:
 #
 # Every call passes through here, BeginStep and EndStep included, so the common answer
 # ("nothing wrong") is a compiled closure per message type that reads only the fields that
-# can hold something to refuse, builds no path and allocates nothing. Measured on
-# this machine while loaded: a generic walk over ListFields() cost 47 us for an EndStep and
-# 103 us for a BeginStep with a small Struct; the closures cost a few microseconds.
+# can hold something to refuse and builds no field path. Measured on this machine while it
+# was loaded (everything ~3x slower than idle): a generic walk over ListFields() cost 47 us
+# for an EndStep and 103 us for a tool-call BeginStep with a small Struct; the closures 5.5
+# and 24 us.
 
 _Check = Callable[[Any], bool]
 #: The string rule, in one place: PostgreSQL's text and jsonb cannot hold NUL. A C-level
