@@ -34,22 +34,15 @@ from runtime_service.step_process import (
     child_database_url,
 )
 from tests.runtime_support import Stubs
-from tests.service.test_step_process import verified
+from tests.service.test_step_process import _serving, verified
 from tests.service.test_steps_helpers import T, Worker, get_run, start
-from tests.support import ServerThread, error_details
+from tests.support import error_details
 
 
 @pytest.fixture
 def server(database_url: str) -> Iterator[tuple[StepProcess, Stubs]]:
-    thread = ServerThread(database_url)
-    stubs = Stubs.open(thread.start())
-    process = thread.server.step_process
-    assert process is not None and process.alive
-    try:
-        yield process, stubs
-    finally:
-        stubs.close()
-        thread.stop()
+    with _serving(database_url) as served:
+        yield served
 
 
 def _begin(w: Worker, key: str = "", **tool_arguments: float) -> wpb.BeginStepRequest:

@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 import pytest
-from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
+from google.protobuf import duration_pb2, timestamp_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +17,7 @@ from agentrt.runtime.v1 import message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_base import wire
-from agentrt_base.errors import InvalidArgument
+from agentrt_base.errors import FieldViolation, InvalidArgument
 
 texts = st.one_of(st.text(max_size=8), st.sampled_from(["\0", "a\0", "ok", ""]))
 numbers = st.one_of(
@@ -37,53 +37,33 @@ seconds = st.one_of(
 nanos = st.one_of(st.integers(-(2**31), 2**31 - 1), st.sampled_from([0, 999_999_999, -1]))
 
 
-def to_value(data: Any) -> struct_pb2.Value:
-    value = struct_pb2.Value()
-    if data is None:
-        value.null_value = struct_pb2.NULL_VALUE
-    elif isinstance(data, bool):
-        value.bool_value = data
-    elif isinstance(data, float):
-        value.number_value = data
-    elif isinstance(data, str):
-        value.string_value = data
-    elif isinstance(data, list):
-        value.list_value.values.extend(to_value(item) for item in data)
-    else:
-        for key, item in data.items():
-            value.struct_value.fields[key].CopyFrom(to_value(item))
-    return value
-
-
 @st.composite
 def requests(draw: st.DrawFn) -> Any:
     kind = draw(st.sampled_from(["begin", "end", "usages", "create"]))
     if kind == "begin":
-        request = wpb.BeginStepRequest(turn_id=draw(texts), idempotency_key=draw(texts))
-        request.fence.attempt_id = draw(texts)
-        request.tool_call.tool = draw(texts)
-        for key, item in draw(st.dictionaries(texts, json_values, max_size=3)).items():
-            request.tool_call.arguments.fields[key].CopyFrom(to_value(item))
-        return request
+        begin = wpb.BeginStepRequest(turn_id=draw(texts), idempotency_key=draw(texts))
+        begin.fence.attempt_id = draw(texts)
+        begin.tool_call.tool = draw(texts)
+        begin.tool_call.arguments.update(draw(st.dictionaries(texts, json_values, max_size=3)))
+        return begin
     if kind == "end":
         return wpb.EndStepRequest(
             step_id=draw(texts), usage=message_pb2.Usage(cost_usd=draw(numbers))
         )
     if kind == "usages":
-        request = apb.FindUsagesRequest(model_id=draw(texts))
+        usages = apb.FindUsagesRequest(model_id=draw(texts))
         if draw(st.booleans()):
-            request.start_time.CopyFrom(
+            usages.start_time.CopyFrom(
                 timestamp_pb2.Timestamp(seconds=draw(seconds), nanos=draw(nanos))
             )
-        return request
-    request = pb.CreateThreadRequest(
+        return usages
+    return pb.CreateThreadRequest(
         title=draw(texts), metadata=draw(st.dictionaries(texts, texts, max_size=3))
     )
-    return request
 
 
 def named(message: Any) -> list[str]:
-    problems: list[wire.FieldViolation] = []
+    problems: list[FieldViolation] = []
     wire._walk(message, "", problems)
     return [p.field for p in problems]
 
