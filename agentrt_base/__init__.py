@@ -1,7 +1,8 @@
 """Pieces both agentrt packages stand on: settings, ids, domain errors and their gRPC mapping,
 and the storage base (declarative base, engine factory, session runners)."""
 
-from agentrt_base.db import Base, Database, DatabaseUnavailable, utcnow
+from agentrt_base.db import Base, Database, utcnow
+from agentrt_base.db_failures import DatabaseUnavailable
 from agentrt_base.errors import (
     Aborted,
     AgentrtError,

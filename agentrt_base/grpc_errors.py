@@ -9,9 +9,9 @@ the ``grpc-status-details-bin`` trailer, which every official gRPC client librar
 ``@grpc/grpc-js`` + ``google-rpc`` protos, Python ``grpc_status.rpc_status.from_call``).
 
 A failure of the database rather than of the call (a lost connection, a lock held past the
-busy timeout, a lost serialization conflict: ``agentrt_base.db.database_failure``) answers
-``UNAVAILABLE`` or ``ABORTED``, which the caller may retry. Any other exception that is not an
-``AgentrtError`` is a bug of ours: it is logged with a fresh error id and answered
+busy timeout, a lost serialization conflict: ``agentrt_base.db_failures.database_failure``)
+answers ``UNAVAILABLE`` or ``ABORTED``, which the caller may retry. Any other exception that is
+not an ``AgentrtError`` is a bug of ours: it is logged with a fresh error id and answered
 ``INTERNAL`` with that id only — never a traceback on the wire.
 
 Before any handler runs, the interceptor checks the request itself
@@ -32,7 +32,7 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from agentrt_base import errors
-from agentrt_base.db import database_failure
+from agentrt_base.db_failures import database_failure
 from agentrt_base.ids import new_id
 from agentrt_base.wire import Undecodable, check_request, guard_deserializer
 

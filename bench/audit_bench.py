@@ -56,7 +56,7 @@ from agentrt.audit.v1 import audit_service_pb2_grpc  # noqa: E402
 from agentrt.audit.v1 import message_pb2 as amsg  # noqa: E402
 from agentrt.registry.v1 import registry_service_pb2 as rpb  # noqa: E402
 from agentrt.registry.v1 import registry_service_pb2_grpc  # noqa: E402
-from agentrt_base.db import normalise_url  # noqa: E402
+from agentrt_base.db_engines import normalise_url  # noqa: E402
 from bench.common import Result, database, server_process  # noqa: E402
 from runtime_service.services.steps import blank_step  # noqa: E402
 from runtime_service.store.ledger import StepRow, StepUsageRow  # noqa: E402

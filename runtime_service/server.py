@@ -28,7 +28,8 @@ from agentrt.runtime.v1 import (
     worker_service_pb2_grpc,
 )
 from agentrt_base import gc_policy
-from agentrt_base.db import Database, normalise_url, writer_lock_path
+from agentrt_base.db import Database
+from agentrt_base.db_engines import normalise_url, writer_lock_path
 from agentrt_base.grpc_errors import ErrorMappingInterceptor
 from agentrt_base.settings import ServerSettings
 from registry.servicer import RegistryServicer

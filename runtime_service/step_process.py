@@ -19,7 +19,7 @@ with the same idempotency key is safe), later calls take the in-process path, an
 :class:`StepProcess` starts a new child after a :class:`Backoff`.
 
 Two writers on one SQLite file: both hold the database's
-:class:`~agentrt_base.db.WriterLock` around each transaction, so neither ever sleeps in
+:class:`~agentrt_base.db_engines.WriterLock` around each transaction, so neither ever sleeps in
 SQLite's busy handler. On PostgreSQL a batch takes two round trips (:func:`_postgres_batch`)
 and row locks order the two writers as they order the server's own transactions; its NOTIFY
 carries the server's origin (passed at fork), so other replicas wake and the server skips
@@ -61,8 +61,10 @@ from sqlalchemy.engine import URL, Dialect
 
 from agentrt.runtime.v1 import worker_service_pb2 as pb
 from agentrt_base import gc_policy
-from agentrt_base.db import Database, database_failure, run_raw_batch_sqlite
+from agentrt_base.db import Database
+from agentrt_base.db_failures import database_failure
 from agentrt_base.errors import AgentrtError, Unavailable
+from agentrt_base.group_commit import run_raw_batch_sqlite
 from agentrt_base.raw import DeferredTx, RawTx, Writes, send_deferred
 from agentrt_base.settings import DatabaseSettings
 from runtime_service import notify

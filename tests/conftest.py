@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from agentrt_base.db import normalise_url
+from agentrt_base.db_engines import normalise_url
 from tests.support import running_server
 
 ENV_POSTGRES = "AGENTRT_TEST_POSTGRES_URL"

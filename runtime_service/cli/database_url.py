@@ -17,7 +17,8 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from agentrt_base.db import DatabaseUnavailable, normalise_url
+from agentrt_base.db_engines import normalise_url
+from agentrt_base.db_failures import DatabaseUnavailable
 from agentrt_base.settings import ENV_DATABASE_PASSWORD_FILE, ENV_DATABASE_URL
 
 log = logging.getLogger("agentrt.cli")

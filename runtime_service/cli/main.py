@@ -14,7 +14,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agentrt_base.db import Database, DatabaseUnavailable
+from agentrt_base.db import Database
+from agentrt_base.db_failures import DatabaseUnavailable
 from agentrt_base.settings import (
     DEFAULT_DATABASE_URL,
     DEFAULT_LISTEN,

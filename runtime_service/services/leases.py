@@ -21,7 +21,8 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
-from agentrt_base.db import database_failure, utcnow
+from agentrt_base.db import utcnow
+from agentrt_base.db_failures import database_failure
 from agentrt_base.errors import FailedPrecondition, InvalidArgument, LeaseLost
 from agentrt_base.ids import new_id
 from runtime_service import notify

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from agentrt_base.db import normalise_url
+from agentrt_base.db_engines import normalise_url
 from tests.runtime_support import Stubs
 from tests.service.test_audit import History, build_history
 

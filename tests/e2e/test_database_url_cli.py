@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import URL, make_url
 
-from agentrt_base.db import DatabaseUnavailable
+from agentrt_base.db_failures import DatabaseUnavailable
 from runtime_service.cli import database_url
 from tests.e2e.test_serve_process import AGENTRT, _env, _wait_ready
 from tests.support import free_port

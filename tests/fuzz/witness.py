@@ -24,7 +24,7 @@ from agentrt.registry.v1 import registry_service_pb2 as rpb
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
-from agentrt_base.db import normalise_url
+from agentrt_base.db_engines import normalise_url
 from runtime_service.schema import metadata
 from tests import registry_data
 from tests.runtime_support import Stubs

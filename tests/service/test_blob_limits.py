@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from agentrt.runtime.v1 import message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
-from agentrt_base.db import normalise_url
+from agentrt_base.db_engines import normalise_url
 from runtime_service.blobs import blob_directory
 from runtime_service.services.context import RuntimeSettings
 from tests.runtime_support import Stubs

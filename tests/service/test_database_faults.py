@@ -21,7 +21,7 @@ import grpc
 import pytest
 import sqlalchemy as sa
 
-from agentrt_base.db import normalise_url
+from agentrt_base.db_engines import normalise_url
 from agentrt_base.settings import DatabaseSettings
 from tests.faults import NOT_SERVING, SERVING, Client, server_with
 from tests.runtime_support import Stubs

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from agentrt.registry.v1 import message_pb2, registry_service_pb2_grpc
 from agentrt.registry.v1 import registry_service_pb2 as pb
-from agentrt_base.db import normalise_url
+from agentrt_base.db_engines import normalise_url
 from registry import canonical
 from tests import registry_data as data
 

@@ -20,7 +20,7 @@ from google.protobuf import timestamp_pb2
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
-from agentrt_base.db import normalise_url
+from agentrt_base.db_engines import normalise_url
 from runtime_service.services.context import RuntimeSettings
 from tests.runtime_support import Stubs
 from tests.service.test_runtime_threads import PLAIN, publish_plain_agent

@@ -29,7 +29,8 @@ from agentrt.audit.v1 import audit_service_pb2_grpc
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
-from agentrt_base.db import Database, normalise_url, writer_lock_path
+from agentrt_base.db import Database
+from agentrt_base.db_engines import normalise_url, writer_lock_path
 from agentrt_base.raw import Statement
 from runtime_service.step_process import (
     BEGIN_STEP,

@@ -21,7 +21,8 @@ from google.protobuf import struct_pb2
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
-from agentrt_base.db import Database, normalise_url
+from agentrt_base.db import Database
+from agentrt_base.db_engines import normalise_url
 from runtime_service import step_process
 from runtime_service.notify import Notifier
 from runtime_service.step_process import (

@@ -20,7 +20,7 @@ from agentrt.audit.v1 import audit_service_pb2 as apb
 from agentrt.audit.v1 import audit_service_pb2_grpc
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
-from agentrt_base.db import normalise_url
+from agentrt_base.db_engines import normalise_url
 from runtime_service.services.steps import CommonPath
 from tests.runtime_support import Stubs
 from tests.service.test_steps_helpers import digest_of, get_run, list_steps, put_blob, start

@@ -15,7 +15,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from agentrt_base.db import GroupCommitWriter, WriterLock, _sqlite_engine, run_raw_batch_sqlite
+from agentrt_base.db_engines import WriterLock, sqlite_engine
+from agentrt_base.group_commit import GroupCommitWriter, run_raw_batch_sqlite
 from agentrt_base.raw import RawTx, Statement
 
 _INSERT = Statement("INSERT INTO items (name) VALUES (:name)")
@@ -23,7 +24,7 @@ _INSERT = Statement("INSERT INTO items (name) VALUES (:name)")
 
 @pytest.fixture
 def engine(tmp_path: Path) -> Iterator[sa.Engine]:
-    engine = _sqlite_engine(
+    engine = sqlite_engine(
         sa.make_url(f"sqlite:///{tmp_path / 'group.db'}"), pool_size=2, immediate=True
     )
     with engine.begin() as conn:
