@@ -1,0 +1,263 @@
+"""Which module may import which, read from the source with ``ast`` (nothing is imported).
+
+Every import counts: absolute and relative, at the top, inside a function, under
+``TYPE_CHECKING``. ``from pkg import name`` counts as an import of ``pkg`` and of
+``pkg.name`` (``name`` may be a submodule: ``from runtime_service import servicers``). Imports
+built at run time (``importlib.import_module``) are not seen; the packages have none.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Modules matching any of ``modules`` (globs on dotted names) may not import a module whose
+    dotted name starts with any of ``forbidden`` (plain string prefixes: ``agentrt.`` is the
+    generated protobuf package and not ``agentrt_base``; ``agentrt_base.db`` also covers
+    ``agentrt_base.db_engines`` and ``agentrt_base.db_failures``)."""
+
+    modules: tuple[str, ...]
+    forbidden: tuple[str, ...]
+    reason: str
+    #: Why the rule's modules may not exist yet (the rule applies as soon as they do); empty
+    #: for a rule whose every glob must match a module today.
+    pending: str = ""
+
+
+RULES = (
+    Rule(
+        ("agentrt_base", "agentrt_base.*"),
+        ("registry", "runtime_service"),
+        "the shared base sits under both services: runtime_service -> registry -> agentrt_base",
+    ),
+    Rule(
+        ("registry", "registry.*"),
+        ("runtime_service",),
+        "the registry stands on its own; the runtime builds on it, never the reverse",
+    ),
+    Rule(
+        (
+            "runtime_service.step_process",
+            "runtime_service.services",
+            "runtime_service.services.*",
+            "runtime_service.store",
+            "runtime_service.store.*",
+        ),
+        ("runtime_service.servicers",),
+        "transport stays on top: domain, storage and the step writer know nothing of servicers",
+    ),
+    Rule(
+        ("runtime_service.store", "runtime_service.store.*"),
+        ("runtime_service.services",),
+        "storage sits under the domain",
+    ),
+    Rule(
+        ("runtime_service.step_rules",),
+        (
+            "sqlalchemy",
+            "grpc",
+            "agentrt.",
+            "asyncio",
+            "runtime_service.store",
+            "agentrt_base.db",
+            "agentrt_base.group_commit",
+            "agentrt_base.raw",
+        ),
+        "the step rules are pure: no database, transport, generated protobuf or event loop",
+        pending="the lead is adding runtime_service/step_rules.py",
+    ),
+)
+
+PACKAGES = ("agentrt_base", "registry", "runtime_service")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Import:
+    path: str  # relative to the source root, as a reader opens it
+    line: int
+    importer: str  # the dotted name of the importing module
+    #: What the statement may import, most general first: ``from a.b import c`` gives
+    #: ``("a.b", "a.b.c")``.
+    targets: tuple[str, ...]
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(root: Path, path: Path) -> Iterator[Import]:
+    """Every import statement of the file at ``path``, wherever it sits in the file."""
+    name = module_name(root, path)
+    shown = path.relative_to(root).as_posix()
+    # What a relative import is relative to: a package's own name, a module's package.
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=shown)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(shown, node.lineno, name, (alias.name,))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                source = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                source = node.module or ""
+            named = [f"{source}.{alias.name}" for alias in node.names if alias.name != "*"]
+            yield Import(shown, node.lineno, name, (source, *named))
+
+
+def source_files(root: Path, packages: tuple[str, ...]) -> list[Path]:
+    return sorted(path for package in packages for path in (root / package).rglob("*.py"))
+
+
+def modules_of(root: Path, packages: tuple[str, ...]) -> set[str]:
+    return {module_name(root, path) for path in source_files(root, packages)}
+
+
+def violations(root: Path, packages: tuple[str, ...], rules: tuple[Rule, ...]) -> list[str]:
+    """One line per import that breaks a rule: ``path:line: module imports X (rule: reason)``."""
+    found = []
+    for path in source_files(root, packages):
+        for imp in imports_of(root, path):
+            for rule in rules:
+                if not any(fnmatch.fnmatchcase(imp.importer, glob) for glob in rule.modules):
+                    continue
+                # The statement's source module is named when it alone is forbidden; otherwise
+                # each forbidden name it takes from its package (``from pkg import a, b``).
+                source, *names = imp.targets
+                hits = [source] if _forbidden(source, rule) else []
+                hits = hits or [target for target in names if _forbidden(target, rule)]
+                found += [
+                    f"{imp.path}:{imp.line}: {imp.importer} imports {hit} (rule: {rule.reason})"
+                    for hit in hits
+                ]
+    return found
+
+
+def _forbidden(target: str, rule: Rule) -> bool:
+    return target.startswith(rule.forbidden)
+
+
+def test_no_module_imports_what_its_layer_forbids() -> None:
+    found = violations(ROOT, PACKAGES, RULES)
+    assert not found, "imports that break the layering rules:\n" + "\n".join(found)
+
+
+def test_every_rule_names_modules_that_exist() -> None:
+    """A glob that matches nothing checks nothing (a typo, a module renamed or moved)."""
+    modules = modules_of(ROOT, PACKAGES)
+    unmatched = [
+        glob
+        for rule in RULES
+        if not rule.pending
+        for glob in rule.modules
+        if not fnmatch.filter(modules, glob)
+    ]
+    assert not unmatched, f"rule globs that match no module: {unmatched}"
+
+
+def test_every_rule_says_why() -> None:
+    for rule in RULES:
+        assert rule.reason and "\n" not in rule.reason, rule
+        assert rule.modules and rule.forbidden, rule
+
+
+def _tree(root: Path, files: dict[str, str]) -> None:
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+def test_the_checker_reports_a_violation_with_its_path_and_line(tmp_path: Path) -> None:
+    """The checker run on a small tree of its own: one breach, buried in a function."""
+    _tree(
+        tmp_path,
+        {
+            "agentrt_base/__init__.py": "",
+            "agentrt_base/clean.py": "import os\nfrom agentrt_base import errors\n",
+            "agentrt_base/leaky.py": (
+                '"""A module."""\n\nimport os\n\n\ndef f():\n    from registry.store import Tag\n'
+            ),
+            "registry/__init__.py": "",
+            "registry/store.py": "from agentrt_base import clean\n",
+        },
+    )
+    found = violations(tmp_path, ("agentrt_base", "registry"), RULES)
+    assert found == [
+        "agentrt_base/leaky.py:7: agentrt_base.leaky imports registry.store (rule: "
+        f"{RULES[0].reason})"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("importer", "source", "line", "imported"),
+    [
+        # Relative, from a module: ``..`` is the package above the module's own.
+        (
+            "runtime_service/store/tables.py",
+            "from ..services import runs",
+            1,
+            "runtime_service.services",
+        ),
+        # Relative, from a package's __init__: ``.`` is the package itself.
+        (
+            "runtime_service/store/__init__.py",
+            "from . import x\nfrom ..servicers import y",
+            2,
+            "runtime_service.servicers",
+        ),
+        # A submodule taken by name from its package.
+        (
+            "runtime_service/step_process.py",
+            "from runtime_service import servicers",
+            1,
+            "runtime_service.servicers",
+        ),
+        # Under TYPE_CHECKING.
+        (
+            "runtime_service/services/runs.py",
+            "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+            "    import runtime_service.servicers.worker",
+            4,
+            "runtime_service.servicers.worker",
+        ),
+        # A prefix covers the modules it begins: db_engines and db_failures are the database.
+        (
+            "runtime_service/step_rules.py",
+            "from agentrt_base import db_failures",
+            1,
+            "agentrt_base.db_failures",
+        ),
+    ],
+)
+def test_the_checker_resolves_every_form_of_import(
+    tmp_path: Path, importer: str, source: str, line: int, imported: str
+) -> None:
+    _tree(tmp_path, {importer: source + "\n"})
+    found = violations(tmp_path, ("runtime_service",), RULES)
+    assert len(found) == 1, found
+    assert found[0].startswith(f"{importer}:{line}: "), found
+    assert f" imports {imported} (rule: " in found[0], found
+
+
+def test_a_prefix_is_not_a_lookalike(tmp_path: Path) -> None:
+    """``agentrt.`` is the generated package: ``agentrt_base`` is not it."""
+    _tree(
+        tmp_path,
+        {"runtime_service/step_rules.py": "from agentrt_base.errors import InvalidArgument\n"},
+    )
+    assert violations(tmp_path, ("runtime_service",), RULES) == []
+    _tree(tmp_path, {"runtime_service/step_rules.py": "from agentrt.runtime.v1 import x\n"})
+    assert len(violations(tmp_path, ("runtime_service",), RULES)) == 1
