@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 #: The ``google.rpc.ErrorInfo.domain`` of every error agentrt reports.
 ERROR_DOMAIN = "agentrt"
@@ -41,6 +42,18 @@ class AgentrtError(Exception):
         if reason is not None:
             self.reason = reason
         self.metadata: dict[str, str] = dict(metadata or {})
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled whole (the step writer process sends refusals to the server): the default
+        # rebuilds from ``args`` alone, which subclasses with other constructors refuse.
+        return (_rebuilt, (type(self), self.args, self.__dict__))
+
+
+def _rebuilt(cls: type[AgentrtError], args: tuple[Any, ...], state: dict[str, Any]) -> AgentrtError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class InvalidArgument(AgentrtError):

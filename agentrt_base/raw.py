@@ -73,6 +73,9 @@ class RawTx:
     commit, roll back or keep the connection.
     """
 
+    #: Whether reads through it return rows (not so for a :class:`DeferredTx`).
+    can_read = True
+
     def __init__(self, dialect: Dialect, connection: Any) -> None:
         self.dialect_name = dialect.name
         self._sqlite = dialect.name == "sqlite"
@@ -136,6 +139,8 @@ class DeferredTx(RawTx):
     batch in one pipelined round trip with its commit (``runtime_service.step_process`` on
     PostgreSQL). One per job of the batch; a job given one must not read through it
     (:meth:`one` refuses)."""
+
+    can_read = False
 
     def __init__(self, dialect: Dialect, batch: list[Writes]) -> None:
         super().__init__(dialect, None)

@@ -50,8 +50,9 @@ from sqlalchemy.engine import URL
 from sqlalchemy.orm import Session
 
 from agentrt_base.db import utcnow
-from agentrt_base.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from agentrt_base.errors import InvalidArgument, NotFound, ResourceExhausted
 from registry import refs
+from runtime_service.blob_rules import blob_missing
 from runtime_service.services.context import Runtime
 from runtime_service.store.ledger import BlobContentRow, BlobRow
 
@@ -397,11 +398,7 @@ def require_blob(session: Session, digest: str, field: str) -> None:
     if not refs.is_digest(digest):
         raise InvalidArgument.for_field(field, f"{digest!r} is not a blob digest")
     if not blob_exists(session, digest):
-        raise FailedPrecondition(
-            f"{field}: blob {digest} has not been uploaded (PutBlob first)",
-            reason="BLOB_MISSING",
-            metadata={"digest": digest, "field": field},
-        )
+        raise blob_missing(field, digest)
 
 
 def check_blob_size(size: int, limit: int) -> None:

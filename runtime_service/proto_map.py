@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import operator
-from collections.abc import Sequence
 from typing import Any
 
 from google.protobuf import json_format, timestamp_pb2
@@ -13,15 +12,15 @@ from google.protobuf import json_format, timestamp_pb2
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
 from agentrt_base.lru import LruCache
 from runtime_service.events import StoredEvent
+from runtime_service.records import Input, Step
+from runtime_service.resolution import BoundDefinition
 from runtime_service.store.ledger import (
     ArtifactRow,
     BlobRow,
     CheckpointRow,
     InputRow,
-    StepRow,
     TurnRow,
 )
-from runtime_service.store.step_sql import STEP_COLUMNS
 from runtime_service.store.tables import AttemptRow, MessageRow, RunRow, ThreadRow
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -231,20 +230,20 @@ _versions_key_of = operator.attrgetter(*VERSION_COLUMNS)
 _VERSIONS: LruCache[tuple[Any, ...], message_pb2.StepVersions] = LruCache(4096)
 
 
-def recorded_resolution(row: StepRow) -> tuple[str, ...]:
+def recorded_resolution(row: Step) -> tuple[str, ...]:
     """A step's RESOLUTION_COLUMNS."""
     key: tuple[str, ...] = _resolution_of(row)
     return key
 
 
-def versions_key(row: StepRow) -> tuple[str, ...]:
+def versions_key(row: Step) -> tuple[str, ...]:
     """A step's VERSION_COLUMNS: the key of the caches of its versions (here, and their JSON
-    mapping in ``services/step_events.py``)."""
+    mapping in ``step_events.py``)."""
     key: tuple[str, ...] = _versions_key_of(row)
     return key
 
 
-def step_versions_without_context(row: StepRow) -> message_pb2.StepVersions:
+def step_versions_without_context(row: Step) -> message_pb2.StepVersions:
     """A step's versions but its context digest, from a cache shared by every caller:
     read it, never modify it."""
     return _versions_of_key(versions_key(row))
@@ -301,119 +300,131 @@ def _build_versions(
 # -- steps ----------------------------------------------------------------------------------
 #
 # Every BeginStep and EndStep answers a Step, and a provenance record carries every step of
-# its run, so the mapping works on a step's columns as a sequence in STEP_COLUMNS order (what
-# the step writer process answers, what a Core select of the table returns): no ORM
-# attribute access, and fields left at their default are not passed at all.
+# its run: the mapping reads the record's fields from its dict, and fields left at their
+# default are not passed at all.
 
-_AT = {name: i for i, name in enumerate(STEP_COLUMNS)}
-#: Columns that map one-to-one to a Step field of the same name (strings, integers, bools).
-_PLAIN = tuple(
-    (name, _AT[name])
-    for name in (
-        "id",
-        "run_id",
-        "attempt_id",
-        "turn_id",
-        "sequence",
-        "operation",
-        "idempotency_key",
-        "input_ref",
-        "output_ref",
-        "summary",
-        "error_message",
-        "retryable",
-        "retry_of_step_id",
-        "side_effect",
-        "input_revision",
-        "tool_name",
-        "approval_step_id",
-        "completion_check",
-    )
-)
-_version_columns_of = operator.itemgetter(*(_AT[name] for name in VERSION_COLUMNS))
-(
-    _TYPE,
-    _STATUS,
-    _ERROR_CLASS,
-    _START,
-    _END,
-    _INPUT_TOKENS,
-    _OUTPUT_TOKENS,
-    _COST,
-    _CONTEXT,
-    _CONSUMED,
-    _TOOL_ARGUMENTS,
-    _DECISION,
-    _APPROVER,
-    _COMMENT,
-    _APPROVAL_TIME,
-) = (
-    _AT[name]
-    for name in (
-        "type",
-        "status",
-        "error_class",
-        "start_time",
-        "end_time",
-        "input_tokens",
-        "output_tokens",
-        "cost_usd",
-        "context_digest",
-        "consumed_input_ids_json",
-        "tool_arguments_json",
-        "approval_decision",
-        "approver",
-        "approval_comment",
-        "approval_time",
-    )
+#: Fields that map one-to-one to a Step field of the same name (strings, integers, bools).
+_PLAIN = (
+    "id",
+    "run_id",
+    "attempt_id",
+    "turn_id",
+    "sequence",
+    "operation",
+    "idempotency_key",
+    "input_ref",
+    "output_ref",
+    "summary",
+    "error_message",
+    "retryable",
+    "retry_of_step_id",
+    "side_effect",
+    "input_revision",
+    "tool_name",
+    "approval_step_id",
+    "completion_check",
 )
 
 
-def step_columns(row: StepRow) -> tuple[Any, ...]:
-    """A step's columns in STEP_COLUMNS order (what :func:`step_from_columns` maps)."""
-    return tuple(getattr(row, name) for name in STEP_COLUMNS)
-
-
-def step(row: StepRow) -> message_pb2.Step:
-    return step_from_columns(step_columns(row))
-
-
-def step_from_columns(columns: Sequence[Any]) -> message_pb2.Step:
-    """The Step of a step's columns in STEP_COLUMNS order."""
-    fields: dict[str, Any] = {name: columns[i] for name, i in _PLAIN if columns[i]}
-    fields["type"] = _enum(enum_pb2.StepType, "STEP_TYPE_", columns[_TYPE])
-    fields["status"] = _enum(enum_pb2.StepStatus, "STEP_STATUS_", columns[_STATUS])
-    if columns[_ERROR_CLASS]:
-        fields["error_class"] = _enum(enum_pb2.ErrorClass, "ERROR_CLASS_", columns[_ERROR_CLASS])
-    if columns[_START] is not None:
-        fields["start_time"] = timestamp(columns[_START])
-    if columns[_END] is not None:
-        fields["end_time"] = timestamp(columns[_END])
+def step(record: Step) -> message_pb2.Step:
+    """The Step message of a step record (the one mapping of a step to its message)."""
+    v = record.values()
+    fields: dict[str, Any] = {name: v[name] for name in _PLAIN if v[name]}
+    fields["type"] = _enum(enum_pb2.StepType, "STEP_TYPE_", v["type"])
+    fields["status"] = _enum(enum_pb2.StepStatus, "STEP_STATUS_", v["status"])
+    if v["error_class"]:
+        fields["error_class"] = _enum(enum_pb2.ErrorClass, "ERROR_CLASS_", v["error_class"])
+    if v["start_time"] is not None:
+        fields["start_time"] = timestamp(v["start_time"])
+    if v["end_time"] is not None:
+        fields["end_time"] = timestamp(v["end_time"])
     fields["usage"] = message_pb2.Usage(
-        input_tokens=columns[_INPUT_TOKENS],
-        output_tokens=columns[_OUTPUT_TOKENS],
-        cost_usd=columns[_COST],
+        input_tokens=v["input_tokens"], output_tokens=v["output_tokens"], cost_usd=v["cost_usd"]
     )
-    versions = _versions_of_key(_version_columns_of(columns))
-    if columns[_CONTEXT]:
+    versions = _versions_of_key(versions_key(record))
+    if v["context_digest"]:
         shared, versions = versions, message_pb2.StepVersions()
         versions.CopyFrom(shared)
-        versions.context_digest = columns[_CONTEXT]
+        versions.context_digest = v["context_digest"]
     fields["versions"] = versions
-    if columns[_CONSUMED] != "[]":
-        fields["consumed_input_ids"] = json.loads(columns[_CONSUMED])
+    if v["consumed_input_ids_json"] != "[]":
+        fields["consumed_input_ids"] = json.loads(v["consumed_input_ids_json"])
     out = message_pb2.Step(**fields)
     if "tool_name" in fields:
-        out.tool_arguments.update(_json(columns[_TOOL_ARGUMENTS]))
-    if columns[_DECISION]:
+        out.tool_arguments.update(_json(v["tool_arguments_json"]))
+    if v["approval_decision"]:
         out.approval.CopyFrom(
             message_pb2.Approval(
-                decision=_enum(enum_pb2.ApprovalDecision, "APPROVAL_DECISION_", columns[_DECISION]),
-                approver=columns[_APPROVER],
-                comment=columns[_COMMENT],
-                resolve_time=timestamp(columns[_APPROVAL_TIME]),
+                decision=_enum(
+                    enum_pb2.ApprovalDecision, "APPROVAL_DECISION_", v["approval_decision"]
+                ),
+                approver=v["approver"],
+                comment=v["approval_comment"],
+                resolve_time=timestamp(v["approval_time"]),
             )
         )
+    return out
+
+
+#: ResolvedVersions by (bound digest, step type, recorded resolution): see resolved_for.
+_RESOLVED: LruCache[tuple[str, ...], message_pb2.ResolvedVersions] = LruCache(1024)
+
+
+def resolved_for(bound: BoundDefinition, record: Step) -> message_pb2.ResolvedVersions:
+    """What a worker needs for a step: what the step recorded, with content.
+
+    Kept per bound digest and recorded resolution: both are immutable, and building the
+    message (a prompt, skill files, tool schemas as Structs) on every model call cost
+    more than recording the step. Callers copy it, never change it.
+    """
+    key = (bound.digest, record.type, *recorded_resolution(record))
+    cached = _RESOLVED.get(key)
+    if cached is None:
+        cached = _build_resolved(bound, record)
+        _RESOLVED.put(key, cached)
+    return cached
+
+
+def _build_resolved(bound: BoundDefinition, record: Step) -> message_pb2.ResolvedVersions:
+    out = message_pb2.ResolvedVersions()
+    if record.type == "MODEL_CALL":
+        out.model.policy_digest = record.model_policy_digest
+        out.model.candidate_name = record.candidate_name
+        out.model.reason = enum_pb2.CandidateReason.Value(
+            f"CANDIDATE_REASON_{record.candidate_reason}"
+        )
+        out.model.provider = record.provider
+        out.model.model_id = record.requested_model_id
+        out.model.parameters.update(json.loads(record.parameters_json))
+        out.system_prompt_digest = bound.system_prompt.digest
+        out.system_prompt_text = str(bound.system_prompt.spec.get("text", ""))
+        for skill in json.loads(record.skills_json):
+            pinned = bound.skills[skill["name"]]
+            resolved = out.skills.add(
+                name=pinned.name,
+                version=pinned.version,
+                digest=pinned.digest,
+                instructions=str(pinned.spec.get("instructions", "")),
+            )
+            for f in pinned.spec.get("files", []):
+                resolved.files.add(path=f["path"], content=str(f.get("content", "")).encode())
+    for tool in json.loads(record.tools_json):
+        pinned_tool = bound.tools.get(tool["name"])
+        if pinned_tool is None:
+            continue
+        resolved_tool = out.tools.add(
+            name=pinned_tool.name,
+            version=pinned_tool.version,
+            digest=pinned_tool.digest,
+            schema_digest=pinned_tool.schema_digest,
+            decision=enum_pb2.PermissionDecision.Value(
+                f"PERMISSION_DECISION_{tool.get('decision', 'ALLOW')}"
+            ),
+            side_effect=bool(pinned_tool.spec.get("side_effects")),
+        )
+        resolved_tool.input_schema.update(pinned_tool.spec.get("input_schema", {}))
+        if "output_schema" in pinned_tool.spec:
+            resolved_tool.output_schema.update(pinned_tool.spec["output_schema"])
     return out
 
 
@@ -430,7 +441,7 @@ def turn(row: TurnRow, consumed: list[str] | None = None) -> message_pb2.Turn:
     )
 
 
-def input_(row: InputRow) -> message_pb2.Input:
+def input_(row: InputRow | Input) -> message_pb2.Input:
     out = message_pb2.Input(
         id=row.id,
         run_id=row.run_id,

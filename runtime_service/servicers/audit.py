@@ -15,7 +15,7 @@ from agentrt.runtime.v1 import enum_pb2
 from registry import proto_map as registry_map
 from runtime_service import proto_map as pm
 from runtime_service.audit_bundle import ChainReport, Format
-from runtime_service.servicers.convert import enum_name, time_or_none
+from runtime_service.proto_convert import enum_name, time_or_none
 from runtime_service.services.audit import (
     BUNDLE_CHUNK,
     AuditService,
@@ -112,7 +112,7 @@ def _record(r: ProvenanceRecord) -> apb.ProvenanceRecord:
             for t in r.tags_at_run_creation
         ],
         attempts=[pm.attempt(a) for a in r.attempts],
-        steps=[pm.step_from_columns(s) for s in r.steps],
+        steps=[pm.step(s) for s in r.steps],
         steps_truncated=r.steps_truncated,
     )
     if r.agent_version is not None:

@@ -12,9 +12,12 @@ from agentrt_base.lru import LruCache
 from runtime_service import proto_map as pm
 from runtime_service.blobs import BlobHeader, BlobService
 from runtime_service.events import StoredEvent
-from runtime_service.servicers.convert import enum_name, message_json, struct_json, time_or_none
+from runtime_service.proto_convert import enum_name, message_json, struct_json, time_or_none
+from runtime_service.services.approvals import ApprovalsService
 from runtime_service.services.bound import BoundAgents
+from runtime_service.services.checkpoints import CheckpointsService
 from runtime_service.services.context import Runtime
+from runtime_service.services.inputs import InputsService
 from runtime_service.services.runs import RunSpec, RunsService
 from runtime_service.services.steps import StepsService
 from runtime_service.services.watch import WatchService
@@ -27,6 +30,9 @@ class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
         self._runs = RunsService(runtime)
         self._watch = WatchService(runtime)
         self._steps = StepsService(runtime, bound)
+        self._inputs = InputsService(runtime)
+        self._approvals = ApprovalsService(runtime)
+        self._checkpoints = CheckpointsService(runtime)
         self._blobs = BlobService(runtime)
         # Events never change, and many watchers of one run receive the same ones: convert
         # each once and hand the same (never mutated) message to every stream.
@@ -42,7 +48,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
     async def SendInput(
         self, request: pb.SendInputRequest, context: Context
     ) -> pb.SendInputResponse:
-        item = await self._steps.send_input(
+        item = await self._inputs.send_input(
             request.run_id,
             enum_name(enum_pb2.InputKind, "INPUT_KIND_", request.kind, "kind", required=True),
             request.content,
@@ -55,7 +61,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
     async def ResolveApproval(
         self, request: pb.ResolveApprovalRequest, context: Context
     ) -> pb.ResolveApprovalResponse:
-        step, run = await self._steps.resolve_approval(
+        step, run = await self._approvals.resolve_approval(
             request.run_id,
             request.step_id,
             enum_name(
@@ -88,7 +94,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
     async def ListArtifacts(
         self, request: pb.ListArtifactsRequest, context: Context
     ) -> pb.ListArtifactsResponse:
-        artifacts, token = await self._steps.list_artifacts(
+        artifacts, token = await self._checkpoints.list_artifacts(
             request.run_id, request.thread_id, request.page_size, request.page_token
         )
         return pb.ListArtifactsResponse(

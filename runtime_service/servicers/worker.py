@@ -7,20 +7,16 @@ from typing import Any
 from agentrt.runtime.v1 import enum_pb2, message_pb2, worker_service_pb2_grpc
 from agentrt.runtime.v1 import worker_service_pb2 as pb
 from runtime_service import proto_map as pm
-from runtime_service.servicers.convert import duration_or_none, enum_name
-from runtime_service.servicers.step_messages import (
-    begin_step_response,
-    begun_response,
-    end_step_response,
-    ended_response,
-    step_end_of,
-    step_request,
-)
+from runtime_service.proto_convert import duration_or_none, enum_name
+from runtime_service.servicers.step_messages import begin_step_response, end_step_response
 from runtime_service.services.bound import BoundAgents
+from runtime_service.services.checkpoints import CheckpointsService
 from runtime_service.services.context import Runtime
 from runtime_service.services.leases import LeasesService
 from runtime_service.services.steps import StepsService
+from runtime_service.services.turns import TurnsService
 from runtime_service.step_process import BEGIN_STEP, END_STEP, StepProcess
+from runtime_service.step_wire import step_end_of, step_request
 
 Context = Any
 
@@ -31,8 +27,11 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
     ) -> None:
         self._leases = LeasesService(runtime, bound)
         self._steps = StepsService(runtime, bound)
-        # BeginStep and EndStep try it first (SQLite); it answers None when the in-process
-        # path must take the call (anything but the common case, or the process is gone).
+        self._turns = TurnsService(runtime)
+        self._checkpoints = CheckpointsService(runtime)
+        # BeginStep and EndStep go to it when there is one: it runs the same step engine, off
+        # this process's GIL. It answers None only when it cannot take the call (it is
+        # restarting, or the call broke its code): this process's engine then takes it.
         self._step_process = step_process
 
     @property
@@ -108,7 +107,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
     async def BeginTurn(
         self, request: pb.BeginTurnRequest, context: Context
     ) -> pb.BeginTurnResponse:
-        turn, inputs = await self._steps.begin_turn(
+        turn, inputs = await self._turns.begin_turn(
             request.fence.attempt_id, request.fence.lease_epoch, request.request_id
         )
         return pb.BeginTurnResponse(
@@ -117,7 +116,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         )
 
     async def EndTurn(self, request: pb.EndTurnRequest, context: Context) -> pb.EndTurnResponse:
-        ended, following, inputs = await self._steps.end_turn(
+        ended, following, inputs = await self._turns.end_turn(
             request.fence.attempt_id, request.fence.lease_epoch, request.turn_id
         )
         response = pb.EndTurnResponse(
@@ -130,31 +129,35 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
     async def BeginStep(
         self, request: pb.BeginStepRequest, context: Context
     ) -> pb.BeginStepResponse:
+        begun = None
         if self._step_process is not None:
             begun = await self._step_process.call(BEGIN_STEP, request.SerializeToString())
-            if begun is not None:
-                columns, agent_digest = begun
-                resolved = await self._steps.resolved_elsewhere(columns, agent_digest)
-                return begun_response(columns, resolved)
-        return begin_step_response(await self._steps.begin_step(step_request(request)))
+        if begun is None:
+            begun = await self._steps.begin_step(step_request(request))
+        else:
+            begun = await self._steps.settle_begin(begun)
+        bound = await self._steps.definition(begun.agent_digest)
+        return begin_step_response(begun, bound)
 
     async def EndStep(self, request: pb.EndStepRequest, context: Context) -> pb.EndStepResponse:
+        ended = None
         if self._step_process is not None:
             ended = await self._step_process.call(END_STEP, request.SerializeToString())
-            if ended is not None:
-                return ended_response(ended)
-        step = await self._steps.end_step(
-            request.fence.attempt_id,
-            request.fence.lease_epoch,
-            request.step_id,
-            step_end_of(request),
-        )
+        if ended is None:
+            step = await self._steps.end_step(
+                request.fence.attempt_id,
+                request.fence.lease_epoch,
+                request.step_id,
+                step_end_of(request),
+            )
+        else:
+            step = self._steps.settle_end(ended)
         return end_step_response(step)
 
     async def WriteCheckpoint(
         self, request: pb.WriteCheckpointRequest, context: Context
     ) -> pb.WriteCheckpointResponse:
-        checkpoint = await self._steps.write_checkpoint(
+        checkpoint = await self._checkpoints.write_checkpoint(
             request.fence.attempt_id,
             request.fence.lease_epoch,
             request.state_ref,
@@ -166,7 +169,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
     async def CreateArtifact(
         self, request: pb.CreateArtifactRequest, context: Context
     ) -> pb.CreateArtifactResponse:
-        artifact = await self._steps.create_artifact(
+        artifact = await self._checkpoints.create_artifact(
             request.fence.attempt_id,
             request.fence.lease_epoch,
             request.step_id,

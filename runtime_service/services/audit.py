@@ -33,6 +33,7 @@ from registry.model import AgentVersion, Component
 from runtime_service import audit_bundle, proto_map
 from runtime_service.audit_bundle import ChainReport, Format, Link
 from runtime_service.events import StoredEvent, format_time
+from runtime_service.records import Step, new_step, step_of
 from runtime_service.services.context import Runtime
 from runtime_service.store.ledger import (
     USAGE_HAS_DIGEST,
@@ -83,13 +84,12 @@ class ProvenanceRecord:
     agent_version: AgentVersion | None
     tags_at_run_creation: list[TagAtTime]
     attempts: list[AttemptRow]
-    #: Every column of each ``runtime_steps`` row, in ``STEP_COLUMNS`` order (read with Core
-    #: rather than the ORM: a 200-step run is the common case, and identity-map work doubled
-    #: its cost; ``proto_map.step_from_columns`` maps them).
-    steps: Sequence[tuple[Any, ...]]
+    #: The run's steps (read with Core rather than the ORM: a 200-step run is the common
+    #: case, and identity-map work doubled its cost).
+    steps: Sequence[Step]
     steps_truncated: bool
     artifact: ArtifactRow | None = None
-    step: StepRow | None = None
+    step: Step | None = None
     attempt: AttemptRow | None = None
 
 
@@ -259,7 +259,7 @@ class AuditService:
             )
         )
         steps = [
-            tuple(row)
+            new_step(dict(row._mapping))
             for row in session.execute(
                 sa.select(_S)
                 .where(_S.c.run_id == run.id)
@@ -277,7 +277,7 @@ class AuditService:
             steps=steps[:max_steps],
             steps_truncated=len(steps) > max_steps,
             artifact=artifact,
-            step=step,
+            step=step_of(step) if step is not None else None,
             attempt=next((a for a in attempts if a.id == attempt_id), None),
         )
 
@@ -570,7 +570,7 @@ class AuditService:
                 run=_json(proto_map.run(run)),
                 thread=_json(proto_map.thread(thread)),
                 attempts=[_json(proto_map.attempt(a)) for a in attempts],
-                steps=[_json(proto_map.step(s)) for s in steps],
+                steps=[_json(proto_map.step(step_of(s))) for s in steps],
                 artifacts=[_json(proto_map.artifact(a)) for a in artifacts],
                 checkpoints=[_json(proto_map.checkpoint(c)) for c in checkpoints],
                 events=events,

@@ -14,7 +14,7 @@ import json
 import logging
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
@@ -23,9 +23,10 @@ from sqlalchemy.orm import Session
 from agentrt.runtime.v1 import enum_pb2, event_pb2
 from agentrt_base.db import utcnow
 from agentrt_base.db_failures import database_failure
-from agentrt_base.errors import FailedPrecondition, InvalidArgument, LeaseLost
+from agentrt_base.errors import FailedPrecondition, InvalidArgument
 from agentrt_base.ids import new_id
 from runtime_service import notify
+from runtime_service.fence import fence_error
 from runtime_service.lifecycle import TERMINAL, Actor, RunStatus, Trigger
 from runtime_service.services import transitions
 from runtime_service.services.bound import BoundAgents
@@ -98,56 +99,46 @@ def _label(session: Session, key: str) -> sa.ColumnElement[Any]:
     return sa.func.json_extract(RunRow.labels_json, "$." + json.dumps(key))
 
 
-class _FenceView(Protocol):
+@dataclass(frozen=True, slots=True)
+class _Fenced:
+    """A run and attempt as :func:`runtime_service.fence.fence_error` reads them."""
+
     current_attempt_id: str
     lease_epoch: int
     lease_expire_time: dt.datetime
-
-
-def fence_holds(view: _FenceView, attempt_id: str, lease_epoch: int, now: dt.datetime) -> bool:
-    """Whether a run's current attempt, epoch and lease still match a fence (the rule
-    :func:`fenced` enforces, for the step path's plain-SQL view of the run)."""
-    return (
-        view.current_attempt_id == attempt_id
-        and view.lease_epoch == lease_epoch
-        and lease_epoch > 0
-        and view.lease_expire_time >= now
-    )
+    attempt_status: str
+    run_status: str
 
 
 def fenced(session: Session, attempt_id: str, lease_epoch: int) -> tuple[RunRow, AttemptRow]:
-    """The run (locked) and attempt a fence names, if it is still current.
-
-    Raises:
-        InvalidArgument: no fence given.
-        LeaseLost: the attempt is unknown, ended, or superseded (ABORTED, reason LEASE_LOST).
-    """
-    if not attempt_id or lease_epoch <= 0:
-        raise InvalidArgument.for_field("fence", "required: attempt_id and lease_epoch")
-    # The run row is locked first, by a statement of its own, on PostgreSQL (SQLite's writer
-    # holds the database lock already): a READ COMMITTED statement that waited for a row lock
-    # re-reads the locked row but not its joins, so an attempt read in the locking statement
-    # could predate the transaction it waited for (its usage totals then lost that update).
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(_LOCK_FENCED, {"attempt_id": attempt_id})
-    found = session.execute(_FENCED, {"attempt_id": attempt_id}).first()
-    if found is None:
-        raise LeaseLost(f"attempt {attempt_id} does not exist", metadata={"attempt_status": ""})
-    run, attempt = found
-    if run.current_attempt_id != attempt_id or run.lease_epoch != lease_epoch:
-        raise LeaseLost(
-            f"the lease of attempt {attempt_id} (epoch {lease_epoch}) is no longer held: "
-            f"the attempt is {attempt.status}, the run is {run.status}",
-            metadata={"attempt_status": attempt.status, "run_status": run.status},
+    """The run (locked) and attempt a fence names, if it is still current; else the error of
+    the fence rule (``runtime_service.fence``)."""
+    if attempt_id and lease_epoch > 0:
+        # The run row is locked first, by a statement of its own, on PostgreSQL (SQLite's
+        # writer holds the database lock already): a READ COMMITTED statement that waited for
+        # a row lock re-reads the locked row but not its joins, so an attempt read in the
+        # locking statement could predate the transaction it waited for (its usage totals
+        # then lost that update).
+        if session.get_bind().dialect.name == "postgresql":
+            session.execute(_LOCK_FENCED, {"attempt_id": attempt_id})
+        found = session.execute(_FENCED, {"attempt_id": attempt_id}).first()
+    else:
+        found = None
+    view = None
+    if found is not None:
+        run, attempt = found
+        view = _Fenced(
+            run.current_attempt_id,
+            run.lease_epoch,
+            attempt.lease_expire_time,
+            attempt.status,
+            run.status,
         )
-    if attempt.lease_expire_time < utcnow():
-        # Expired but not yet reaped: the run may be handed to another worker any moment,
-        # so this worker's writes must already bounce.
-        raise LeaseLost(
-            f"the lease of attempt {attempt_id} expired at {attempt.lease_expire_time}",
-            metadata={"attempt_status": attempt.status, "run_status": run.status},
-        )
-    return run, attempt
+    error = fence_error(attempt_id, lease_epoch, view, utcnow())
+    if error is not None:
+        raise error
+    assert found is not None
+    return found[0], found[1]
 
 
 class LeasesService:

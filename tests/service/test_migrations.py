@@ -8,7 +8,7 @@ from alembic.runtime.migration import MigrationContext
 from agentrt_base.db import Database
 from runtime_service import migrate
 from runtime_service.schema import metadata
-from runtime_service.store import step_sql
+from runtime_service.store import steps as step_store
 
 
 def test_upgrade_from_empty_reaches_head_and_matches_models(empty_database_url: str) -> None:
@@ -49,8 +49,8 @@ def test_the_step_paths_key_lookup_is_served_by_the_partial_key_index(
     try:
         migrate.upgrade(database)
         dialect = database.write_engine.dialect.name
-        statement = step_sql.BEGIN_STATE
-        params = {"attempt_id": "a", "turn_id": "t", "key": "k", "input_ref": ""}
+        statement = step_store._BEGIN_KEYED
+        params = {"attempt_id": "a", "turn_id": "t", "key": "k", "input_ref": "", "retry_of": ""}
         raw = database.write_engine.raw_connection()
         try:
             cursor = raw.cursor()

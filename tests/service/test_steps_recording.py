@@ -156,7 +156,7 @@ def test_tool_steps_record_errors_retries_side_effects_and_a_sequence_across_att
 
     first = w.tool("read_file", "read:a", path="a.py").step
     assert first.type == E.STEP_TYPE_TOOL_CALL and first.tool_name == "read_file"
-    assert first.operation == ""  # no label given
+    assert first.operation == "read_file"  # no label given: the tool's name (step.proto)
     assert json_format.MessageToDict(first.tool_arguments) == {"path": "a.py"}
     [tool] = first.versions.tools
     assert (tool.name, tool.version, tool.digest, tool.schema_digest, tool.decision) == (

@@ -6,16 +6,15 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from runtime_service.services.steps import blank_step
-from runtime_service.store.ledger import StepRow
-from runtime_service.store.step_sql import detached_step
+from runtime_service import records
+from runtime_service.records import BLANK_STEP, Step
 
 
-def new_step(start_time: dt.datetime, **values: Any) -> StepRow:
+def new_step(start_time: dt.datetime, **values: Any) -> Step:
     """A started model call of run ``run_01`` (sequence 7), with ``values`` over it."""
-    return detached_step(
+    return records.new_step(
         {
-            **blank_step(),
+            **BLANK_STEP,
             "id": "stp_01",
             "run_id": "run_01",
             "attempt_id": "att_01",

@@ -1,24 +1,23 @@
 """``proto_map.step`` (the answer of BeginStep, EndStep, GetStep, ListSteps and provenance) is
-the plain field-by-field mapping of a step's columns, for every shape of step; the hot path
-maps the columns as a tuple (``step_from_columns``) and skips defaults and attribute access,
-so this test keeps the obvious mapping as its reference."""
+the plain field-by-field mapping of a step record, for every shape of step; the hot path
+reads the record's dict and skips defaults, so this test keeps the obvious mapping as its
+reference."""
 
 from __future__ import annotations
 
 import datetime as dt
 import itertools
 import json
+import pickle
 from typing import Any
 
 import pytest
 from google.protobuf import timestamp_pb2
 
-from agentrt.runtime.v1 import enum_pb2, message_pb2, worker_service_pb2
+from agentrt.runtime.v1 import enum_pb2, message_pb2
 from runtime_service import proto_map
-from runtime_service.servicers.step_messages import step_request
-from runtime_service.services import steps
+from runtime_service.records import Step, step_of
 from runtime_service.store.ledger import StepRow
-from runtime_service.store.step_sql import STEP_COLUMNS, step_from_tuple
 from tests.unit.step_rows import new_step
 
 NOW = dt.datetime(2026, 11, 29, 12, 0, 1, 250_001, tzinfo=dt.UTC)
@@ -98,7 +97,7 @@ SHAPES: list[dict[str, Any]] = [
 ]
 
 
-def step(**values: Any) -> StepRow:
+def step(**values: Any) -> Step:
     return new_step(NOW, **{"turn_id": "trn_0", **values})
 
 
@@ -110,7 +109,7 @@ def stamp(value: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
     return out
 
 
-def reference(row: StepRow) -> message_pb2.Step:
+def reference(row: Step) -> message_pb2.Step:
     """The obvious mapping, one field at a time."""
     versions = message_pb2.StepVersions(
         system_prompt_digest=row.system_prompt_digest, context_digest=row.context_digest
@@ -190,13 +189,12 @@ def reference(row: StepRow) -> message_pb2.Step:
 def test_step_is_the_field_by_field_mapping(shape: dict[str, Any]) -> None:
     row = step(**shape)
     expected = reference(row)
-    columns = proto_map.step_columns(row)
-    assert len(columns) == len(STEP_COLUMNS)
+    # The record as built, as read back through an ORM row, and as the step writer process
+    # sends it (pickled).
     for built in (
         proto_map.step(row),
-        proto_map.step_from_columns(columns),
-        proto_map.step_from_columns(list(columns)),
-        proto_map.step(step_from_tuple(columns)),
+        proto_map.step(step_of(StepRow(**row.values()))),
+        proto_map.step(pickle.loads(pickle.dumps(row))),
     ):
         assert built == expected
         # Presence too (an empty Usage or StepVersions is still set, as in the reference).
@@ -221,22 +219,3 @@ def test_cached_versions_are_not_shared_with_the_answer() -> None:
     assert (
         proto_map.step(step(**MODEL)).versions.system_prompt_digest == MODEL["system_prompt_digest"]
     )
-
-
-def test_a_new_step_holds_every_column() -> None:
-    """The step path's records are plain objects (``step_sql.StepRecord``): a column missing
-    from one would be an AttributeError where a mapped row would have answered None."""
-    request = step_request(
-        worker_service_pb2.BeginStepRequest(
-            fence=message_pb2.Fence(attempt_id="att_01", lease_epoch=1),
-            turn_id="trn_01",
-            type=enum_pb2.STEP_TYPE_MODEL_CALL,
-            model_call=message_pb2.ModelCallSpec(),
-        )
-    )
-    for status in ("STARTED", "DENIED"):
-        built = steps._step_row(
-            "att_01", "trn_01", 3, 0, request, "", NOW, status=status, type_="TOOL_CALL", run_id="r"
-        )
-        assert sorted(vars(built)) == sorted(STEP_COLUMNS)
-        assert proto_map.step(built).sequence == 3

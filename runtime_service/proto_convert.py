@@ -1,4 +1,5 @@
-"""Request-side conversions shared by the runtime servicers (enums, times, JSON values)."""
+"""Request-side conversions from messages to domain values (enums, times, JSON values):
+shared by the servicers and the step writer process (``step_wire``)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
 from agentrt_base.lru import LruCache
 from runtime_service import proto_map
 from runtime_service.events import EventDocument
-from runtime_service.store.ledger import StepRow
+from runtime_service.records import Step
 
 STARTED = "step.started"
 ENDED = "step.ended"
@@ -30,7 +30,7 @@ ENDED = "step.ended"
 _VERSIONS: LruCache[tuple[Any, ...], dict[str, Any]] = LruCache(4096)
 
 
-def ended_attributes(step: StepRow) -> event_pb2.StepEndedAttributes:
+def ended_attributes(step: Step) -> event_pb2.StepEndedAttributes:
     """``step.ended`` as a message: :func:`ended` builds its mapping directly, but for a
     cost that proto3 JSON spells as a string."""
     return event_pb2.StepEndedAttributes(
@@ -49,7 +49,7 @@ def ended_attributes(step: StepRow) -> event_pb2.StepEndedAttributes:
     )
 
 
-def started(step: StepRow) -> EventDocument:
+def started(step: Step) -> EventDocument:
     """The ``step.started`` event of a step just begun."""
     doc: dict[str, Any] = {"step_id": step.id}
     _put(doc, "attempt_id", step.attempt_id)
@@ -67,7 +67,7 @@ def started(step: StepRow) -> EventDocument:
     return EventDocument(STARTED, doc)
 
 
-def ended(step: StepRow) -> EventDocument:
+def ended(step: Step) -> EventDocument:
     """The ``step.ended`` event of a step just ended."""
     cost = step.cost_usd
     if not math.isfinite(cost):
@@ -100,7 +100,7 @@ def _put(doc: dict[str, Any], key: str, value: str) -> None:
         doc[key] = value
 
 
-def _versions(step: StepRow) -> dict[str, Any]:
+def _versions(step: Step) -> dict[str, Any]:
     key = proto_map.versions_key(step)
     shared = _VERSIONS.get(key)
     if shared is None:

@@ -1,0 +1,90 @@
+"""ResolveApproval: a person's decision on a tool call that needed one."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from agentrt.runtime.v1 import enum_pb2, event_pb2
+from agentrt_base.db import utcnow
+from agentrt_base.errors import FailedPrecondition, InvalidArgument, NotFound, ViolationCollector
+from runtime_service.lifecycle import Actor, RunStatus, Trigger
+from runtime_service.records import Step, step_of
+from runtime_service.services import transitions
+from runtime_service.services.context import Runtime
+from runtime_service.services.runs import run_for_update
+from runtime_service.step_rules import MAX_TEXT
+from runtime_service.store.ledger import StepRow
+from runtime_service.store.tables import RunRow
+
+
+class ApprovalsService:
+    def __init__(self, runtime: Runtime) -> None:
+        self._rt = runtime
+
+    async def resolve_approval(
+        self, run_id: str, step_id: str, decision: str, approver: str, comment: str
+    ) -> tuple[Step, RunRow]:
+        problems = ViolationCollector()
+        if decision not in ("APPROVE", "DENY"):
+            problems.add("decision", "required: APPROVE or DENY")
+        if not approver:
+            problems.add("approver", "required: who decided")
+        if len(comment.encode()) > MAX_TEXT:
+            problems.add("comment", f"larger than {MAX_TEXT} bytes")
+        problems.raise_if_any("invalid approval")
+
+        def write(session: Session) -> tuple[StepRow, RunRow]:
+            run = run_for_update(session, run_id)
+            step = session.get(StepRow, step_id)
+            if step is None:
+                raise NotFound("approval step", step_id)
+            # Fix: the contract answers "step not an approval of this run" INVALID_ARGUMENT
+            # (NOT_FOUND is for a step that does not exist).
+            if step.run_id != run.id or step.type != "APPROVAL_REQUEST":
+                raise InvalidArgument.for_field(
+                    "step_id", f"{step_id} is not an APPROVAL_REQUEST step of run {run.id}"
+                )
+            if step.approval_decision:
+                if step.approval_decision == decision:
+                    return step, run
+                raise FailedPrecondition(
+                    f"the approval was already resolved: {step.approval_decision}",
+                    reason="APPROVAL_RESOLVED",
+                )
+            # Fix: an ended run takes no decision (RUN_ENDED); recording one would also append
+            # `approval.resolved` after `run.ended`, which must stay the run's last event.
+            if RunStatus(run.status).terminal:
+                raise FailedPrecondition(
+                    f"run is {run.status} (it has ended): its approvals can no longer be resolved",
+                    reason="RUN_ENDED",
+                    metadata={"current_status": run.status},
+                )
+            now = utcnow()
+            step.approval_decision, step.approver = decision, approver[:200]
+            step.approval_comment, step.approval_time = comment, now
+            step.status = "SUCCEEDED" if decision == "APPROVE" else "DENIED"
+            step.end_time = now
+            transitions.append_run_event(
+                session,
+                run,
+                event_pb2.ApprovalResolvedAttributes(
+                    step_id=step.id,
+                    decision=enum_pb2.ApprovalDecision.Value(f"APPROVAL_DECISION_{decision}"),
+                    approver=step.approver,
+                    comment=comment,
+                ),
+                now,
+            )
+            if run.status == RunStatus.WAITING_APPROVAL.value:
+                transitions.apply(
+                    session,
+                    run,
+                    Trigger.RESOLVE_APPROVAL,
+                    Actor.CLIENT,
+                    now,
+                    message=f"approval {decision.lower()} by {approver}",
+                )
+            return step, run
+
+        step, run = await self._rt.write(write)
+        return step_of(step), run
