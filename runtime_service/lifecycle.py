@@ -1,7 +1,7 @@
 """The run state machine, in one place and pure: which status a trigger may move a run to,
 who may pull that trigger, and what the run's terminal reason becomes.
 
-Storage applies a transition through :func:`runtime_service.services.transitions.apply`,
+Storage applies a transition through :func:`runtime_service.store.transitions.apply`,
 which asks this module first; ``docs/lifecycle.md`` is this table written out.
 """
 

@@ -22,6 +22,7 @@ import logging
 import secrets
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -31,6 +32,16 @@ log = logging.getLogger("agentrt.notify")
 
 CHANNEL = "agentrt_events"
 WORK = "work"
+
+
+#: Session.info key under which a transaction collects the keys to wake after commit
+#: (``services.context.Runtime.write`` wakes them).
+WAKE = "agentrt.wake"
+
+
+def wake(session: Any, *keys: str) -> None:
+    """Ask for ``keys`` to be woken once ``session``'s transaction commits."""
+    session.info.setdefault(WAKE, []).extend(keys)
 
 
 def run_key(run_id: str) -> str:

@@ -18,9 +18,6 @@ from runtime_service.notify import Notifier
 
 T = TypeVar("T")
 
-#: Session.info key under which a transaction collects the keys to wake after commit.
-WAKE = "agentrt.wake"
-
 
 @dataclass(frozen=True)
 class RuntimeSettings:
@@ -60,7 +57,7 @@ class Runtime:
         keys: list[str] = []
 
         def run(session: Session) -> T:
-            session.info[WAKE] = keys
+            session.info[notify.WAKE] = keys
             result = fn(session)
             notify.notify_in_transaction(session.connection(), keys, self.notifier.origin)
             return result
@@ -96,8 +93,3 @@ def scoped_request_id(scope: str, request_id: str) -> str | None:
     if not request_id:
         return None
     return "sha256:" + hashlib.sha256(f"{scope}\0{request_id}".encode()).hexdigest()
-
-
-def wake(session: Session, *keys: str) -> None:
-    """Ask for ``keys`` to be woken once the current transaction commits."""
-    session.info.setdefault(WAKE, []).extend(keys)

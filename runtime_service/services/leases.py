@@ -28,10 +28,10 @@ from agentrt_base.ids import new_id
 from runtime_service import notify
 from runtime_service.fence import fence_error
 from runtime_service.lifecycle import TERMINAL, Actor, RunStatus, Trigger
-from runtime_service.services import transitions
 from runtime_service.services.bound import BoundAgents
-from runtime_service.services.context import Runtime, wake
+from runtime_service.services.context import Runtime
 from runtime_service.services.runs import active_attempt
+from runtime_service.store import transitions
 from runtime_service.store.ledger import CheckpointRow, InputRow, StepRow
 from runtime_service.store.tables import AttemptRow, RunRow
 
@@ -260,7 +260,7 @@ class LeasesService:
         session.flush()
         # Other acquirers may have skipped the rows this transaction locked and gone to
         # sleep; wake them after commit so they look again at what is still queued.
-        wake(session, notify.WORK)
+        notify.wake(session, notify.WORK)
         bound = self._bound.get(session, run.agent_digest)
         checkpoint = (
             session.get(CheckpointRow, run.latest_checkpoint_id)

@@ -26,8 +26,8 @@ from registry.model import AgentVersion
 from registry.service import resolve_agent
 from runtime_service import __version__, events, notify
 from runtime_service.lifecycle import TERMINAL, Actor, RunStatus, Trigger
-from runtime_service.services import transitions
-from runtime_service.services.context import Runtime, scoped_request_id, wake
+from runtime_service.services.context import Runtime, scoped_request_id
+from runtime_service.store import transitions
 from runtime_service.store.tables import AttemptRow, MessageRow, RunRow, ThreadRow
 
 #: Documented limits (docs/lifecycle.md, "Limits").
@@ -163,7 +163,7 @@ def _append_thread_event(
     # object from writing it back stale.
     session.expire(thread, ["event_cursor"])
     thread.last_event_sequence, thread.last_event_hash = chain.last_sequence, chain.last_hash
-    wake(session, notify.thread_key(thread.id))
+    notify.wake(session, notify.thread_key(thread.id))
 
 
 class RunsService:
@@ -476,7 +476,7 @@ class RunsService:
                 now,
             )
             if not blocked_by:
-                wake(session, notify.WORK)
+                notify.wake(session, notify.WORK)
             return run
 
         return await self._rt.write(write)

@@ -16,7 +16,6 @@ from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
 from agentrt_base.errors import FailedPrecondition
 from runtime_service import events, lifecycle, notify
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
-from runtime_service.services.context import wake
 from runtime_service.store.ledger import InputRow, StepRow, TurnRow
 from runtime_service.store.tables import AttemptRow, RunRow
 
@@ -38,7 +37,7 @@ def append_run_event(session: Session, run: RunRow, attributes: object, now: dt.
     chain = chain_of(run)
     events.append(session.connection(), chain, attributes, now)  # type: ignore[arg-type]
     run.last_event_sequence, run.last_event_hash = chain.last_sequence, chain.last_hash
-    wake(session, notify.run_key(run.id), notify.thread_key(run.thread_id))
+    notify.wake(session, notify.run_key(run.id), notify.thread_key(run.thread_id))
 
 
 def usage_of(run: RunRow) -> message_pb2.Usage:
@@ -186,7 +185,7 @@ def apply(
         # INITIAL for its first one ("the run's first attempt", enum.proto).
         if run.attempt_count:
             run.next_attempt_reason = _NEXT_REASON.get(trigger, run.next_attempt_reason)
-        wake(session, notify.WORK)
+        notify.wake(session, notify.WORK)
     if t.reason is not None:
         run.terminal_reason = t.reason.value
         run.terminal_message = message
@@ -254,4 +253,4 @@ def _release_waiters(session: Session, run: RunRow) -> None:
         waiter.blocked_by_run_id = earlier or ""
         released = released or not earlier
     if released:
-        wake(session, notify.WORK)
+        notify.wake(session, notify.WORK)
