@@ -10,10 +10,10 @@ from agentrt_base.errors import FailedPrecondition, InvalidArgument, NotFound, V
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.records import Step, step_of
 from runtime_service.services.context import Runtime
-from runtime_service.services.runs import run_for_update
 from runtime_service.step_rules import MAX_TEXT
 from runtime_service.store import transitions
 from runtime_service.store.ledger import StepRow
+from runtime_service.store.runs import run_for_update
 from runtime_service.store.tables import RunRow
 
 

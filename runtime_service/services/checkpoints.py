@@ -14,10 +14,10 @@ from runtime_service import step_events
 from runtime_service.blobs import require_blob
 from runtime_service.records import BLANK_STEP, new_step
 from runtime_service.services.context import Runtime, scoped_request_id
-from runtime_service.services.leases import fenced
 from runtime_service.services.turns import open_turn
 from runtime_service.step_rules import dumps
 from runtime_service.store import transitions
+from runtime_service.store.fencing import fenced
 from runtime_service.store.ledger import ArtifactRow, BlobRow, CheckpointRow, StepRow
 
 _INSERT_STEP = sa.insert(StepRow)

@@ -13,10 +13,10 @@ from agentrt_base.errors import FailedPrecondition, ResourceExhausted, Violation
 from agentrt_base.ids import new_id
 from runtime_service.lifecycle import RunStatus
 from runtime_service.services.context import Runtime, scoped_request_id
-from runtime_service.services.runs import run_for_update
 from runtime_service.step_rules import MAX_INPUT_BYTES, dumps
 from runtime_service.store import transitions
 from runtime_service.store.ledger import InputRow
+from runtime_service.store.runs import run_for_update
 
 
 class InputsService:

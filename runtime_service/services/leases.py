@@ -26,13 +26,13 @@ from agentrt_base.db_failures import database_failure
 from agentrt_base.errors import FailedPrecondition, InvalidArgument
 from agentrt_base.ids import new_id
 from runtime_service import notify
-from runtime_service.fence import fence_error
 from runtime_service.lifecycle import TERMINAL, Actor, RunStatus, Trigger
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime
-from runtime_service.services.runs import active_attempt
 from runtime_service.store import transitions
+from runtime_service.store.fencing import fenced
 from runtime_service.store.ledger import CheckpointRow, InputRow, StepRow
+from runtime_service.store.runs import active_attempt
 from runtime_service.store.tables import AttemptRow, RunRow
 
 log = logging.getLogger("agentrt.leases")
@@ -77,68 +77,12 @@ class HeartbeatResult:
     input_revision: int
 
 
-_LOCK_FENCED = (
-    sa.select(RunRow.id)
-    .join(AttemptRow, AttemptRow.run_id == RunRow.id)
-    .where(AttemptRow.id == sa.bindparam("attempt_id"))
-    .with_for_update(of=RunRow)
-)
-_FENCED = (
-    sa.select(RunRow, AttemptRow)
-    .join(AttemptRow, AttemptRow.run_id == RunRow.id)
-    .where(AttemptRow.id == sa.bindparam("attempt_id"))
-    .execution_options(populate_existing=True)
-)
-
-
 def _label(session: Session, key: str) -> sa.ColumnElement[Any]:
     """A run label's value, read from the stored JSON in SQL on either engine."""
     if session.get_bind().dialect.name == "postgresql":
         value: sa.ColumnElement[Any] = sa.cast(RunRow.labels_json, JSONB)[key].astext
         return value
     return sa.func.json_extract(RunRow.labels_json, "$." + json.dumps(key))
-
-
-@dataclass(frozen=True, slots=True)
-class _Fenced:
-    """A run and attempt as :func:`runtime_service.fence.fence_error` reads them."""
-
-    current_attempt_id: str
-    lease_epoch: int
-    lease_expire_time: dt.datetime
-    attempt_status: str
-    run_status: str
-
-
-def fenced(session: Session, attempt_id: str, lease_epoch: int) -> tuple[RunRow, AttemptRow]:
-    """The run (locked) and attempt a fence names, if it is still current; else the error of
-    the fence rule (``runtime_service.fence``)."""
-    if attempt_id and lease_epoch > 0:
-        # The run row is locked first, by a statement of its own, on PostgreSQL (SQLite's
-        # writer holds the database lock already): a READ COMMITTED statement that waited for
-        # a row lock re-reads the locked row but not its joins, so an attempt read in the
-        # locking statement could predate the transaction it waited for (its usage totals
-        # then lost that update).
-        if session.get_bind().dialect.name == "postgresql":
-            session.execute(_LOCK_FENCED, {"attempt_id": attempt_id})
-        found = session.execute(_FENCED, {"attempt_id": attempt_id}).first()
-    else:
-        found = None
-    view = None
-    if found is not None:
-        run, attempt = found
-        view = _Fenced(
-            run.current_attempt_id,
-            run.lease_epoch,
-            attempt.lease_expire_time,
-            attempt.status,
-            run.status,
-        )
-    error = fence_error(attempt_id, lease_epoch, view, utcnow())
-    if error is not None:
-        raise error
-    assert found is not None
-    return found[0], found[1]
 
 
 class LeasesService:

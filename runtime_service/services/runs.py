@@ -28,6 +28,7 @@ from runtime_service import __version__, events, notify
 from runtime_service.lifecycle import TERMINAL, Actor, RunStatus, Trigger
 from runtime_service.services.context import Runtime, scoped_request_id
 from runtime_service.store import transitions
+from runtime_service.store.runs import run_for_update
 from runtime_service.store.tables import AttemptRow, MessageRow, RunRow, ThreadRow
 
 #: Documented limits (docs/lifecycle.md, "Limits").
@@ -132,26 +133,6 @@ def _lock_active_runs(session: Session, thread_id: str) -> list[RunRow]:
             .execution_options(populate_existing=True)
         )
     )
-
-
-def run_for_update(session: Session, run_id: str) -> RunRow:
-    """The run, locked, with the values the lock protects: ``populate_existing`` refreshes
-    an object this session loaded earlier (a plain query would hand it back as it was)."""
-    run = session.scalar(
-        sa.select(RunRow)
-        .where(RunRow.id == run_id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    )
-    if run is None:
-        raise NotFound("run", run_id)
-    return run
-
-
-def active_attempt(session: Session, run: RunRow) -> AttemptRow | None:
-    if not run.current_attempt_id:
-        return None
-    return session.get(AttemptRow, run.current_attempt_id)
 
 
 def _append_thread_event(

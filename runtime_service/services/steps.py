@@ -18,10 +18,10 @@ from runtime_service.records import Step
 from runtime_service.resolution import BoundDefinition
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime
-from runtime_service.services.leases import fenced
 from runtime_service.step_engine import Begun, BudgetStop, Ended, StepEngine
 from runtime_service.step_rules import StepEnd, StepRequest, budget_error
 from runtime_service.store import step_reads, transitions
+from runtime_service.store.fencing import fenced
 
 
 class StepsService:

@@ -17,8 +17,8 @@ from agentrt_base.db import utcnow
 from agentrt_base.errors import FailedPrecondition, NotFound
 from agentrt_base.ids import new_id
 from runtime_service.services.context import Runtime
-from runtime_service.services.leases import fenced
 from runtime_service.store import transitions
+from runtime_service.store.fencing import fenced
 from runtime_service.store.ledger import InputRow, StepRow, TurnRow
 from runtime_service.store.tables import AttemptRow, RunRow
 

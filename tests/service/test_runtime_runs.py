@@ -20,7 +20,7 @@ from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_base.db import Database
 from agentrt_base.db_engines import normalise_url
-from runtime_service.services.runs import run_for_update
+from runtime_service.store.runs import run_for_update
 from runtime_service.store.tables import RunRow
 from tests import registry_data
 from tests.runtime_support import Stubs
