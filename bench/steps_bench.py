@@ -218,13 +218,16 @@ async def setup_workers(channels: list[grpc.aio.Channel], count: int) -> list[Wo
     return workers
 
 
-def server_pid() -> int | None:
-    """The pid of the ``agentrt serve`` child of this process (Linux ``/proc``), if found."""
+def server_pid(address: str | None = None) -> int | None:
+    """The pid of the ``agentrt serve`` child of this process (Linux ``/proc``) listening on
+    ``address`` (any, when None; the A/B mode runs two at once), if found."""
     for task in Path("/proc/self/task").iterdir():
         with contextlib.suppress(OSError):
             for pid in (task / "children").read_text().split():
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-                if b"runtime_service.cli.main" in cmdline:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                if b"runtime_service.cli.main" in cmdline and (
+                    address is None or address.encode() in cmdline
+                ):
                     return int(pid)
     return None
 
@@ -315,6 +318,78 @@ def pairs_for(concurrency: int, pairs: int) -> int:
 
 
 @dataclass
+class Sample:
+    """One empty loop and the step loop right after it, against one server."""
+
+    empty: Result
+    steps: StepRun
+    empty_cpu_us: float  # server CPU per empty call
+    pair_cpu_us: float  # server process CPU per Begin+End pair
+    pair_child_cpu_us: float  # its step writer process's CPU per pair
+
+    @property
+    def ratio(self) -> float:
+        """Step RPC / empty: both calls of a pair, over the empty rate measured just before."""
+        return 2 * self.steps.pairs_per_s / self.empty.rps
+
+
+class Target:
+    """One running server, with this process's channels to it and its acquired workers."""
+
+    def __init__(
+        self, address: str, channels: list[grpc.aio.Channel], workers: list[Worker]
+    ) -> None:
+        self.channels = channels
+        self.workers = workers
+        self.healths: list[Any] = [health_pb2_grpc.HealthStub(ch) for ch in channels]
+        self.request = health_pb2.HealthCheckRequest()
+        self.pid = server_pid(address)
+
+    @classmethod
+    async def open(cls, address: str, workers: int) -> Target:
+        """Set up ``workers`` workers on the server at ``address`` and warm it up."""
+        channels = [grpc.aio.insecure_channel(address) for _ in range(CHANNELS)]
+        try:
+            target = cls(address, channels, await setup_workers(channels, workers))
+            # Warm-up: connections, the server's caches, SQLite's page cache.
+            await step_run(target.workers[:16], 10)
+            await target.empty("warm", 500, 16)
+        except BaseException:
+            await cls.close_all(channels)
+            raise
+        return target
+
+    async def empty(self, name: str, calls: int, concurrency: int) -> Result:
+        return await closed_loop(
+            name, lambda i: self.healths[i % CHANNELS].Check(self.request), calls, concurrency
+        )
+
+    async def sample(self, concurrency: int, calls: int, pairs_each: int) -> Sample:
+        """``calls`` empty calls, then ``pairs_each`` pairs by each of ``concurrency`` workers."""
+        cpu = cpu_seconds(self.pid)
+        e = await self.empty("empty", calls, concurrency)
+        empty_cpu = (cpu_seconds(self.pid) - cpu) / calls * 1e6
+        main_cpu, child_cpu = cpu_split(self.pid)
+        r = await step_run(self.workers[:concurrency], pairs_each)
+        main_after, child_after = cpu_split(self.pid)
+        return Sample(
+            e,
+            r,
+            empty_cpu,
+            (main_after - main_cpu) / r.pairs * 1e6,
+            (child_after - child_cpu) / r.pairs * 1e6,
+        )
+
+    async def close(self) -> None:
+        await self.close_all(self.channels)
+
+    @staticmethod
+    async def close_all(channels: list[grpc.aio.Channel]) -> None:
+        for ch in channels:
+            await ch.close()
+
+
+@dataclass
 class Cell:
     """One concurrency level of one engine: the median repetitions and server CPU costs."""
 
@@ -326,63 +401,43 @@ class Cell:
     #: Step RPC / empty of each repetition (its empty loop and the step loop right after it).
     ratios: list[float]
 
+    @classmethod
+    def of(cls, samples: list[Sample]) -> Cell:
+        ordered = sorted(samples, key=lambda one: one.steps.pairs_per_s)
+        return cls(
+            median_result([one.empty for one in samples]),
+            ordered[len(ordered) // 2].steps,
+            statistics.median(one.empty_cpu_us for one in samples),
+            statistics.median(one.pair_cpu_us for one in samples),
+            statistics.median(one.pair_child_cpu_us for one in samples),
+            [one.ratio for one in samples],
+        )
+
 
 async def run_engine(
     engine: str, pairs: int, calls: int, repetitions: int, dbos: DbosPool | None
 ) -> dict[int, Cell]:
-    out: dict[int, Cell] = {}
     with database(engine) as url, server_process(url) as address:
-        channels = [grpc.aio.insecure_channel(address) for _ in range(CHANNELS)]
+        target = await Target.open(address, max(CONCURRENCY))
         try:
-            workers = await setup_workers(channels, max(CONCURRENCY))
-            healths: list[Any] = [health_pb2_grpc.HealthStub(ch) for ch in channels]
-            request = health_pb2.HealthCheckRequest()
-            # Warm-up: connections, the server's caches, SQLite's page cache.
-            await step_run(workers[:16], 10)
-            await closed_loop("warm", lambda i: healths[i % CHANNELS].Check(request), 500, 16)
-            pid = server_pid()
-            empty: dict[int, list[Result]] = {c: [] for c in CONCURRENCY}
-            steps: dict[int, list[StepRun]] = {c: [] for c in CONCURRENCY}
-            empty_cpu: dict[int, list[float]] = {c: [] for c in CONCURRENCY}
-            pair_cpu: dict[int, list[float]] = {c: [] for c in CONCURRENCY}
-            pair_child_cpu: dict[int, list[float]] = {c: [] for c in CONCURRENCY}
+            samples: dict[int, list[Sample]] = {c: [] for c in CONCURRENCY}
             for rep in range(repetitions):
                 for c in CONCURRENCY:
-                    n = calls // 4 if c == 1 else calls
-                    cpu = cpu_seconds(pid)
-                    e = await closed_loop(
-                        "empty", lambda i: healths[i % CHANNELS].Check(request), n, c
+                    one = await target.sample(
+                        c, calls // 4 if c == 1 else calls, pairs_for(c, pairs)
                     )
-                    empty_cpu[c].append((cpu_seconds(pid) - cpu) / n * 1e6)
-                    main_cpu, child_cpu = cpu_split(pid)
-                    r = await step_run(workers[:c], pairs_for(c, pairs))
-                    main_after, child_after = cpu_split(pid)
-                    pair_cpu[c].append((main_after - main_cpu) / r.pairs * 1e6)
-                    pair_child_cpu[c].append((child_after - child_cpu) / r.pairs * 1e6)
-                    empty[c].append(e)
-                    steps[c].append(r)
+                    samples[c].append(one)
                     print(
-                        f"  [{engine} rep {rep + 1}] {c:>2} workers: empty {e.rps:,.0f}/s, "
-                        f"pairs {r.pairs_per_s:,.0f}/s",
+                        f"  [{engine} rep {rep + 1}] {c:>2} workers: empty {one.empty.rps:,.0f}/s, "
+                        f"pairs {one.steps.pairs_per_s:,.0f}/s",
                         file=sys.stderr,
                         flush=True,
                     )
                 if dbos is not None:
                     dbos.repetition()
-            for c in CONCURRENCY:
-                ordered = sorted(steps[c], key=lambda r: r.pairs_per_s)
-                out[c] = Cell(
-                    median_result(empty[c]),
-                    ordered[len(ordered) // 2],
-                    statistics.median(empty_cpu[c]),
-                    statistics.median(pair_cpu[c]),
-                    statistics.median(pair_child_cpu[c]),
-                    [2 * r.pairs_per_s / e.rps for e, r in zip(empty[c], steps[c], strict=True)],
-                )
         finally:
-            for ch in channels:
-                await ch.close()
-    return out
+            await target.close()
+    return {c: Cell.of(samples[c]) for c in CONCURRENCY}
 
 
 # --------------------------------------------------------------------------- DBOS
