@@ -39,6 +39,30 @@ denominator is the best durable SQLite DBOS figure of the run.
     .venv/bin/python bench/steps_bench.py [--engines sqlite,postgres] [--pairs 512]
 
 Output: Markdown tables on stdout (recorded in bench/results/steps.md).
+
+A/B mode, to show that a change keeps the step path's speed: ``--ab OLD_REF[,NEW_REF]``.
+Side A runs the code of ``OLD_REF``; side B that of ``NEW_REF``, or, without it, this
+checkout's working tree (uncommitted changes included). A ref is checked out with
+``git worktree add --detach`` into a temporary directory, removed afterwards. A side's server
+is ``agentrt serve`` on the same interpreter, started in its checkout with the checkout first
+on ``PYTHONPATH`` (ahead of the virtualenv's editable install); the report says which
+``runtime_service`` each server imports, and the run stops if the server or a process under
+it (the step writer's) runs elsewhere. The client, this file, is the same for both sides. Per
+engine, both servers start on fresh databases and each gets 16 workers, set up and warmed up
+as above; then in each repetition (``--repetitions``, default 5) each side in turn, A first
+in odd repetitions and B first in even ones, runs the empty loop then the 16-worker step loop
+while the other server idles. No DBOS. Reported per engine and side: the medians over the
+repetitions of the empty calls/s, step RPC/s, step RPC / empty (each repetition's own ratio,
+then their median), pairs/s, server CPU per pair and machine busy; each repetition's figures;
+and B/A of the median ratio and of the median pairs/s. The criterion (the step path
+refactor's), with PASS or FAIL: B/A >= 0.95 on SQLite's step RPC / empty and on PostgreSQL's
+pairs/s, over at least 5 repetitions.
+
+    .venv/bin/python bench/steps_bench.py --ab main [--engines sqlite,postgres] [--repetitions 5]
+
+Reading it: the "B/A within each repetition" lines compare the two sides measured seconds
+apart, so their spread is the run's noise; a B/A of the medians closer to 1 than that spread
+is no evidence of a change either way. An A/A run (``--ab HEAD,HEAD``) measures the noise.
 """
 
 from __future__ import annotations
@@ -55,6 +79,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,7 +105,15 @@ from agentrt.runtime.v1 import (  # noqa: E402
 )
 from agentrt.runtime.v1 import runtime_service_pb2 as pb  # noqa: E402
 from agentrt.runtime.v1 import worker_service_pb2 as wpb  # noqa: E402
-from bench.common import Result, closed_loop, database, median_result, server_process  # noqa: E402
+from bench.common import (  # noqa: E402
+    ROOT,
+    Result,
+    closed_loop,
+    database,
+    median_result,
+    server_env,
+    server_process,
+)
 
 CONCURRENCY = (1, 16, 64)
 CHANNELS = 4
@@ -578,6 +611,214 @@ class DbosPool:
         self.stack.close()
 
 
+# --------------------------------------------------------------------------- A/B
+
+AB_WORKERS = 16
+AB_THRESHOLD = 0.95
+AB_MIN_REPETITIONS = 5
+#: The figure each engine's criterion is on (the step path refactor's): SQLite's step RPC /
+#: empty ratio, PostgreSQL's pairs/s.
+AB_CRITERION = {"sqlite": "ratio", "postgres": "pairs"}
+AB_METRICS = {"ratio": "step RPC / empty", "pairs": "pairs/s"}
+
+
+def git(*args: str, cwd: Path = ROOT) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@dataclass
+class Side:
+    """One side of an A/B run: the checkout whose code its servers run."""
+
+    name: str  # "A" or "B"
+    ref: str  # as given on the command line, or "working tree"
+    root: Path
+    describe: str  # ``git describe --always --dirty`` and the commit's subject
+
+
+@contextlib.contextmanager
+def checkouts(refs: list[str | None]) -> Iterator[list[Side]]:
+    """A side per ref: a detached worktree of the ref in a temporary directory (removed
+    afterwards); None is this checkout's working tree, uncommitted changes included."""
+    with (
+        tempfile.TemporaryDirectory(prefix="agentrt-ab-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
+        sides = []
+        for name, ref in zip("AB", refs, strict=True):
+            if ref is None:
+                root, label = ROOT, "working tree"
+            else:
+                commit = git("rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}")
+                root, label = Path(tmp) / name, ref
+                git("worktree", "add", "--detach", "--quiet", str(root), commit)
+                stack.callback(git, "worktree", "remove", "--force", str(root))
+            describe = git("describe", "--always", "--dirty", cwd=root)
+            subject = git("log", "-1", "--format=%s", cwd=root)
+            sides.append(Side(name, label, root, f"{describe} {subject[:60]}"))
+        yield sides
+
+
+def running_code(side: Side, pid: int | None) -> str:
+    """Where the server ``pid``, started for ``side``, takes its code from, checked.
+
+    The ``runtime_service`` that the server's interpreter imports with its environment and
+    working directory must be the side's checkout's, and the server and every process under it
+    (the step writer's) must run with that working directory and that checkout first on
+    ``PYTHONPATH``: an old side silently running the new code would compare the new code with
+    itself.
+    """
+    root = side.root.resolve()
+    probe = subprocess.run(
+        [sys.executable, "-B", "-c", "import runtime_service; print(runtime_service.__file__)"],
+        cwd=root,
+        env=server_env(root),
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if not Path(probe).resolve().is_relative_to(root):
+        raise RuntimeError(f"side {side.name} imports {probe}, not its checkout {root}")
+    if pid is None:
+        raise RuntimeError(f"side {side.name}: its server process was not found")
+    processes = [pid, *descendants(pid)]
+    for one in processes:
+        try:
+            cwd = Path(f"/proc/{one}/cwd").resolve(strict=True)
+            environ = Path(f"/proc/{one}/environ").read_bytes().split(b"\0")
+        except FileNotFoundError:  # it exited meanwhile
+            continue
+        path = next((e[11:].decode() for e in environ if e.startswith(b"PYTHONPATH=")), "")
+        first = Path(path.split(os.pathsep)[0]).resolve() if path else None
+        if cwd != root or first != root:
+            raise RuntimeError(
+                f"side {side.name}: process {one} runs in {cwd} with PYTHONPATH {path!r}, "
+                f"not in its checkout {root}"
+            )
+    return (
+        f"`{probe}`; server pid {pid} and the {len(processes) - 1} processes under it run in "
+        "that checkout, first on their PYTHONPATH"
+    )
+
+
+async def run_ab(
+    engine: str, sides: list[Side], pairs: int, calls: int, repetitions: int
+) -> tuple[dict[str, list[Sample]], dict[str, str]]:
+    """Each side's samples in repetition order, and where each side's server takes its code."""
+    samples: dict[str, list[Sample]] = {side.name: [] for side in sides}
+    code: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        targets: dict[str, Target] = {}
+        try:
+            for side in sides:
+                url = stack.enter_context(database(engine))
+                address = stack.enter_context(server_process(url, side.root))
+                targets[side.name] = await Target.open(address, AB_WORKERS)
+                code[side.name] = running_code(side, targets[side.name].pid)
+                print(f"  [{engine} {side.name}] {code[side.name]}", file=sys.stderr, flush=True)
+            for rep in range(repetitions):
+                # Alternating which side goes first spreads a drift of the machine (and any
+                # advantage of going first or second) evenly over both sides. The server
+                # not being measured is idle meanwhile.
+                for side in sides if rep % 2 == 0 else sides[::-1]:
+                    one = await targets[side.name].sample(
+                        AB_WORKERS, calls, pairs_for(AB_WORKERS, pairs)
+                    )
+                    samples[side.name].append(one)
+                    print(
+                        f"  [{engine} rep {rep + 1} {side.name}] empty {one.empty.rps:,.0f}/s, "
+                        f"pairs {one.steps.pairs_per_s:,.0f}/s, ratio {one.ratio:.2f}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+        finally:
+            for target in targets.values():
+                await target.close()
+    return samples, code
+
+
+def ab_figure(samples: list[Sample], metric: str) -> list[float]:
+    """The criterion's figure of each repetition."""
+    return [one.ratio if metric == "ratio" else one.steps.pairs_per_s for one in samples]
+
+
+def ab_table(engine: str, sides: list[Side], samples: dict[str, list[Sample]]) -> list[str]:
+    a, b = (samples[side.name] for side in sides)
+    rows = [
+        f"**{engine}** — {AB_WORKERS} workers, medians over {len(a)} interleaved repetitions",
+        "",
+        "| side | code | empty calls/s | step RPC/s | step RPC / empty | pairs/s "
+        "| server CPU µs / pair (+ step writer) | machine busy |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for side in sides:
+        mine = samples[side.name]
+        pairs = statistics.median(one.steps.pairs_per_s for one in mine)
+        rows.append(
+            f"| {side.name} | {side.ref}"
+            f"{'' if side.describe.startswith(side.ref) else f' ({side.describe.split()[0]})'} "
+            f"| {statistics.median(one.empty.rps for one in mine):,.0f} | {2 * pairs:,.0f} "
+            f"| {statistics.median(one.ratio for one in mine):.2f}x | {pairs:,.0f} "
+            f"| {statistics.median(one.pair_cpu_us for one in mine):,.0f}"
+            f" (+ {statistics.median(one.pair_child_cpu_us for one in mine):,.0f}) "
+            f"| {statistics.median(one.steps.machine_busy for one in mine):.0%} |"
+        )
+    rows.append("")
+    criterion = AB_CRITERION.get(engine)
+    for metric, label in AB_METRICS.items():
+        each_a, each_b = ab_figure(a, metric), ab_figure(b, metric)
+        paired = [y / x for x, y in zip(each_a, each_b, strict=True)]
+        spec = ".2f" if metric == "ratio" else ",.0f"
+        rows.append(
+            f"- {label} of each repetition: A {', '.join(format(v, spec) for v in each_a)}; "
+            f"B {', '.join(format(v, spec) for v in each_b)}; B/A within each repetition "
+            f"{', '.join(f'{v:.2f}' for v in paired)} (median {statistics.median(paired):.2f})"
+        )
+    for metric, label in AB_METRICS.items():
+        ratio = statistics.median(ab_figure(b, metric)) / statistics.median(ab_figure(a, metric))
+        if metric != criterion:
+            rows.append(f"- B/A of the median {label}: {ratio:.3f} (for reference)")
+            continue
+        verdict = "PASS" if ratio >= AB_THRESHOLD else "FAIL"
+        if len(a) < AB_MIN_REPETITIONS:
+            verdict += f" (inconclusive: fewer than {AB_MIN_REPETITIONS} repetitions)"
+        rows.append(
+            f"- **B/A of the median {label}: {ratio:.3f} — {verdict}** (criterion: >= "
+            f"{AB_THRESHOLD})"
+        )
+    return rows
+
+
+def main_ab(spec: str, engines: list[str], pairs: int, calls: int, repetitions: int) -> None:
+    refs: list[str | None] = [ref.strip() for ref in spec.split(",")]
+    if len(refs) == 1:
+        refs.append(None)
+    if len(refs) != 2 or not all(ref is None or ref for ref in refs):
+        raise SystemExit("--ab takes OLD_REF or OLD_REF,NEW_REF")
+    started = time.perf_counter()
+    with checkouts(refs) as sides:
+        results = {
+            engine: asyncio.run(run_ab(engine, sides, pairs, calls, repetitions))
+            for engine in engines
+        }
+    print(f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; cores: {os.cpu_count()}\n")
+    for side in sides:
+        print(f"- {side.name} = {side.ref}: {side.describe}")
+    print(
+        f"- {pairs_for(AB_WORKERS, pairs) * AB_WORKERS} pairs and {calls} empty calls per loop; "
+        "A goes first in odd repetitions, B in even ones"
+    )
+    for engine, (samples, code) in results.items():
+        print()
+        for side in sides:
+            print(f"- {engine} {side.name} runs {code[side.name]}")
+        print()
+        print("\n".join(ab_table(engine, sides, samples)))
+    print(f"\nWall time: {time.perf_counter() - started:.0f} s")
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -634,7 +875,14 @@ def main() -> None:
         "--pairs", type=int, default=512, help="pairs per cell at 16 and 64 workers"
     )
     parser.add_argument("--calls", type=int, default=3000, help="empty calls per cell")
-    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument(
+        "--repetitions", type=int, help=f"default 3, or {AB_MIN_REPETITIONS} with --ab"
+    )
+    parser.add_argument(
+        "--ab",
+        metavar="OLD_REF[,NEW_REF]",
+        help="compare two commits' servers (NEW_REF: this working tree); see the docstring",
+    )
     parser.add_argument("--dbos-seconds", type=float, default=1.0)
     parser.add_argument("--dbos-child", help=argparse.SUPPRESS)
     parser.add_argument("--dbos-url", help=argparse.SUPPRESS)
@@ -643,13 +891,17 @@ def main() -> None:
         dbos_child(args.dbos_child, args.dbos_seconds, args.dbos_url)
         return
     engines = args.engines.split(",")
+    if args.ab:
+        repetitions = args.repetitions or AB_MIN_REPETITIONS
+        main_ab(args.ab, engines, args.pairs, args.calls, repetitions)
+        return
     started = time.perf_counter()
     results: dict[str, dict[int, Cell]] = {}
     with DbosPool(args.dbos_seconds, "postgres" in engines) as dbos:
         for n, engine in enumerate(engines):
             results[engine] = asyncio.run(
                 run_engine(
-                    engine, args.pairs, args.calls, args.repetitions, dbos if n == 0 else None
+                    engine, args.pairs, args.calls, args.repetitions or 3, dbos if n == 0 else None
                 )
             )
         medians = dbos.medians()
