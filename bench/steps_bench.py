@@ -619,7 +619,13 @@ AB_MIN_REPETITIONS = 5
 #: The figure each engine's criterion is on (the step path refactor's): SQLite's step RPC /
 #: empty ratio, PostgreSQL's pairs/s.
 AB_CRITERION = {"sqlite": "ratio", "postgres": "pairs"}
-AB_METRICS = {"ratio": "step RPC / empty", "pairs": "pairs/s"}
+AB_METRICS = {
+    "ratio": "step RPC / empty",
+    "pairs": "pairs/s",
+    # Not a criterion, but CPU time barely depends on what else the machine runs, so it shows
+    # a change in the cost of a pair through noise that swamps the rates.
+    "cpu": "CPU µs / pair, server + step writer (lower is better)",
+}
 
 
 def git(*args: str, cwd: Path = ROOT) -> str:
@@ -740,8 +746,12 @@ async def run_ab(
 
 
 def ab_figure(samples: list[Sample], metric: str) -> list[float]:
-    """The criterion's figure of each repetition."""
-    return [one.ratio if metric == "ratio" else one.steps.pairs_per_s for one in samples]
+    """The figure ``metric`` (a key of ``AB_METRICS``) of each repetition."""
+    if metric == "ratio":
+        return [one.ratio for one in samples]
+    if metric == "pairs":
+        return [one.steps.pairs_per_s for one in samples]
+    return [one.pair_cpu_us + one.pair_child_cpu_us for one in samples]
 
 
 def ab_table(engine: str, sides: list[Side], samples: dict[str, list[Sample]]) -> list[str]:
