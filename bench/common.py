@@ -103,12 +103,20 @@ def _forward_problems(lines: Iterable[str]) -> None:
             print(f"  [server] {line.rstrip()}", file=sys.stderr, flush=True)
 
 
+def server_env(root: Path = ROOT) -> dict[str, str]:
+    """The environment of a server that runs the code of the checkout at ``root``.
+
+    The virtualenv's editable install points at one checkout; ``PYTHONPATH`` comes before it
+    on ``sys.path``, so the server imports ``root``'s packages and generated stubs instead.
+    """
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "generated")])}
+
+
 @contextlib.contextmanager
-def server_process(database_url: str) -> Iterator[str]:
-    """``agentrt serve`` in its own process; yields its address once it is ready."""
+def server_process(database_url: str, root: Path = ROOT) -> Iterator[str]:
+    """``agentrt serve`` in its own process, running the code of the checkout at ``root``;
+    yields its address once it is ready."""
     port = free_port()
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "generated")])
     process = subprocess.Popen(
         [
             sys.executable,
@@ -120,7 +128,10 @@ def server_process(database_url: str) -> Iterator[str]:
             "--database-url",
             database_url,
         ],
-        env=env,
+        env=server_env(root),
+        # ``-m`` puts the working directory first on sys.path, ahead of PYTHONPATH: it must
+        # be ``root`` too, or another checkout there would shadow it.
+        cwd=root,
         stderr=subprocess.PIPE,
         text=True,
     )

@@ -39,6 +39,45 @@ denominator is the best durable SQLite DBOS figure of the run.
     .venv/bin/python bench/steps_bench.py [--engines sqlite,postgres] [--pairs 512]
 
 Output: Markdown tables on stdout (recorded in bench/results/steps.md).
+
+A/B mode, to show that a change keeps the step path's speed: ``--ab OLD_REF[,NEW_REF]``.
+Side A runs the code of ``OLD_REF``; side B that of ``NEW_REF``, or, without it, this
+checkout's working tree (uncommitted changes included). A ref is checked out with
+``git worktree add --detach`` into a temporary directory, removed afterwards. A side's server
+is ``agentrt serve`` on the same interpreter, started in its checkout with the checkout first
+on ``PYTHONPATH`` (ahead of the virtualenv's editable install); the report says which
+``runtime_service`` each server imports, and the run stops if the server or a process under
+it (the step writer's) runs elsewhere. The client, this file, is the same for both sides. Per
+engine, both servers start on fresh databases and each gets 16 workers, set up and warmed up
+as above; then in each repetition (``--repetitions``, default 5) each side in turn, A first
+in odd repetitions and B first in even ones, runs the empty loop then the 16-worker step loop
+while the other server idles. No DBOS. Reported per engine and side: the medians over the
+repetitions of the empty calls/s, step RPC/s, step RPC / empty (each repetition's own ratio,
+then their median), pairs/s, server CPU per pair and machine busy; each repetition's figures;
+and B/A of the median ratio and of the median pairs/s. The criterion (the step path
+refactor's), with PASS or FAIL: B/A >= 0.95 on SQLite's step RPC / empty and on PostgreSQL's
+pairs/s, over at least 5 repetitions.
+
+    .venv/bin/python bench/steps_bench.py --ab main [--engines sqlite,postgres] [--repetitions 5]
+
+Reading it: the "B/A within each repetition" lines compare the two sides measured seconds
+apart, so their spread is the run's noise; a B/A of the medians closer to 1 than that spread
+is no evidence of a change either way. An A/A run (``--ab HEAD,HEAD``: the same code on both
+sides) measures the noise. Two A/A runs at the default sizes on the shared 2-core machine,
+with other sessions at work (machine 88-95 % busy), gave these B/A of the medians: SQLite
+step RPC / empty 1.21 and 1.40, SQLite pairs/s 1.02 and 1.11, PostgreSQL pairs/s 0.73 (a
+FAIL on identical code) and 0.96, CPU per pair 0.99 to 1.04; single repetitions' B/A spanned
+0.25-2.6 for the ratio, 0.57-1.63 for pairs/s, 0.84-1.10 for the CPU per pair. So:
+
+* the ratio is the noisiest figure here: the interleaving already cancels the machine's
+  speed, and dividing by the empty rate (2,400 to 6,100 calls/s within one run) adds that
+  loop's noise. In one A/A run one server's empty rate stayed below the other's in every
+  repetition: two servers of the same code can differ for a whole run (placement on the two
+  cores), which interleaving cannot cancel;
+* a 5 % criterion needs a quiet machine (check ``uptime``), longer loops (``--pairs``,
+  ``--calls``) and more repetitions, an even number so that each side goes first as often;
+* the CPU per pair, barely moved by other load, is the steadiest check of a change in the
+  step path's cost (10 ms clock ticks: about 20 µs per pair at 512 pairs).
 """
 
 from __future__ import annotations
@@ -55,6 +94,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,7 +120,15 @@ from agentrt.runtime.v1 import (  # noqa: E402
 )
 from agentrt.runtime.v1 import runtime_service_pb2 as pb  # noqa: E402
 from agentrt.runtime.v1 import worker_service_pb2 as wpb  # noqa: E402
-from bench.common import Result, closed_loop, database, median_result, server_process  # noqa: E402
+from bench.common import (  # noqa: E402
+    ROOT,
+    Result,
+    closed_loop,
+    database,
+    median_result,
+    server_env,
+    server_process,
+)
 
 CONCURRENCY = (1, 16, 64)
 CHANNELS = 4
@@ -218,13 +266,16 @@ async def setup_workers(channels: list[grpc.aio.Channel], count: int) -> list[Wo
     return workers
 
 
-def server_pid() -> int | None:
-    """The pid of the ``agentrt serve`` child of this process (Linux ``/proc``), if found."""
+def server_pid(address: str | None = None) -> int | None:
+    """The pid of the ``agentrt serve`` child of this process (Linux ``/proc``) listening on
+    ``address`` (any, when None; the A/B mode runs two at once), if found."""
     for task in Path("/proc/self/task").iterdir():
         with contextlib.suppress(OSError):
             for pid in (task / "children").read_text().split():
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-                if b"runtime_service.cli.main" in cmdline:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                if b"runtime_service.cli.main" in cmdline and (
+                    address is None or address.encode() in cmdline
+                ):
                     return int(pid)
     return None
 
@@ -315,6 +366,78 @@ def pairs_for(concurrency: int, pairs: int) -> int:
 
 
 @dataclass
+class Sample:
+    """One empty loop and the step loop right after it, against one server."""
+
+    empty: Result
+    steps: StepRun
+    empty_cpu_us: float  # server CPU per empty call
+    pair_cpu_us: float  # server process CPU per Begin+End pair
+    pair_child_cpu_us: float  # its step writer process's CPU per pair
+
+    @property
+    def ratio(self) -> float:
+        """Step RPC / empty: both calls of a pair, over the empty rate measured just before."""
+        return 2 * self.steps.pairs_per_s / self.empty.rps
+
+
+class Target:
+    """One running server, with this process's channels to it and its acquired workers."""
+
+    def __init__(
+        self, address: str, channels: list[grpc.aio.Channel], workers: list[Worker]
+    ) -> None:
+        self.channels = channels
+        self.workers = workers
+        self.healths: list[Any] = [health_pb2_grpc.HealthStub(ch) for ch in channels]
+        self.request = health_pb2.HealthCheckRequest()
+        self.pid = server_pid(address)
+
+    @classmethod
+    async def open(cls, address: str, workers: int) -> Target:
+        """Set up ``workers`` workers on the server at ``address`` and warm it up."""
+        channels = [grpc.aio.insecure_channel(address) for _ in range(CHANNELS)]
+        try:
+            target = cls(address, channels, await setup_workers(channels, workers))
+            # Warm-up: connections, the server's caches, SQLite's page cache.
+            await step_run(target.workers[:16], 10)
+            await target.empty("warm", 500, 16)
+        except BaseException:
+            await cls.close_all(channels)
+            raise
+        return target
+
+    async def empty(self, name: str, calls: int, concurrency: int) -> Result:
+        return await closed_loop(
+            name, lambda i: self.healths[i % CHANNELS].Check(self.request), calls, concurrency
+        )
+
+    async def sample(self, concurrency: int, calls: int, pairs_each: int) -> Sample:
+        """``calls`` empty calls, then ``pairs_each`` pairs by each of ``concurrency`` workers."""
+        cpu = cpu_seconds(self.pid)
+        e = await self.empty("empty", calls, concurrency)
+        empty_cpu = (cpu_seconds(self.pid) - cpu) / calls * 1e6
+        main_cpu, child_cpu = cpu_split(self.pid)
+        r = await step_run(self.workers[:concurrency], pairs_each)
+        main_after, child_after = cpu_split(self.pid)
+        return Sample(
+            e,
+            r,
+            empty_cpu,
+            (main_after - main_cpu) / r.pairs * 1e6,
+            (child_after - child_cpu) / r.pairs * 1e6,
+        )
+
+    async def close(self) -> None:
+        await self.close_all(self.channels)
+
+    @staticmethod
+    async def close_all(channels: list[grpc.aio.Channel]) -> None:
+        for ch in channels:
+            await ch.close()
+
+
+@dataclass
 class Cell:
     """One concurrency level of one engine: the median repetitions and server CPU costs."""
 
@@ -326,63 +449,43 @@ class Cell:
     #: Step RPC / empty of each repetition (its empty loop and the step loop right after it).
     ratios: list[float]
 
+    @classmethod
+    def of(cls, samples: list[Sample]) -> Cell:
+        ordered = sorted(samples, key=lambda one: one.steps.pairs_per_s)
+        return cls(
+            median_result([one.empty for one in samples]),
+            ordered[len(ordered) // 2].steps,
+            statistics.median(one.empty_cpu_us for one in samples),
+            statistics.median(one.pair_cpu_us for one in samples),
+            statistics.median(one.pair_child_cpu_us for one in samples),
+            [one.ratio for one in samples],
+        )
+
 
 async def run_engine(
     engine: str, pairs: int, calls: int, repetitions: int, dbos: DbosPool | None
 ) -> dict[int, Cell]:
-    out: dict[int, Cell] = {}
     with database(engine) as url, server_process(url) as address:
-        channels = [grpc.aio.insecure_channel(address) for _ in range(CHANNELS)]
+        target = await Target.open(address, max(CONCURRENCY))
         try:
-            workers = await setup_workers(channels, max(CONCURRENCY))
-            healths: list[Any] = [health_pb2_grpc.HealthStub(ch) for ch in channels]
-            request = health_pb2.HealthCheckRequest()
-            # Warm-up: connections, the server's caches, SQLite's page cache.
-            await step_run(workers[:16], 10)
-            await closed_loop("warm", lambda i: healths[i % CHANNELS].Check(request), 500, 16)
-            pid = server_pid()
-            empty: dict[int, list[Result]] = {c: [] for c in CONCURRENCY}
-            steps: dict[int, list[StepRun]] = {c: [] for c in CONCURRENCY}
-            empty_cpu: dict[int, list[float]] = {c: [] for c in CONCURRENCY}
-            pair_cpu: dict[int, list[float]] = {c: [] for c in CONCURRENCY}
-            pair_child_cpu: dict[int, list[float]] = {c: [] for c in CONCURRENCY}
+            samples: dict[int, list[Sample]] = {c: [] for c in CONCURRENCY}
             for rep in range(repetitions):
                 for c in CONCURRENCY:
-                    n = calls // 4 if c == 1 else calls
-                    cpu = cpu_seconds(pid)
-                    e = await closed_loop(
-                        "empty", lambda i: healths[i % CHANNELS].Check(request), n, c
+                    one = await target.sample(
+                        c, calls // 4 if c == 1 else calls, pairs_for(c, pairs)
                     )
-                    empty_cpu[c].append((cpu_seconds(pid) - cpu) / n * 1e6)
-                    main_cpu, child_cpu = cpu_split(pid)
-                    r = await step_run(workers[:c], pairs_for(c, pairs))
-                    main_after, child_after = cpu_split(pid)
-                    pair_cpu[c].append((main_after - main_cpu) / r.pairs * 1e6)
-                    pair_child_cpu[c].append((child_after - child_cpu) / r.pairs * 1e6)
-                    empty[c].append(e)
-                    steps[c].append(r)
+                    samples[c].append(one)
                     print(
-                        f"  [{engine} rep {rep + 1}] {c:>2} workers: empty {e.rps:,.0f}/s, "
-                        f"pairs {r.pairs_per_s:,.0f}/s",
+                        f"  [{engine} rep {rep + 1}] {c:>2} workers: empty {one.empty.rps:,.0f}/s, "
+                        f"pairs {one.steps.pairs_per_s:,.0f}/s",
                         file=sys.stderr,
                         flush=True,
                     )
                 if dbos is not None:
                     dbos.repetition()
-            for c in CONCURRENCY:
-                ordered = sorted(steps[c], key=lambda r: r.pairs_per_s)
-                out[c] = Cell(
-                    median_result(empty[c]),
-                    ordered[len(ordered) // 2],
-                    statistics.median(empty_cpu[c]),
-                    statistics.median(pair_cpu[c]),
-                    statistics.median(pair_child_cpu[c]),
-                    [2 * r.pairs_per_s / e.rps for e, r in zip(empty[c], steps[c], strict=True)],
-                )
         finally:
-            for ch in channels:
-                await ch.close()
-    return out
+            await target.close()
+    return {c: Cell.of(samples[c]) for c in CONCURRENCY}
 
 
 # --------------------------------------------------------------------------- DBOS
@@ -523,6 +626,224 @@ class DbosPool:
         self.stack.close()
 
 
+# --------------------------------------------------------------------------- A/B
+
+AB_WORKERS = 16
+AB_THRESHOLD = 0.95
+AB_MIN_REPETITIONS = 5
+#: The figure each engine's criterion is on (the step path refactor's): SQLite's step RPC /
+#: empty ratio, PostgreSQL's pairs/s.
+AB_CRITERION = {"sqlite": "ratio", "postgres": "pairs"}
+AB_METRICS = {
+    "ratio": "step RPC / empty",
+    "pairs": "pairs/s",
+    # Not a criterion, but CPU time barely depends on what else the machine runs, so it shows
+    # a change in the cost of a pair through noise that swamps the rates.
+    "cpu": "CPU µs / pair, server + step writer (lower is better)",
+}
+
+
+def git(*args: str, cwd: Path = ROOT) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@dataclass
+class Side:
+    """One side of an A/B run: the checkout whose code its servers run."""
+
+    name: str  # "A" or "B"
+    ref: str  # as given on the command line, or "working tree"
+    root: Path
+    describe: str  # ``git describe --always --dirty`` and the commit's subject
+
+
+@contextlib.contextmanager
+def checkouts(refs: list[str | None]) -> Iterator[list[Side]]:
+    """A side per ref: a detached worktree of the ref in a temporary directory (removed
+    afterwards); None is this checkout's working tree, uncommitted changes included."""
+    with (
+        tempfile.TemporaryDirectory(prefix="agentrt-ab-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
+        sides = []
+        for name, ref in zip("AB", refs, strict=True):
+            if ref is None:
+                root, label = ROOT, "working tree"
+            else:
+                commit = git("rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}")
+                root, label = Path(tmp) / name, ref
+                git("worktree", "add", "--detach", "--quiet", str(root), commit)
+                stack.callback(git, "worktree", "remove", "--force", str(root))
+            describe = git("describe", "--always", "--dirty", cwd=root)
+            subject = git("log", "-1", "--format=%s", cwd=root)
+            sides.append(Side(name, label, root, f"{describe} {subject[:60]}"))
+        yield sides
+
+
+def running_code(side: Side, pid: int | None) -> str:
+    """Where the server ``pid``, started for ``side``, takes its code from, checked.
+
+    The ``runtime_service`` that the server's interpreter imports with its environment and
+    working directory must be the side's checkout's, and the server and every process under it
+    (the step writer's) must run with that working directory and that checkout first on
+    ``PYTHONPATH``: an old side silently running the new code would compare the new code with
+    itself.
+    """
+    root = side.root.resolve()
+    probe = subprocess.run(
+        [sys.executable, "-B", "-c", "import runtime_service; print(runtime_service.__file__)"],
+        cwd=root,
+        env=server_env(root),
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if not Path(probe).resolve().is_relative_to(root):
+        raise RuntimeError(f"side {side.name} imports {probe}, not its checkout {root}")
+    if pid is None:
+        raise RuntimeError(f"side {side.name}: its server process was not found")
+    processes = [pid, *descendants(pid)]
+    for one in processes:
+        try:
+            cwd = Path(f"/proc/{one}/cwd").resolve(strict=True)
+            environ = Path(f"/proc/{one}/environ").read_bytes().split(b"\0")
+        except FileNotFoundError:  # it exited meanwhile
+            continue
+        path = next((e[11:].decode() for e in environ if e.startswith(b"PYTHONPATH=")), "")
+        first = Path(path.split(os.pathsep)[0]).resolve() if path else None
+        if cwd != root or first != root:
+            raise RuntimeError(
+                f"side {side.name}: process {one} runs in {cwd} with PYTHONPATH {path!r}, "
+                f"not in its checkout {root}"
+            )
+    return (
+        f"`{probe}`; server pid {pid} and the {len(processes) - 1} processes under it run in "
+        "that checkout, first on their PYTHONPATH"
+    )
+
+
+async def run_ab(
+    engine: str, sides: list[Side], pairs: int, calls: int, repetitions: int
+) -> tuple[dict[str, list[Sample]], dict[str, str]]:
+    """Each side's samples in repetition order, and where each side's server takes its code."""
+    samples: dict[str, list[Sample]] = {side.name: [] for side in sides}
+    code: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        targets: dict[str, Target] = {}
+        try:
+            for side in sides:
+                url = stack.enter_context(database(engine))
+                address = stack.enter_context(server_process(url, side.root))
+                targets[side.name] = await Target.open(address, AB_WORKERS)
+                code[side.name] = running_code(side, targets[side.name].pid)
+                print(f"  [{engine} {side.name}] {code[side.name]}", file=sys.stderr, flush=True)
+            for rep in range(repetitions):
+                # Alternating which side goes first spreads a drift of the machine (and any
+                # advantage of going first or second) evenly over both sides. The server
+                # not being measured is idle meanwhile.
+                for side in sides if rep % 2 == 0 else sides[::-1]:
+                    one = await targets[side.name].sample(
+                        AB_WORKERS, calls, pairs_for(AB_WORKERS, pairs)
+                    )
+                    samples[side.name].append(one)
+                    print(
+                        f"  [{engine} rep {rep + 1} {side.name}] empty {one.empty.rps:,.0f}/s, "
+                        f"pairs {one.steps.pairs_per_s:,.0f}/s, ratio {one.ratio:.2f}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+        finally:
+            for target in targets.values():
+                await target.close()
+    return samples, code
+
+
+def ab_figure(samples: list[Sample], metric: str) -> list[float]:
+    """The figure ``metric`` (a key of ``AB_METRICS``) of each repetition."""
+    if metric == "ratio":
+        return [one.ratio for one in samples]
+    if metric == "pairs":
+        return [one.steps.pairs_per_s for one in samples]
+    return [one.pair_cpu_us + one.pair_child_cpu_us for one in samples]
+
+
+def ab_table(engine: str, sides: list[Side], samples: dict[str, list[Sample]]) -> list[str]:
+    a, b = (samples[side.name] for side in sides)
+    rows = [
+        f"**{engine}** — {AB_WORKERS} workers, medians over {len(a)} interleaved repetitions",
+        "",
+        "| side | code | empty calls/s | step RPC/s | step RPC / empty | pairs/s "
+        "| server CPU µs / pair (+ step writer) | machine busy |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for side in sides:
+        mine = samples[side.name]
+        pairs = statistics.median(one.steps.pairs_per_s for one in mine)
+        rows.append(
+            f"| {side.name} | {side.ref}"
+            f"{'' if side.describe.startswith(side.ref) else f' ({side.describe.split()[0]})'} "
+            f"| {statistics.median(one.empty.rps for one in mine):,.0f} | {2 * pairs:,.0f} "
+            f"| {statistics.median(one.ratio for one in mine):.2f}x | {pairs:,.0f} "
+            f"| {statistics.median(one.pair_cpu_us for one in mine):,.0f}"
+            f" (+ {statistics.median(one.pair_child_cpu_us for one in mine):,.0f}) "
+            f"| {statistics.median(one.steps.machine_busy for one in mine):.0%} |"
+        )
+    rows.append("")
+    criterion = AB_CRITERION.get(engine)
+    for metric, label in AB_METRICS.items():
+        each_a, each_b = ab_figure(a, metric), ab_figure(b, metric)
+        paired = [y / x for x, y in zip(each_a, each_b, strict=True)]
+        spec = ".2f" if metric == "ratio" else ",.0f"
+        rows.append(
+            f"- {label} of each repetition: A {', '.join(format(v, spec) for v in each_a)}; "
+            f"B {', '.join(format(v, spec) for v in each_b)}; B/A within each repetition "
+            f"{', '.join(f'{v:.2f}' for v in paired)} (median {statistics.median(paired):.2f})"
+        )
+    for metric, label in AB_METRICS.items():
+        ratio = statistics.median(ab_figure(b, metric)) / statistics.median(ab_figure(a, metric))
+        if metric != criterion:
+            rows.append(f"- B/A of the median {label}: {ratio:.3f} (for reference)")
+            continue
+        verdict = "PASS" if ratio >= AB_THRESHOLD else "FAIL"
+        if len(a) < AB_MIN_REPETITIONS:
+            verdict += f" (inconclusive: fewer than {AB_MIN_REPETITIONS} repetitions)"
+        rows.append(
+            f"- **B/A of the median {label}: {ratio:.3f} — {verdict}** (criterion: >= "
+            f"{AB_THRESHOLD})"
+        )
+    return rows
+
+
+def main_ab(spec: str, engines: list[str], pairs: int, calls: int, repetitions: int) -> None:
+    refs: list[str | None] = [ref.strip() for ref in spec.split(",")]
+    if len(refs) == 1:
+        refs.append(None)
+    if len(refs) != 2 or not all(ref is None or ref for ref in refs):
+        raise SystemExit("--ab takes OLD_REF or OLD_REF,NEW_REF")
+    started = time.perf_counter()
+    with checkouts(refs) as sides:
+        results = {
+            engine: asyncio.run(run_ab(engine, sides, pairs, calls, repetitions))
+            for engine in engines
+        }
+    print(f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; cores: {os.cpu_count()}\n")
+    for side in sides:
+        print(f"- {side.name} = {side.ref}: {side.describe}")
+    print(
+        f"- {pairs_for(AB_WORKERS, pairs) * AB_WORKERS} pairs and {calls} empty calls per loop; "
+        "A goes first in odd repetitions, B in even ones"
+    )
+    for engine, (samples, code) in results.items():
+        print()
+        for side in sides:
+            print(f"- {engine} {side.name} runs {code[side.name]}")
+        print()
+        print("\n".join(ab_table(engine, sides, samples)))
+    print(f"\nWall time: {time.perf_counter() - started:.0f} s")
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -579,7 +900,14 @@ def main() -> None:
         "--pairs", type=int, default=512, help="pairs per cell at 16 and 64 workers"
     )
     parser.add_argument("--calls", type=int, default=3000, help="empty calls per cell")
-    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument(
+        "--repetitions", type=int, help=f"default 3, or {AB_MIN_REPETITIONS} with --ab"
+    )
+    parser.add_argument(
+        "--ab",
+        metavar="OLD_REF[,NEW_REF]",
+        help="compare two commits' servers (NEW_REF: this working tree); see the docstring",
+    )
     parser.add_argument("--dbos-seconds", type=float, default=1.0)
     parser.add_argument("--dbos-child", help=argparse.SUPPRESS)
     parser.add_argument("--dbos-url", help=argparse.SUPPRESS)
@@ -588,13 +916,17 @@ def main() -> None:
         dbos_child(args.dbos_child, args.dbos_seconds, args.dbos_url)
         return
     engines = args.engines.split(",")
+    if args.ab:
+        repetitions = args.repetitions or AB_MIN_REPETITIONS
+        main_ab(args.ab, engines, args.pairs, args.calls, repetitions)
+        return
     started = time.perf_counter()
     results: dict[str, dict[int, Cell]] = {}
     with DbosPool(args.dbos_seconds, "postgres" in engines) as dbos:
         for n, engine in enumerate(engines):
             results[engine] = asyncio.run(
                 run_engine(
-                    engine, args.pairs, args.calls, args.repetitions, dbos if n == 0 else None
+                    engine, args.pairs, args.calls, args.repetitions or 3, dbos if n == 0 else None
                 )
             )
         medians = dbos.medians()
