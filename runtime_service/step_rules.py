@@ -124,6 +124,25 @@ def check_step_request(req: StepRequest) -> None:
     problems.raise_if_any("invalid step")
 
 
+#: The step fields EndStep sets, listed once: ``decide_end`` sets no others and
+#: ``store/steps.py`` writes exactly these (a field added here is stored; one set without
+#: being added here fails ``tests/unit/test_step_rules.py``).
+END_FIELDS = (
+    "status",
+    "end_time",
+    "output_ref",
+    "summary",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
+    "reported_model_id",
+    "error_class",
+    "error_message",
+    "retryable",
+    "side_effect",
+)
+
+
 @dataclass(frozen=True)
 class StepEnd:
     """How a worker says a step ended (EndStep), checked by :func:`step_end`."""

@@ -26,6 +26,7 @@ from runtime_service import events, notify, step_events
 from runtime_service.records import INPUT_FIELDS, STEP_FIELDS, Input, Step, new_step
 from runtime_service.step_decide import counts
 from runtime_service.step_rules import (
+    END_FIELDS,
     BeginView,
     End,
     EndView,
@@ -272,25 +273,9 @@ _ADVANCE_RUN = Statement(
     " last_event_sequence = :event_sequence, last_event_hash = :event_hash WHERE id = :id"
 )
 _END_STEP = Statement(
-    "UPDATE runtime_steps SET status = :status, end_time = :end_time, output_ref = :output_ref,"
-    " summary = :summary, input_tokens = :input_tokens, output_tokens = :output_tokens,"
-    " cost_usd = :cost_usd, reported_model_id = :reported_model_id,"
-    " error_class = :error_class, error_message = :error_message, retryable = :retryable,"
-    " side_effect = :side_effect WHERE id = :id"
-)
-_END_COLUMNS = (
-    "id",
-    "status",
-    "output_ref",
-    "summary",
-    "input_tokens",
-    "output_tokens",
-    "cost_usd",
-    "reported_model_id",
-    "error_class",
-    "error_message",
-    "retryable",
-    "side_effect",
+    "UPDATE runtime_steps SET "
+    + ", ".join(f"{name} = :{name}" for name in END_FIELDS)
+    + " WHERE id = :id"
 )
 _ATTEMPT_USAGE = Statement(
     "UPDATE runtime_attempts SET input_tokens = :input_tokens, output_tokens = :output_tokens,"
@@ -383,7 +368,8 @@ def apply_end(tx: RawTx, run: RunView, decision: End) -> None:
         "cost_usd": run.cost_usd + step.cost_usd,
     }
     values = step.values()
-    ended = {key: values[key] for key in _END_COLUMNS}
+    ended = {key: values[key] for key in END_FIELDS}
+    ended["id"] = step.id
     ended["end_time"] = tx.time(step.end_time)
     with tx.pipeline():  # the writes: one round trip on PostgreSQL
         tx.execute(_END_STEP, ended)

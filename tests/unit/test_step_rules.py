@@ -22,6 +22,7 @@ from runtime_service.records import BLANK_STEP, STEP_FIELDS, Step, new_step
 from runtime_service.resolution import BoundDefinition, Pinned
 from runtime_service.step_decide import decide_begin, decide_end
 from runtime_service.step_rules import (
+    END_FIELDS,
     BeginView,
     End,
     EndView,
@@ -371,6 +372,37 @@ def test_end_refusals_and_repeats() -> None:
     with_blob = StepEnd("SUCCEEDED", DIGEST, "", 0, 0, 0.0, "", "", "", False, False)
     missing = decide_end(EndView(run_view(), started()), "att_1", 3, "stp_1", with_blob, NOW)
     assert isinstance(missing, Refuse) and missing.error.reason == "BLOB_MISSING"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.builds(
+        StepEnd,
+        st.sampled_from(["SUCCEEDED", "FAILED", "CANCELLED"]),
+        st.sampled_from(["", DIGEST]),
+        st.text(max_size=5),
+        st.integers(0, 10),
+        st.integers(0, 10),
+        st.floats(0, 10),
+        st.text(max_size=5),
+        st.sampled_from(["", "TOOL_ERROR"]),
+        st.text(max_size=5),
+        st.booleans(),
+        st.booleans(),
+    ),
+    st.booleans(),
+)
+def test_end_step_sets_only_the_end_fields(outcome: StepEnd, side_effect: bool) -> None:
+    """What the store writes for an EndStep is END_FIELDS: the rules may set no other."""
+    before = started(side_effect=side_effect)
+    decision = decide_end(
+        EndView(run_view(), before, output_blob=True), "att_1", 3, "stp_1", outcome, NOW
+    )
+    assert isinstance(decision, End)
+    after = decision.step.values()
+    changed = {name for name in STEP_FIELDS if after[name] != before.values()[name]}
+    assert changed <= set(END_FIELDS)
+    assert after["side_effect"] == (side_effect or outcome.side_effect)  # never unset
 
 
 # -- properties ------------------------------------------------------------------------
