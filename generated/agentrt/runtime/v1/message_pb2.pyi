@@ -838,7 +838,9 @@ class Step(_message.Message):
     """1, 2, ... within the run, gap-free, continuing across attempts."""
     type: _enum_pb2.StepType.ValueType
     operation: _builtins.str
-    """Short human-readable label (`plan`, `run_tests` ...)."""
+    """Short human-readable label (`plan`, `run_tests` ...): the worker's, else the tool's or
+    the completion check's name.
+    """
     status: _enum_pb2.StepStatus.ValueType
     idempotency_key: _builtins.str
     """Worker-chosen key, unique per logical action within the run (see BeginStep)."""
