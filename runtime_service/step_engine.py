@@ -102,7 +102,7 @@ class StepEngine:
                 budget_stop=BudgetStop(req.attempt_id, req.lease_epoch, req.estimate),
             )
         if isinstance(decision, Reuse):
-            step, steers = store.load_reused(tx, decision.step_id, decision.with_steers)
+            step, steers = store.load_reused(tx, decision.step_id, decision.with_steers, view.keyed)
             return Begun(step, True, steers, run.agent_digest)
         assert isinstance(decision, Record)
         steers = store.apply_record(tx, run, decision)

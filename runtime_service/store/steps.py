@@ -231,8 +231,8 @@ def end_view(tx: RawTx, row: Sequence[Any] | None) -> EndView:
 _STEP_BY_ID = Statement(f"SELECT {', '.join(STEP_COLUMNS)} FROM runtime_steps WHERE id = :id")
 _INPUTS = ", ".join(INPUT_FIELDS)
 _DELIVERED_TO = Statement(
-    f"SELECT {_INPUTS} FROM runtime_inputs WHERE delivered_step_id = :step_id"
-    " ORDER BY create_time, id"
+    f"SELECT {_INPUTS} FROM runtime_inputs WHERE run_id = :run_id"
+    " AND delivered_step_id = :step_id ORDER BY create_time, id"
 )
 _PENDING_STEER_ROWS = Statement(
     f"SELECT {_INPUTS} FROM runtime_inputs"
@@ -251,14 +251,22 @@ def _inputs(tx: RawTx, statement: Statement, params: dict[str, Any]) -> list[Inp
     return out
 
 
-def load_reused(tx: RawTx, step_id: str, with_steers: bool) -> tuple[Step, list[Input]]:
+def load_reused(
+    tx: RawTx, step_id: str, with_steers: bool, known: Step | None = None
+) -> tuple[Step, list[Input]]:
     """A step a repeated idempotency key answers, and (``with_steers``) the steers it
-    consumed."""
-    if not tx.can_read:
+    consumed; ``known``: the step if the view already holds it (then only its steers, if it
+    consumed any, are read)."""
+    step = known if known is not None and known.id == step_id else None
+    needs_steers = with_steers and (step is None or step.consumed_input_ids_json != "[]")
+    if (step is None or needs_steers) and not tx.can_read:
         raise NeedsRead(step_id)
-    step = _step_of_row(tx, cast(Sequence[Any], tx.one(_STEP_BY_ID, {"id": step_id})))
-    assert step is not None  # (named by a row read under the run's lock)
-    steers = _inputs(tx, _DELIVERED_TO, {"step_id": step_id}) if with_steers else []
+    if step is None:
+        step = _step_of_row(tx, cast(Sequence[Any], tx.one(_STEP_BY_ID, {"id": step_id})))
+        assert step is not None  # (named by a row read under the run's lock)
+    steers: list[Input] = []
+    if with_steers and step.consumed_input_ids_json != "[]":
+        steers = _inputs(tx, _DELIVERED_TO, {"run_id": step.run_id, "step_id": step_id})
     return step, steers
 
 
