@@ -10,28 +10,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import json
 import logging
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
-from agentrt.runtime.v1 import enum_pb2, event_pb2
 from agentrt_base.db import utcnow
 from agentrt_base.db_failures import database_failure
 from agentrt_base.errors import FailedPrecondition, InvalidArgument
-from agentrt_base.ids import new_id
 from runtime_service import notify
-from runtime_service.lifecycle import TERMINAL, Actor, RunStatus, Trigger
+from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime
-from runtime_service.store import transitions
+from runtime_service.store import attempts, leases, transitions
 from runtime_service.store.fencing import fenced
-from runtime_service.store.ledger import CheckpointRow, InputRow, StepRow
+from runtime_service.store.ledger import CheckpointRow
 from runtime_service.store.runs import active_attempt
 from runtime_service.store.tables import AttemptRow, RunRow
 
@@ -75,14 +69,6 @@ class HeartbeatResult:
     pause_requested: bool
     deadline_time: dt.datetime | None
     input_revision: int
-
-
-def _label(session: Session, key: str) -> sa.ColumnElement[Any]:
-    """A run label's value, read from the stored JSON in SQL on either engine."""
-    if session.get_bind().dialect.name == "postgresql":
-        value: sa.ColumnElement[Any] = sa.cast(RunRow.labels_json, JSONB)[key].astext
-        return value
-    return sa.func.json_extract(RunRow.labels_json, "$." + json.dumps(key))
 
 
 class LeasesService:
@@ -136,81 +122,22 @@ class LeasesService:
         labels: dict[str, str],
         ttl: dt.timedelta,
     ) -> Acquired | None:
-        now = utcnow()
-        stmt = (
-            sa.select(RunRow)
-            .where(
-                RunRow.status == RunStatus.QUEUED.value,
-                RunRow.blocked_by_run_id == "",
-                sa.or_(RunRow.deadline_time.is_(None), RunRow.deadline_time > now),
-            )
-            .order_by(RunRow.priority.desc(), RunRow.create_time, RunRow.id)
-        )
-        if agent_ids:
-            stmt = stmt.where(RunRow.agent_id.in_(agent_ids))
-        for key, value in sorted(labels.items()):
-            stmt = stmt.where(_label(session, key) == value)
-        # SKIP LOCKED: concurrent acquirers on PostgreSQL take different rows instead of
-        # queueing behind one (SQLite's single writer serialises acquirers already). Labels are
-        # matched in SQL, so the first unlocked candidate is the one: lock just it.
-        run = session.scalars(stmt.limit(1).with_for_update(skip_locked=True)).first()
+        run = leases.lock_next_queued(session, agent_ids, labels, utcnow())
         if run is None:
             return None
         # Fix: stamp the attempt after the look-up, not before it: a run released by another
         # run's end (ENQUEUE) must not appear to start before that run ended.
         now = utcnow()
-        run.attempt_count += 1
-        run.lease_epoch += 1
-        attempt = AttemptRow(
-            id=new_id("att"),
-            run_id=run.id,
-            number=run.attempt_count,
-            reason=run.next_attempt_reason or "INITIAL",
-            worker_id=worker_id,
-            lease_epoch=run.lease_epoch,
-            resume_from_checkpoint_id=run.latest_checkpoint_id,
-            status="ACTIVE",
-            start_time=now,
-            end_time=None,
-            lease_expire_time=now + ttl,
-            lease_ttl_ms=int(ttl.total_seconds() * 1000),
-            error_class="",
-            error_message="",
-            retryable=False,
-            input_tokens=0,
-            output_tokens=0,
-            cost_usd=0.0,
-            result_summary="",
-            output_ref="",
-        )
-        session.add(attempt)
-        run.current_attempt_id = attempt.id
+        attempt = attempts.start(session, run, worker_id, ttl, now)
         transitions.apply(
             session, run, Trigger.ACQUIRE, Actor.WORKER, now, message=f"acquired by {worker_id}"
         )
-        transitions.append_run_event(
-            session,
-            run,
-            event_pb2.AttemptStartedAttributes(
-                attempt_id=attempt.id,
-                number=attempt.number,
-                reason=enum_pb2.AttemptReason.Value(f"ATTEMPT_REASON_{attempt.reason}"),
-                worker_id=worker_id,
-                lease_epoch=attempt.lease_epoch,
-                resume_from_checkpoint_id=attempt.resume_from_checkpoint_id,
-            ),
-            now,
-        )
-        session.flush()
+        attempts.record_started(session, run, attempt, now)
         # Other acquirers may have skipped the rows this transaction locked and gone to
         # sleep; wake them after commit so they look again at what is still queued.
         notify.wake(session, notify.WORK)
         bound = self._bound.get(session, run.agent_digest)
-        checkpoint = (
-            session.get(CheckpointRow, run.latest_checkpoint_id)
-            if run.latest_checkpoint_id
-            else None
-        )
+        checkpoint = attempts.resume_checkpoint(session, run)
         return Acquired(
             run,
             attempt,
@@ -224,10 +151,8 @@ class LeasesService:
     async def heartbeat(self, attempt_id: str, lease_epoch: int) -> HeartbeatResult:
         def write(session: Session) -> HeartbeatResult:
             run, attempt = fenced(session, attempt_id, lease_epoch)
-            now = utcnow()
-            attempt.lease_expire_time = now + dt.timedelta(milliseconds=attempt.lease_ttl_ms)
             return HeartbeatResult(
-                attempt.lease_expire_time,
+                leases.renew(attempt, utcnow()),
                 run.cancel_requested,
                 run.pause_requested,
                 run.deadline_time,
@@ -253,7 +178,7 @@ class LeasesService:
             raise InvalidArgument.for_field("result_summary", "larger than 65536 bytes")
 
         def write(session: Session) -> tuple[RunRow, AttemptRow]:
-            attempt = session.get(AttemptRow, attempt_id)
+            attempt = attempts.get(session, attempt_id)
             if (
                 attempt is not None
                 and attempt.lease_epoch == lease_epoch
@@ -269,15 +194,17 @@ class LeasesService:
                 and attempt.retryable == (outcome == "FAILED_RETRYABLE")
             ):
                 # The same FinishAttempt again (a retry after a lost response): same answer.
-                run = session.get(RunRow, attempt.run_id)
-                assert run is not None
-                return run, attempt
+                return attempts.run_of(session, attempt), attempt
             run, attempt = fenced(session, attempt_id, lease_epoch)
             now = utcnow()
             trigger = self._trigger_for(session, run, attempt, outcome)
-            attempt.result_summary, attempt.output_ref = result_summary, output_ref
-            if outcome == "SUCCEEDED_COMPLETE_RUN":
-                run.result_summary, run.output_ref = result_summary, output_ref
+            attempts.record_result(
+                run,
+                attempt,
+                result_summary,
+                output_ref,
+                completes_run=outcome == "SUCCEEDED_COMPLETE_RUN",
+            )
             failed_on_stop = outcome.startswith("FAILED") and trigger in (
                 Trigger.CANCEL,
                 Trigger.INTERRUPT,
@@ -333,16 +260,7 @@ class LeasesService:
                     "no pause was requested for this run", reason="NO_STOP_REQUESTED"
                 )
             return Trigger.PAUSE
-        pending = session.scalar(
-            sa.select(sa.func.count())
-            .select_from(StepRow)
-            .where(
-                StepRow.attempt_id == attempt.id,
-                StepRow.type == "APPROVAL_REQUEST",
-                StepRow.status == "WAITING_APPROVAL",
-            )
-        )
-        if not pending:
+        if not attempts.approvals_waiting(session, attempt.id):
             raise FailedPrecondition(
                 "the attempt has no approval step waiting for a decision",
                 reason="NO_APPROVAL_PENDING",
@@ -351,20 +269,12 @@ class LeasesService:
 
     def _check_complete(self, session: Session, run: RunRow, attempt: AttemptRow) -> None:
         """A run completes only with nothing left open and every required check passed."""
-        open_steps = session.scalar(
-            sa.select(sa.func.count())
-            .select_from(StepRow)
-            .where(StepRow.attempt_id == attempt.id, StepRow.status == "STARTED")
-        )
+        open_steps = attempts.open_steps(session, attempt.id)
         if open_steps:
             raise FailedPrecondition(
                 f"{open_steps} step(s) are still STARTED: end them first", reason="STEPS_OPEN"
             )
-        pending = session.scalar(
-            sa.select(sa.func.count())
-            .select_from(InputRow)
-            .where(InputRow.run_id == run.id, InputRow.status == "PENDING")
-        )
+        pending = attempts.pending_inputs(session, run.id)
         if pending:
             raise FailedPrecondition(
                 f"{pending} input(s) were sent and not yet delivered: begin a turn to read them",
@@ -373,15 +283,7 @@ class LeasesService:
         required = self._bound.get(session, run.agent_digest).definition.completion_checks
         if not required:
             return
-        passed = set(
-            session.scalars(
-                sa.select(StepRow.completion_check).where(
-                    StepRow.run_id == run.id,
-                    StepRow.type == "COMPLETION_CHECK",
-                    StepRow.status == "SUCCEEDED",
-                )
-            )
-        )
+        passed = attempts.passed_checks(session, run.id)
         missing = [c for c in required if c not in passed]
         if missing:
             raise FailedPrecondition(
@@ -403,32 +305,13 @@ class LeasesService:
         under its row lock, re-checked after locking, and skipped if another replica holds it.
         """
         now = utcnow()
-        due = await self._rt.read(lambda session: self._due_runs(session, now))
+        due = await self._rt.read(lambda session: leases.due_runs(session, now))
         for run_id in due:
             await self._rt.write(partial(self._reap, run_id=run_id))
         return len(due)
 
-    @staticmethod
-    def _due_runs(session: Session, now: dt.datetime) -> list[str]:
-        expired = sa.select(AttemptRow.run_id).where(
-            AttemptRow.status == "ACTIVE", AttemptRow.lease_expire_time < now
-        )
-        stop_due = sa.select(RunRow.id).where(
-            RunRow.status == RunStatus.RUNNING.value, RunRow.stop_deadline_time < now
-        )
-        past_deadline = sa.select(RunRow.id).where(
-            RunRow.status.in_([s.value for s in RunStatus if s not in TERMINAL]),
-            RunRow.deadline_time < now,
-        )
-        found: list[str] = []
-        for stmt in (expired, stop_due, past_deadline):
-            found += session.scalars(stmt.limit(100)).all()
-        return list(dict.fromkeys(found))
-
     def _reap(self, session: Session, *, run_id: str) -> None:
-        run = session.scalar(
-            sa.select(RunRow).where(RunRow.id == run_id).with_for_update(skip_locked=True)
-        )
+        run = leases.lock_unless_held(session, run_id)
         if run is None:
             return  # another replica is on it
         now = utcnow()
@@ -498,7 +381,7 @@ class LeasesService:
         # Ending an attempt for the worker: bump the epoch so its late writes bounce even if
         # they carry the right attempt id.
         if attempt is not None:
-            run.lease_epoch += 1
+            leases.bump_epoch(run)
 
     async def run_reaper(self, stop: asyncio.Event) -> None:
         """Reap every ``reaper_interval`` seconds until ``stop`` is set."""
