@@ -3,7 +3,7 @@
 Every write a worker makes carries a fence (attempt id, lease epoch). It counts only while
 that attempt is the run's current one, at that epoch, with its lease unexpired; otherwise
 the write bounces with LEASE_LOST and changes nothing. This is the one statement of the rule:
-``services/leases.fenced`` (the ORM writes) and ``step_rules`` (BeginStep, EndStep) both ask
+``store/fencing.fenced`` (the ORM writes) and ``step_rules`` (BeginStep, EndStep) both ask
 it. Pure: it reads what was read, nothing else.
 """
 
