@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from agentrt.runtime.v1 import enum_pb2, event_pb2
 from agentrt_base.db import utcnow
 from agentrt_base.errors import FailedPrecondition, InvalidArgument, NotFound, ViolationCollector
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.records import Step, step_of
 from runtime_service.services.context import Runtime
 from runtime_service.step_rules import MAX_TEXT
-from runtime_service.store import transitions
+from runtime_service.store import approvals, transitions
 from runtime_service.store.ledger import StepRow
 from runtime_service.store.runs import run_for_update
 from runtime_service.store.tables import RunRow
@@ -35,7 +34,7 @@ class ApprovalsService:
 
         def write(session: Session) -> tuple[StepRow, RunRow]:
             run = run_for_update(session, run_id)
-            step = session.get(StepRow, step_id)
+            step = approvals.step(session, step_id)
             if step is None:
                 raise NotFound("approval step", step_id)
             # Fix: the contract answers "step not an approval of this run" INVALID_ARGUMENT
@@ -60,21 +59,7 @@ class ApprovalsService:
                     metadata={"current_status": run.status},
                 )
             now = utcnow()
-            step.approval_decision, step.approver = decision, approver[:200]
-            step.approval_comment, step.approval_time = comment, now
-            step.status = "SUCCEEDED" if decision == "APPROVE" else "DENIED"
-            step.end_time = now
-            transitions.append_run_event(
-                session,
-                run,
-                event_pb2.ApprovalResolvedAttributes(
-                    step_id=step.id,
-                    decision=enum_pb2.ApprovalDecision.Value(f"APPROVAL_DECISION_{decision}"),
-                    approver=step.approver,
-                    comment=comment,
-                ),
-                now,
-            )
+            approvals.resolve(session, run, step, decision, approver, comment, now)
             if run.status == RunStatus.WAITING_APPROVAL.value:
                 transitions.apply(
                     session,

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from agentrt.runtime.v1 import enum_pb2, event_pb2
 from agentrt_base.db import utcnow
 from agentrt_base.errors import FailedPrecondition, ResourceExhausted, ViolationCollector
-from agentrt_base.ids import new_id
 from runtime_service.lifecycle import RunStatus
 from runtime_service.services.context import Runtime, scoped_request_id
 from runtime_service.step_rules import MAX_INPUT_BYTES, dumps
-from runtime_service.store import transitions
+from runtime_service.store import inputs
 from runtime_service.store.ledger import InputRow
 from runtime_service.store.runs import run_for_update
 
@@ -42,7 +39,8 @@ class InputsService:
         problems.raise_if_any("invalid input")
         # Fix: the contract answers an input over the server limit RESOURCE_EXHAUSTED, not
         # INVALID_ARGUMENT (it is well-formed, just too big: put it in a blob).
-        size = len(content.encode()) + len(dumps(data).encode())
+        data_json = dumps(data)
+        size = len(content.encode()) + len(data_json.encode())
         if size > MAX_INPUT_BYTES:
             raise ResourceExhausted(
                 f"content and data together are {size} bytes, over the limit of {MAX_INPUT_BYTES}",
@@ -53,7 +51,7 @@ class InputsService:
 
         def write(session: Session) -> InputRow:
             if key:
-                earlier = session.scalar(sa.select(InputRow).where(InputRow.request_id == key))
+                earlier = inputs.by_request(session, key)
                 if earlier is not None:
                     return earlier
             run = run_for_update(session, run_id)
@@ -63,33 +61,6 @@ class InputsService:
                     reason="RUN_ENDED",
                     metadata={"current_status": run.status},
                 )
-            now = utcnow()
-            item = InputRow(
-                id=new_id("inp"),
-                run_id=run.id,
-                kind=kind,
-                content=content,
-                data_json=dumps(data),
-                sender=sender[:200],
-                create_time=now,
-                status="PENDING",
-                delivered_step_id="",
-                delivered_turn_id="",
-                deliver_time=None,
-                request_id=key,
-            )
-            session.add(item)
-            run.update_time = now
-            transitions.append_run_event(
-                session,
-                run,
-                event_pb2.InputReceivedAttributes(
-                    input_id=item.id,
-                    kind=enum_pb2.InputKind.Value(f"INPUT_KIND_{kind}"),
-                    sender=item.sender,
-                ),
-                now,
-            )
-            return item
+            return inputs.receive(session, run, kind, content, data_json, sender, key, utcnow())
 
         return await self._rt.write(write)

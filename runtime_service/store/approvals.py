@@ -1,0 +1,45 @@
+"""Approvals as stored: the APPROVAL_REQUEST step a decision is recorded on."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy.orm import Session
+
+from agentrt.runtime.v1 import enum_pb2, event_pb2
+from runtime_service.store import transitions
+from runtime_service.store.ledger import StepRow
+from runtime_service.store.tables import RunRow
+
+
+def step(session: Session, step_id: str) -> StepRow | None:
+    """The step a decision names (whether it is an approval of the run is the caller's check)."""
+    return session.get(StepRow, step_id)
+
+
+def resolve(
+    session: Session,
+    run: RunRow,
+    step: StepRow,
+    decision: str,
+    approver: str,
+    comment: str,
+    now: dt.datetime,
+) -> None:
+    """Record ``decision`` (APPROVE or DENY) on the approval ``step``, which ends with it
+    (SUCCEEDED or DENIED), and append ``approval.resolved``."""
+    step.approval_decision, step.approver = decision, approver[:200]
+    step.approval_comment, step.approval_time = comment, now
+    step.status = "SUCCEEDED" if decision == "APPROVE" else "DENIED"
+    step.end_time = now
+    transitions.append_run_event(
+        session,
+        run,
+        event_pb2.ApprovalResolvedAttributes(
+            step_id=step.id,
+            decision=enum_pb2.ApprovalDecision.Value(f"APPROVAL_DECISION_{decision}"),
+            approver=step.approver,
+            comment=comment,
+        ),
+        now,
+    )
