@@ -58,7 +58,7 @@ from agentrt.registry.v1 import registry_service_pb2 as rpb  # noqa: E402
 from agentrt.registry.v1 import registry_service_pb2_grpc  # noqa: E402
 from agentrt_base.db_engines import normalise_url  # noqa: E402
 from bench.common import Result, database, server_process  # noqa: E402
-from runtime_service.services.steps import blank_step  # noqa: E402
+from runtime_service.records import BLANK_STEP  # noqa: E402
 from runtime_service.store.ledger import StepRow, StepUsageRow  # noqa: E402
 from runtime_service.store.tables import AttemptRow, RunRow, ThreadRow  # noqa: E402
 from tests import registry_data  # noqa: E402
@@ -132,7 +132,7 @@ def publish(address: str) -> dict[str, Any]:
 # -- the generator ---------------------------------------------------------------------------
 
 # The columns a recorded step leaves at their defaults, as the runtime writes them.
-_STEP_DEFAULTS: dict[str, Any] = {**blank_step(), "input_revision": 1}
+_STEP_DEFAULTS: dict[str, Any] = {**BLANK_STEP, "input_revision": 1}
 
 
 class Generator:
