@@ -1,10 +1,12 @@
 """gRPC adapter of ``agentrt.audit.v1.AuditService``: proto in, use case, proto out.
 
-Every RPC only reads (see :mod:`runtime_service.services.audit`).
+Every RPC only reads (see :mod:`runtime_service.services.audit`). A bundle's bytes are built
+beside this, in :mod:`runtime_service.servicers.audit_export`.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
@@ -16,19 +18,15 @@ from registry import proto_map as registry_map
 from runtime_service import proto_map as pm
 from runtime_service.audit_bundle import ChainReport, Format
 from runtime_service.proto_convert import enum_name, time_or_none
-from runtime_service.services.audit import (
-    BUNDLE_CHUNK,
-    AuditService,
-    ModelMatch,
-    ProvenanceRecord,
-    QueryKind,
-    TargetKind,
-    Usage,
-    UsageQuery,
-)
+from runtime_service.servicers import audit_export
+from runtime_service.services.audit import AuditService, ProvenanceRecord, TargetKind
 from runtime_service.services.context import Runtime
+from runtime_service.services.usages import ModelMatch, QueryKind, Usage, UsageQuery, UsageService
 
 Context = Any
+
+#: The size of the ``chunk`` messages a bundle streams in.
+BUNDLE_CHUNK = 1024 * 1024
 
 _FORMATS: dict[str, Format] = {"": "json", "JSON": "json", "JSONL": "jsonl"}
 _FORMAT_ENUM = {"json": pb.BUNDLE_FORMAT_JSON, "jsonl": pb.BUNDLE_FORMAT_JSONL}
@@ -39,6 +37,7 @@ class AuditServicer(audit_service_pb2_grpc.AuditServiceServicer):
 
     def __init__(self, runtime: Runtime) -> None:
         self._audit = AuditService(runtime)
+        self._usages = UsageService(runtime)
 
     async def GetProvenance(
         self, request: pb.GetProvenanceRequest, context: Context
@@ -72,7 +71,7 @@ class AuditServicer(audit_service_pb2_grpc.AuditServiceServicer):
             start_time=time_or_none(request, "start_time"),
             end_time=time_or_none(request, "end_time"),
         )
-        usages, token = await self._audit.find_usages(query, request.page_size, request.page_token)
+        usages, token = await self._usages.find_usages(query, request.page_size, request.page_token)
         return pb.FindUsagesResponse(usages=[_usage(u) for u in usages], next_page_token=token)
 
     async def VerifyRun(
@@ -84,7 +83,10 @@ class AuditServicer(audit_service_pb2_grpc.AuditServiceServicer):
         self, request: pb.ExportBundleRequest, context: Context
     ) -> AsyncIterator[pb.ExportBundleResponse]:
         name = enum_name(pb.BundleFormat, "BUNDLE_FORMAT_", request.format, "format")
-        bundle = await self._audit.export_bundle(request.run_id, _FORMATS[name])
+        fmt = _FORMATS[name]
+        contents = await self._audit.bundle_contents(request.run_id)
+        # Mapped and encoded on a worker thread, so a large bundle never blocks the loop.
+        bundle = await asyncio.to_thread(audit_export.export, contents, fmt)
         yield pb.ExportBundleResponse(
             info=pb.BundleInfo(
                 run_id=bundle.run_id,

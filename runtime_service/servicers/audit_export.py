@@ -1,0 +1,102 @@
+"""An audit bundle's document and bytes, built from what ``AuditService.bundle_contents`` read.
+
+Transport: the run, its thread, attempts, steps, artifacts and checkpoints appear in the
+bundle as the API shows them (their protobuf messages in JSON form, field names as in the
+proto), so the mapping to messages lives here, beside the servicer, not in the use case.
+The document's layout and its encodings are :mod:`runtime_service.audit_bundle`'s, shared
+with the offline verifier (``agentrt audit verify BUNDLE``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf import json_format
+
+from registry import store as registry_store
+from registry.canonical import digest_bytes
+from runtime_service import audit_bundle
+from runtime_service import proto_map as pm
+from runtime_service.audit_bundle import Format
+from runtime_service.events import format_time
+from runtime_service.services.audit import BundleContents, TagAtTime
+
+
+@dataclass(frozen=True)
+class ExportedBundle:
+    run_id: str
+    format: Format
+    media_type: str
+    data: bytes
+    digest: str
+    installation_id: str
+    export_time: dt.datetime
+
+
+def export(contents: BundleContents, fmt: Format) -> ExportedBundle:
+    """The bundle of ``contents`` encoded as ``fmt``, with its digest. CPU work (a long run's
+    bundle takes a while): the servicer runs it off the event loop."""
+    document = audit_bundle.build_document(
+        installation_id=contents.installation_id,
+        export_time=format_time(contents.export_time),
+        run=_json(pm.run(contents.run)),
+        thread=_json(pm.thread(contents.thread)),
+        attempts=[_json(pm.attempt(a)) for a in contents.attempts],
+        steps=[_json(pm.step(s)) for s in contents.steps],
+        artifacts=[_json(pm.artifact(a)) for a in contents.artifacts],
+        checkpoints=[_json(pm.checkpoint(c)) for c in contents.checkpoints],
+        events=contents.events,
+        chain_head=(contents.run.last_event_sequence, contents.run.last_event_hash),
+        agent=_agent_json(contents.agent, contents.tags_at_run_creation),
+        components=[_component_json(c) for c in contents.components],
+    )
+    data = audit_bundle.encode(document, fmt)
+    return ExportedBundle(
+        contents.run.id,
+        fmt,
+        audit_bundle.media_type(fmt),
+        data,
+        digest_bytes(data),
+        contents.installation_id,
+        contents.export_time,
+    )
+
+
+def _json(message: Any) -> dict[str, Any]:
+    value: dict[str, Any] = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    return value
+
+
+def _agent_json(row: registry_store.AgentVersionRow, tags: list[TagAtTime]) -> dict[str, Any]:
+    return {
+        "agent_id": row.agent_id,
+        "version_label": row.version_label,
+        "digest": row.digest,
+        "description": row.description,
+        "definition": registry_store.loads(row.definition_json),
+        "closure": registry_store.loads(row.closure_json),
+        "publish_time": format_time(row.publish_time),
+        "provenance": registry_store.loads(row.provenance_json),
+        "tags_at_run_creation": [
+            {
+                "tag": t.tag,
+                "event_sequence": t.event_sequence,
+                "since_time": format_time(t.since_time),
+            }
+            for t in tags
+        ],
+    }
+
+
+def _component_json(row: registry_store.ComponentRow) -> dict[str, Any]:
+    return {
+        "kind": row.kind,
+        "name": row.name,
+        "version": row.version,
+        "description": row.description,
+        "spec": registry_store.loads(row.spec_json),
+        "digest": row.digest,
+        "schema_digest": row.schema_digest,
+    }

@@ -1,0 +1,62 @@
+"""Who references a blob: the steps that read or wrote it, the checkpoints that hold it as
+their state, the artifacts made of it (``GetProvenance`` of a blob digest).
+
+Each look-up is one index range (``docs/audit.md`` names them), capped at ``limit`` rows:
+a blob shared by many runs could name thousands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from runtime_service.store.ledger import ArtifactRow, BlobRow, CheckpointRow, StepRow
+
+#: The step column that holds a blob digest: what the step read, or what it wrote.
+StepSide = Literal["input_ref", "output_ref"]
+
+_STEP_COLUMNS = {"input_ref": StepRow.input_ref, "output_ref": StepRow.output_ref}
+
+
+def steps_with_blob(
+    session: Session, digest: str, side: StepSide, limit: int
+) -> Sequence[sa.Row[str, str]]:
+    """``(step id, run id)`` of the steps whose ``side`` is ``digest``, by run and sequence."""
+    column = _STEP_COLUMNS[side]
+    return session.execute(
+        sa.select(StepRow.id, StepRow.run_id)
+        # `!= ""` matches the partial indexes' predicate word for word, which is
+        # what lets SQLite (and PostgreSQL with a generic plan) use them.
+        .where(column == digest, column != "")
+        .order_by(StepRow.run_id, StepRow.sequence)
+        .limit(limit)
+    ).all()
+
+
+def checkpoints_with_state(session: Session, digest: str, limit: int) -> list[CheckpointRow]:
+    return list(
+        session.scalars(
+            sa.select(CheckpointRow)
+            .where(CheckpointRow.state_ref == digest)
+            .order_by(CheckpointRow.id)
+            .limit(limit)
+        )
+    )
+
+
+def artifacts_with_blob(session: Session, digest: str, limit: int) -> list[ArtifactRow]:
+    return list(
+        session.scalars(
+            sa.select(ArtifactRow)
+            .where(ArtifactRow.blob_digest == digest)
+            .order_by(ArtifactRow.id)
+            .limit(limit)
+        )
+    )
+
+
+def blob_exists(session: Session, digest: str) -> bool:
+    return session.get(BlobRow, digest) is not None
