@@ -100,13 +100,17 @@ def deliver(
         item.delivered_step_id = step_id
         item.deliver_time = now
         transitions.append_run_event(
-            session,
-            run,
-            event_pb2.InputConsumedAttributes(
-                input_id=item.id,
-                kind=enum_pb2.InputKind.Value(f"INPUT_KIND_{item.kind}"),
-                step_id=step_id,
-                turn_id=turn_id,
-            ),
-            now,
+            session, run, consumed_event(item.id, item.kind, turn_id=turn_id, step_id=step_id), now
         )
+
+
+def consumed_event(
+    input_id: str, kind: str, *, turn_id: str, step_id: str = ""
+) -> event_pb2.InputConsumedAttributes:
+    """``input.consumed``: an input handed to a turn, or to a step (steers: ``store/steps``)."""
+    return event_pb2.InputConsumedAttributes(
+        input_id=input_id,
+        kind=enum_pb2.InputKind.Value(f"INPUT_KIND_{kind}"),
+        step_id=step_id,
+        turn_id=turn_id,
+    )

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import sqlalchemy as sa
 
-from agentrt.runtime.v1 import enum_pb2, event_pb2
+from agentrt.runtime.v1 import event_pb2
 from agentrt_base.db import UTCDateTime
 from agentrt_base.raw import RawTx, Statement
 from runtime_service import events, notify, step_events
@@ -37,6 +37,7 @@ from runtime_service.step_rules import (
     reported_usage_rows,
     usage_rows,
 )
+from runtime_service.store import inputs
 from runtime_service.store.ledger import InputRow, StepRow, StepUsageRow
 
 _STEPS = cast(sa.Table, StepRow.__table__)
@@ -328,17 +329,10 @@ def apply_record(tx: RawTx, run: RunView, decision: Record) -> list[Input]:
                 _DELIVER,
                 {"id": steer.id, "turn_id": step.turn_id, "step_id": step.id, "now": tx.time(now)},
             )
-            events.append_raw(
-                tx,
-                chain,
-                event_pb2.InputConsumedAttributes(
-                    input_id=steer.id,
-                    kind=enum_pb2.InputKind.Value(f"INPUT_KIND_{steer.kind}"),
-                    step_id=step.id,
-                    turn_id=step.turn_id,
-                ),
-                now,
+            consumed = inputs.consumed_event(
+                steer.id, steer.kind, turn_id=step.turn_id, step_id=step.id
             )
+            events.append_raw(tx, chain, consumed, now)
         _insert_usages(tx, usage_rows(step))
         tx.execute(
             _ADVANCE_RUN,
