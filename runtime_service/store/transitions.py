@@ -14,8 +14,9 @@ from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
 from agentrt_base.errors import FailedPrecondition
-from runtime_service import events, lifecycle, notify
+from runtime_service import events, lifecycle, notify, step_events
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
+from runtime_service.records import step_of
 from runtime_service.store.ledger import InputRow, StepRow, TurnRow
 from runtime_service.store.tables import AttemptRow, RunRow
 
@@ -102,17 +103,8 @@ def _close_attempt_work(
     ):
         step.status, step.end_time = "CANCELLED", now
         step.error_class, step.error_message = "CANCELLED", f"the attempt ended {status}"
-        append_run_event(
-            session,
-            run,
-            event_pb2.StepEndedAttributes(
-                step_id=step.id,
-                status=enum_pb2.STEP_STATUS_CANCELLED,
-                error_class=enum_pb2.ERROR_CLASS_CANCELLED,
-                error_message=step.error_message,
-            ),
-            now,
-        )
+        # The same step.ended as EndStep records (step_events: one mapping of a step to it).
+        append_run_event(session, run, step_events.ended(step_of(step)), now)
     for turn in session.scalars(
         sa.select(TurnRow).where(TurnRow.attempt_id == attempt.id, TurnRow.status == "OPEN")
     ):
