@@ -19,11 +19,11 @@ from typing import TypeVar
 
 from sqlalchemy.orm import Session
 
-from agentrt_base.errors import InvalidArgument, NotFound
+from agentrt_base.errors import InvalidArgument
 from runtime_service import events, notify
 from runtime_service.lifecycle import RunStatus
 from runtime_service.services.context import Runtime
-from runtime_service.store.tables import RunRow, ThreadRow
+from runtime_service.store import runs, threads
 
 PAGE = 500
 T = TypeVar("T")
@@ -118,23 +118,19 @@ def _run_state(session: Session, *, run_id: str) -> tuple[str, int]:
     Raises:
         NotFound: no such run.
     """
-    run = session.get(RunRow, run_id)
-    if run is None:
-        raise NotFound("run", run_id)
+    run = runs.get(session, run_id)
     return run.thread_id, run.last_event_sequence if RunStatus(run.status).terminal else 0
 
 
 def _thread_head(session: Session, *, thread_id: str) -> int:
-    if session.get(ThreadRow, thread_id) is None:
-        raise NotFound("thread", thread_id)
-    return events.thread_head(session, thread_id)
+    return threads.head_cursor(session, thread_id)
 
 
 def _run_page(
     session: Session, *, thread_id: str, run_id: str, after: int
 ) -> list[events.StoredEvent]:
-    return events.run_events_after(session.connection(), thread_id, run_id, after, PAGE)
+    return runs.events_after(session, thread_id, run_id, after, PAGE)
 
 
 def _thread_page(session: Session, *, thread_id: str, after: int) -> list[events.StoredEvent]:
-    return events.thread_events_after(session.connection(), thread_id, after, PAGE)
+    return threads.events_after(session, thread_id, after, PAGE)

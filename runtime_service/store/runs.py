@@ -1,11 +1,16 @@
-"""Runs as stored: the reads other writes build on (a run locked, its active attempt)."""
+"""Runs as stored: the reads other writes build on (a run locked, its active attempt), and the
+reads of runs, their attempts and their events that clients page through."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from agentrt_base.errors import NotFound
+from runtime_service import events
+from runtime_service.lifecycle import RunStatus
 from runtime_service.store.tables import AttemptRow, RunRow
 
 
@@ -27,3 +32,85 @@ def active_attempt(session: Session, run: RunRow) -> AttemptRow | None:
     if not run.current_attempt_id:
         return None
     return session.get(AttemptRow, run.current_attempt_id)
+
+
+def find(session: Session, run_id: str) -> RunRow | None:
+    """The run (unlocked), or None."""
+    return session.get(RunRow, run_id)
+
+
+def get(session: Session, run_id: str) -> RunRow:
+    """The run (unlocked).
+
+    Raises:
+        NotFound: no such run.
+    """
+    run = session.get(RunRow, run_id)
+    if run is None:
+        raise NotFound("run", run_id)
+    return run
+
+
+def by_request_id(session: Session, request_id: str) -> RunRow | None:
+    """The run an earlier CreateRun stored under ``request_id`` (already scoped to its
+    thread), if any."""
+    return session.scalar(sa.select(RunRow).where(RunRow.request_id == request_id))
+
+
+#: The statuses a run may still leave.
+_ACTIVE = tuple(s.value for s in RunStatus if not s.terminal)
+
+
+def lock_active(session: Session, thread_id: str) -> list[RunRow]:
+    """The thread's non-terminal runs, oldest first, locked."""
+    return list(
+        session.scalars(
+            sa.select(RunRow)
+            .where(RunRow.thread_id == thread_id, RunRow.status.in_(_ACTIVE))
+            .order_by(RunRow.create_time)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+    )
+
+
+def page(
+    session: Session,
+    *,
+    thread_id: str,
+    statuses: list[str],
+    agent_id: str,
+    after_id: str | None,
+    limit: int,
+) -> Sequence[RunRow]:
+    """Up to ``limit`` runs matching every filter given (empty: any), newest id first, after
+    ``after_id`` (exclusive) if given."""
+    stmt = sa.select(RunRow)
+    if thread_id:
+        stmt = stmt.where(RunRow.thread_id == thread_id)
+    if statuses:
+        stmt = stmt.where(RunRow.status.in_(statuses))
+    if agent_id:
+        stmt = stmt.where(RunRow.agent_id == agent_id)
+    if after_id is not None:
+        stmt = stmt.where(RunRow.id < after_id)
+    return session.scalars(stmt.order_by(RunRow.id.desc()).limit(limit)).all()
+
+
+def attempts_page(
+    session: Session, run_id: str, after_number: int | None, limit: int
+) -> Sequence[AttemptRow]:
+    """Up to ``limit`` of the run's attempts in number order, after ``after_number``
+    (exclusive) if given."""
+    stmt = sa.select(AttemptRow).where(AttemptRow.run_id == run_id)
+    if after_number is not None:
+        stmt = stmt.where(AttemptRow.number > after_number)
+    return session.scalars(stmt.order_by(AttemptRow.number).limit(limit)).all()
+
+
+def events_after(
+    session: Session, thread_id: str, run_id: str, after_sequence: int, limit: int
+) -> list[events.StoredEvent]:
+    """Up to ``limit`` of the run's events after ``after_sequence``, in order (``thread_id`` is
+    the run's: the chain's index is keyed by it)."""
+    return events.run_events_after(session.connection(), thread_id, run_id, after_sequence, limit)

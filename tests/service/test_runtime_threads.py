@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -13,12 +14,19 @@ import grpc
 import pytest
 import sqlalchemy as sa
 from google.protobuf import struct_pb2
+from sqlalchemy.orm import Session
 
 from agentrt.registry.v1 import registry_service_pb2 as rpb
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
+from agentrt_base.db import Database
 from agentrt_base.db_engines import normalise_url
+from runtime_service.notify import Notifier
+from runtime_service.services.context import Runtime
+from runtime_service.services.runs import RunsService
+from runtime_service.store import threads
+from runtime_service.store.tables import ThreadRow
 from tests import registry_data
 from tests.runtime_support import Stubs
 from tests.support import error_details
@@ -108,6 +116,34 @@ def test_create_thread_is_idempotent_by_request_id(stubs: Stubs) -> None:
     assert len(ids) == 1
     listed = stubs.runtime.ListThreads(pb.ListThreadsRequest(page_size=100), timeout=10).threads
     assert sorted(t.id for t in listed) == sorted([first.id, *ids])
+
+
+def test_a_create_thread_that_loses_the_request_id_race_returns_the_winner(
+    stubs: Stubs, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CreateThread whose look-up missed a thread with its request id that committed just
+    after (the race the unique index settles) hears RequestIdTaken from the store, runs again,
+    and answers the winner's thread; nothing of its own insert stays."""
+    winner = stubs.thread(request_id="race")
+    looked_up: list[ThreadRow | None] = []
+
+    def late_by_request_id(session: Session, request_id: str) -> ThreadRow | None:
+        # The first look-up is made to miss, as if it ran before the winner committed.
+        found = real_by_request_id(session, request_id) if looked_up else None
+        looked_up.append(found)
+        return found
+
+    real_by_request_id = threads.by_request_id
+    monkeypatch.setattr(threads, "by_request_id", late_by_request_id)
+    runtime = Runtime(Database(database_url), Notifier())
+    try:
+        answered = asyncio.run(RunsService(runtime).create_thread("loser", {}, "", "race"))
+    finally:
+        runtime.database.dispose()
+    assert [t.id if t else None for t in looked_up] == [None, winner.id]
+    assert answered.id == winner.id and answered.title == winner.title
+    listed = stubs.runtime.ListThreads(pb.ListThreadsRequest(page_size=100), timeout=10).threads
+    assert [t.id for t in listed] == [winner.id]
 
 
 def test_list_threads_filters_by_metadata_and_pages_newest_first(stubs: Stubs) -> None:

@@ -1,0 +1,227 @@
+"""What a client asks of a run, written: the run itself (``run.created``), a stop or a pause
+asked of a running run, a pause withdrawn, an amendment of its goal. Each writes the run row
+and appends its event in the caller's transaction; whether the request is allowed is the
+caller's to decide. Moves between statuses go through :func:`transitions.apply` instead."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from agentrt.runtime.v1 import enum_pb2, event_pb2
+from agentrt_base.ids import new_id
+from registry.model import AgentVersion, Resolution
+
+# The run.created and run.amended events carry the run's own view of its binding, goal,
+# budget and amendment: the same mapping GetRun answers with.
+from runtime_service import __version__, events, notify, proto_map
+from runtime_service.lifecycle import RunStatus
+from runtime_service.step_rules import dumps
+from runtime_service.store import transitions
+from runtime_service.store.tables import RunRow
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A run as CreateRun decided it: validated, defaults applied, agent resolved, and the
+    run it waits behind (thread policy ENQUEUE or INTERRUPT) chosen."""
+
+    thread_id: str
+    request_id: str | None
+    agent_ref: str
+    version: AgentVersion
+    resolution: Resolution
+    goal: dict[str, Any]
+    max_steps: int
+    max_model_tokens: int
+    max_cost_usd: float
+    deadline_time: dt.datetime | None
+    priority: int
+    max_attempts: int
+    parent_run_id: str
+    derived_from_run_id: str
+    permission_ceiling: str
+    concurrency_policy: str
+    labels: dict[str, str]
+    blocked_by_run_id: str
+
+
+def create(session: Session, new: NewRun, now: dt.datetime) -> RunRow:
+    """Insert the run, QUEUED, and record ``run.created``; a run nothing blocks is work for
+    the workers waiting in AcquireRun (woken after commit)."""
+    run = RunRow(
+        id=new_id("run"),
+        thread_id=new.thread_id,
+        request_id=new.request_id,
+        agent_requested_ref=new.agent_ref,
+        agent_digest=new.version.digest,
+        agent_id=new.version.agent_id,
+        agent_version_label=new.version.version_label,
+        agent_resolved_via_tag=new.resolution.tag,
+        agent_tag_event_sequence=new.resolution.tag_event_sequence,
+        agent_resolve_time=new.resolution.resolve_time,
+        goal_json=dumps(new.goal),
+        amendments_json="[]",
+        input_revision=1,
+        max_steps=new.max_steps,
+        max_model_tokens=new.max_model_tokens,
+        max_cost_usd=new.max_cost_usd,
+        deadline_time=new.deadline_time,
+        priority=new.priority,
+        max_attempts=new.max_attempts,
+        parent_run_id=new.parent_run_id,
+        derived_from_run_id=new.derived_from_run_id,
+        permission_ceiling=new.permission_ceiling,
+        concurrency_policy=new.concurrency_policy,
+        labels_json=dumps(new.labels),
+        runtime_version=__version__,
+        status=RunStatus.QUEUED.value,
+        terminal_reason="",
+        terminal_message="",
+        cancel_requested=False,
+        pause_requested=False,
+        stop_reason="",
+        stop_deadline_time=None,
+        blocked_by_run_id=new.blocked_by_run_id,
+        next_attempt_reason="INITIAL",
+        latest_checkpoint_id="",
+        input_tokens=0,
+        output_tokens=0,
+        cost_usd=0.0,
+        step_count=0,
+        last_step_sequence=0,
+        turn_count=0,
+        attempt_count=0,
+        current_attempt_id="",
+        lease_epoch=0,
+        result_summary="",
+        output_ref="",
+        create_time=now,
+        start_time=None,
+        end_time=None,
+        update_time=now,
+        last_event_sequence=0,
+        last_event_hash="",
+    )
+    session.add(run)
+    session.flush()
+    transitions.append_run_event(
+        session,
+        run,
+        event_pb2.RunCreatedAttributes(
+            agent=proto_map.binding(run),
+            goal=proto_map.goal(run),
+            budget=proto_map.budget(run),
+            deadline_time=proto_map.timestamp(run.deadline_time),
+            priority=run.priority,
+            max_attempts=run.max_attempts,
+            permission_ceiling=enum_pb2.PermissionCeiling.Value(
+                f"PERMISSION_CEILING_{run.permission_ceiling}"
+            ),
+            concurrency_policy=enum_pb2.ConcurrencyPolicy.Value(
+                f"CONCURRENCY_POLICY_{run.concurrency_policy}"
+            ),
+            parent_run_id=run.parent_run_id,
+            derived_from_run_id=run.derived_from_run_id,
+            runtime_version=run.runtime_version,
+        ),
+        now,
+    )
+    if not new.blocked_by_run_id:
+        notify.wake(session, notify.WORK)
+    return run
+
+
+def request_stop(
+    session: Session,
+    run: RunRow,
+    now: dt.datetime,
+    *,
+    stop_reason: str,
+    deadline: dt.datetime,
+    actor: str,
+    reason: str,
+) -> None:
+    """Ask the worker of a RUNNING run (locked) to stop by ``deadline``, and record
+    ``run.cancel_requested``."""
+    run.cancel_requested = True
+    run.pause_requested = False  # a cancel overrides a pause not yet acknowledged
+    run.stop_reason = stop_reason
+    run.stop_deadline_time = deadline
+    run.update_time = now
+    transitions.append_run_event(
+        session, run, event_pb2.RunCancelRequestedAttributes(actor=actor, reason=reason), now
+    )
+
+
+def request_pause(
+    session: Session,
+    run: RunRow,
+    now: dt.datetime,
+    *,
+    deadline: dt.datetime,
+    actor: str,
+    reason: str,
+) -> None:
+    """Ask the worker of a RUNNING run (locked) to pause by ``deadline``, and record
+    ``run.pause_requested``."""
+    run.pause_requested = True
+    run.stop_deadline_time = deadline
+    run.update_time = now
+    transitions.append_run_event(
+        session, run, event_pb2.RunPauseRequestedAttributes(actor=actor, reason=reason), now
+    )
+
+
+def withdraw_pause(
+    session: Session, run: RunRow, now: dt.datetime, *, actor: str, reason: str
+) -> None:
+    """Withdraw a pause asked of a RUNNING run (locked) not yet paused, and record
+    ``run.resume_requested``."""
+    run.pause_requested = False
+    run.stop_deadline_time = None
+    run.update_time = now
+    transitions.append_run_event(
+        session, run, event_pb2.RunResumeRequestedAttributes(actor=actor, reason=reason), now
+    )
+
+
+def has_amendment(run: RunRow, request_id: str) -> bool:
+    """Whether an amendment with ``request_id`` is already stored on the run."""
+    return any(a.get("request_id") == request_id for a in json.loads(run.amendments_json))
+
+
+def amend(
+    session: Session,
+    run: RunRow,
+    amendment: dict[str, Any],
+    *,
+    actor: str,
+    request_id: str,
+    now: dt.datetime,
+) -> None:
+    """Add ``amendment`` to the run (locked) as its next input revision, and record
+    ``run.amended``."""
+    run.input_revision += 1
+    record = {
+        **amendment,
+        "input_revision": run.input_revision,
+        "actor": actor,
+        "create_time": events.format_time(now),
+    }
+    # The request id is kept in the amendment's stored record (the proto mapping ignores
+    # it), so a retry of the AmendRun is recognised (has_amendment).
+    if request_id:
+        record["request_id"] = request_id
+    run.amendments_json = dumps([*json.loads(run.amendments_json), record])
+    run.update_time = now
+    transitions.append_run_event(
+        session,
+        run,
+        event_pb2.RunAmendedAttributes(amendment=proto_map.amendment(record)),
+        now,
+    )
