@@ -467,6 +467,43 @@ def test_its_next_answer_follows_what_another_connection_committed(
     assert verified(stubs, w.run_id)
 
 
+def test_a_stale_workers_call_changes_nothing_for_the_current_one(
+    server: tuple[StepProcess, Stubs], database_url: str
+) -> None:
+    """A worker whose attempt has ended still calls (it has not noticed): it is refused, and
+    the run's current attempt goes on as before, its lease and usage its own. (The SQLite
+    writer once kept the run as read for the stale call: the current worker then got
+    LEASE_LOST for the old attempt's expiry, and the old attempt's usage in its own.)"""
+    _, stubs = server
+    stubs.publish_agent()
+    stubs.run(stubs.thread().id)
+    old = acquire(stubs, ttl=1.0)
+    ended_at = time.monotonic() + 1.0  # (its lease ends before this)
+    first = old.model().step
+    old.end(first.id, usage=message_pb2.Usage(input_tokens=5, output_tokens=5))
+    old.finish(enum_pb2.ATTEMPT_OUTCOME_FAILED_RETRYABLE)
+    time.sleep(max(0.0, ended_at + 0.1 - time.monotonic()))
+    current = acquire(stubs)
+    assert current.run_id == old.run_id and current.attempt_id != old.attempt_id
+    with writer(database_url) as child:
+        begun = child.begin(current)
+        assert begun.error is None and child.end(current, begun.step.id).error is None
+        assert _reason(child.begin(old).error) == "LEASE_LOST"
+        assert _reason(child.end(old, begun.step.id).error) == "LEASE_LOST"
+        begun = child.begin(current)
+        assert begun.error is None and begun.step.sequence == 3
+        [ended] = child.batch((END_STEP, end_request(current, begun.step.id, tokens=4)))
+        assert ended.error is None
+    attempts = stubs.runtime.ListAttempts(
+        pb.ListAttemptsRequest(run_id=current.run_id), timeout=T
+    ).attempts
+    usage = {a.id: (a.usage.input_tokens, a.usage.output_tokens) for a in attempts}
+    assert usage == {old.attempt_id: (5, 5), current.attempt_id: (4, 2)}
+    run = get_run(stubs, current.run_id)
+    assert (run.step_count, run.usage.input_tokens, run.usage.output_tokens) == (3, 9, 7)
+    assert verified(stubs, current.run_id)
+
+
 @pytest.mark.parametrize("engine", [pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_a_postgres_batch_reads_ahead_then_writes_and_commits_at_once(
     server: tuple[StepProcess, Stubs], database_url: str, monkeypatch: pytest.MonkeyPatch
