@@ -104,7 +104,9 @@ class CachedStepStates(StepStates):
             or req.retry_of_step_id
         ):
             view = read_begin(tx, req)
-            if view.run is not None:
+            # Kept by run, so only as read for its current attempt: a stale attempt's lease
+            # and usage columns would otherwise stand in for the current one's.
+            if view.run is not None and view.run.current_attempt_id == req.attempt_id:
                 self._remember(req.attempt_id, view.run)
                 if view.turn_attempt_id is not None and view.turn_status is not None:
                     self._turns[req.turn_id] = (view.turn_attempt_id, view.turn_status)

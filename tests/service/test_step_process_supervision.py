@@ -21,21 +21,13 @@ from google.protobuf import struct_pb2
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
-from agentrt_base.db import Database
 from agentrt_base.db_engines import normalise_url
-from runtime_service import step_process
+from runtime_service import step_process, step_writer
 from runtime_service.notify import Notifier
-from runtime_service.step_process import (
-    BEGIN_STEP,
-    Backoff,
-    FailureLog,
-    StepJobs,
-    StepProcess,
-    _commit,
-    child_database_url,
-)
+from runtime_service.step_process import BEGIN_STEP, Backoff, StepProcess, child_database_url
+from runtime_service.step_writer import FailureLog
 from tests.runtime_support import Stubs
-from tests.service.test_step_process import _serving, verified
+from tests.service.test_step_process import _serving, begin_request, verified, writer
 from tests.service.test_steps_helpers import T, Worker, get_run, start
 from tests.support import error_details
 
@@ -46,17 +38,9 @@ def server(database_url: str) -> Iterator[tuple[StepProcess, Stubs]]:
         yield served
 
 
-def _begin(w: Worker, key: str = "", **tool_arguments: float) -> wpb.BeginStepRequest:
-    if not tool_arguments:
-        return wpb.BeginStepRequest(
-            fence=w.fence,
-            turn_id=w.turn_id,
-            type=enum_pb2.STEP_TYPE_MODEL_CALL,
-            idempotency_key=key,
-            model_call=message_pb2.ModelCallSpec(),
-        )
+def _tool_call(w: Worker, key: str, **numbers: float) -> wpb.BeginStepRequest:
     arguments = struct_pb2.Struct()
-    for name, number in tool_arguments.items():
+    for name, number in numbers.items():
         arguments.fields[name].number_value = number  # by hand: Struct.update refuses inf
     return wpb.BeginStepRequest(
         fence=w.fence,
@@ -77,7 +61,7 @@ def test_a_request_it_cannot_parse_is_handed_back_and_it_lives_on(
     process afterwards."""
     _, stubs = server
     w = start(stubs)
-    poison = _begin(w, "poison", x=float("inf")).SerializeToString()
+    poison = _tool_call(w, "poison", x=float("inf")).SerializeToString()
 
     async def scenario() -> None:
         process = StepProcess(child_database_url(normalise_url(database_url)), Notifier())
@@ -86,11 +70,10 @@ def test_a_request_it_cannot_parse_is_handed_back_and_it_lives_on(
             pid = process.pid
             bad, good = await asyncio.gather(
                 process.call(BEGIN_STEP, poison),
-                process.call(BEGIN_STEP, _begin(w, "good").SerializeToString()),
+                process.call(BEGIN_STEP, begin_request(w, "good").SerializeToString()),
             )
-            assert bad is None and good is not None
+            assert bad is None and good is not None and good.step.sequence == 1
             assert process.alive and process.pid == pid and process.restarts == 0
-            assert (process.answered, process.handed_back) == (1, 1)
             assert await process.call(BEGIN_STEP, poison) is None  # and again
             assert process.alive and process.pid == pid
         finally:
@@ -108,47 +91,40 @@ def test_a_call_that_fails_unexpectedly_is_handed_back_alone(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A call that reaches a bug while it runs (not a database failure) is rolled back and
-    handed back by itself; the rest of its batch commits, and the error is logged."""
+    handed back by itself; the rest of its batch commits, the error is logged, and nothing
+    of the rolled-back write lingers in what the writer answers next."""
     _, stubs = server
     a, b, c = start(stubs), start(stubs, publish=False), start(stubs, publish=False)
-    database = Database(
-        child_database_url(normalise_url(database_url)),
-        read_pool_size=1,
-        writer_lock=True,
-        group_commit=False,
-    )
-    jobs = StepJobs(database)
-    run = jobs.run
+    with writer(database_url) as child:
+        run = child.jobs.run
 
-    def buggy(tx: Any, call: Any) -> Any:
-        answer = run(tx, call)  # its writes go first: they must be rolled back
-        if call is not None and call.req.idempotency_key == "bug":
-            raise RuntimeError("a bug this request reaches")
-        return answer
+        def buggy(tx: Any, call: Any, engine: Any = None) -> Any:
+            answer = run(tx, call, engine)  # its writes go first: they must be rolled back
+            if call is not None and call.req.idempotency_key == "bug":
+                raise RuntimeError("a bug this request reaches")
+            return answer
 
-    monkeypatch.setattr(jobs, "run", buggy)
-    monkeypatch.setattr(step_process, "_CALL_FAILURES", FailureLog("a call failed"))
-    caplog.set_level(logging.ERROR, "agentrt.step_process")
-    conn = database.write_engine.raw_connection()
-    try:
-        requests = [_begin(a, "a"), _begin(b, "bug"), _begin(c, "c")]
-        answers, conn = _commit(
-            database,
-            database.write_engine.dialect,
-            conn,
-            jobs,
-            [(i, BEGIN_STEP, r.SerializeToString()) for i, r in enumerate(requests)],
-            "@test",
+        monkeypatch.setattr(child.jobs, "run", buggy)
+        monkeypatch.setattr(step_writer, "_CALL_FAILURES", FailureLog("a call failed"))
+        caplog.set_level(logging.ERROR, "agentrt.step_writer")
+        answers = child.batch(
+            (BEGIN_STEP, begin_request(a, "a")),
+            (BEGIN_STEP, begin_request(b, "bug")),
+            (BEGIN_STEP, begin_request(c, "c")),
         )
-    finally:
-        if conn is not None:
-            conn.close()
-        database.dispose()
-    assert [answer is not None for _, answer, _ in answers] == [True, False, True]
-    assert [get_run(stubs, w.run_id).step_count for w in (a, b, c)] == [1, 0, 1]
+        assert [answer is not None for answer in answers] == [True, False, True]
+        assert [get_run(stubs, w.run_id).step_count for w in (a, b, c)] == [1, 0, 1]
+        [record] = caplog.records
+        assert record.exc_info is not None and isinstance(record.exc_info[1], RuntimeError)
+
+        # The next calls see the runs as committed: b's first step is its first.
+        monkeypatch.undo()
+        again = child.batch(
+            (BEGIN_STEP, begin_request(b, "b")), (BEGIN_STEP, begin_request(a, "a2"))
+        )
+        assert [answer.step.sequence for answer in again] == [1, 2]
+    assert [get_run(stubs, w.run_id).step_count for w in (a, b, c)] == [2, 1, 1]
     assert all(verified(stubs, w.run_id) for w in (a, b, c))
-    [record] = caplog.records
-    assert record.exc_info is not None and isinstance(record.exc_info[1], RuntimeError)
 
 
 def test_backoff_doubles_to_its_cap_and_starts_over_after_a_stable_run() -> None:

@@ -5,7 +5,11 @@ commit of unknown outcome is answered UNAVAILABLE."""
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import sqlite3
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -13,13 +17,8 @@ import pytest
 from agentrt_base.errors import Unavailable
 from agentrt_base.settings import ServerSettings
 from runtime_service.notify import Notifier
-from runtime_service.step_process import (
-    COMMIT_UNKNOWN,
-    FailureLog,
-    FrameReader,
-    StepProcess,
-    frame,
-)
+from runtime_service.step_process import BEGIN_STEP, FrameReader, StepProcess, _Zygote, frame
+from runtime_service.step_writer import FailureLog
 
 
 def test_frames_come_back_whole_however_the_stream_is_cut() -> None:
@@ -81,15 +80,56 @@ def test_a_failure_of_the_database_is_one_line_without_a_traceback(
     )
 
 
-def test_a_commit_of_unknown_outcome_is_answered_unavailable_not_taken_by_the_server() -> None:
-    async def scenario() -> tuple[BaseException | None, Any]:
-        process = StepProcess("sqlite:///unused.db", Notifier())
-        loop = asyncio.get_running_loop()
-        unknown, handed_back = loop.create_future(), loop.create_future()
-        process._pending.update({1: unknown, 2: handed_back})
-        process._answered([(1, COMMIT_UNKNOWN, ()), (2, None, ())])
-        return unknown.exception(), handed_back.result()
+#: A stand-in for the step writer process, speaking its wire: it answers a call whose
+#: request is b"lost" as one whose COMMIT outcome it never learnt, any other as one the
+#: server is to take, and exits when the server closes the stream.
+_FAKE_WRITER = """
+import socket, sys
+from runtime_service.step_process import COMMIT_UNKNOWN, FrameReader, frame
+sock = socket.socket(fileno=int(sys.argv[1]))
+sock.sendall(frame("ready"))
+reader = FrameReader()
+while data := sock.recv(65536):
+    for job, _method, request in reader.feed(data):
+        sock.sendall(frame([(job, COMMIT_UNKNOWN if request == b"lost" else None, ())]))
+"""
 
-    error, handed_back = asyncio.run(scenario())
-    assert isinstance(error, Unavailable) and error.reason == "COMMIT_OUTCOME_UNKNOWN"
+
+def test_a_commit_of_unknown_outcome_is_answered_unavailable_not_taken_by_the_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started: list[subprocess.Popen[bytes]] = []
+
+    def fork(database_url: str, origin: str, sock: socket.socket, settings: str = "") -> int:
+        started.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _FAKE_WRITER, str(sock.fileno())],
+                pass_fds=(sock.fileno(),),
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+            )
+        )
+        return started[-1].pid
+
+    monkeypatch.setattr(_Zygote, "fork", fork)
+
+    async def scenario() -> list[Any]:
+        process = StepProcess("sqlite:///unused.db", Notifier())
+        await process.start()
+        try:
+            return await asyncio.gather(
+                process.call(BEGIN_STEP, b"lost"),
+                process.call(BEGIN_STEP, b"other"),
+                return_exceptions=True,
+            )
+        finally:
+            await process.stop()
+
+    try:
+        unknown, handed_back = asyncio.run(scenario())
+    finally:
+        for child in started:
+            child.kill()
+            child.wait()
+    assert isinstance(unknown, Unavailable) and unknown.reason == "COMMIT_OUTCOME_UNKNOWN"
     assert handed_back is None  # the server takes this one
+    assert len(started) == 1
