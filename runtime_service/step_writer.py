@@ -285,12 +285,17 @@ def _commit(
     try:
         results = _run_batch(database, dialect, conn, jobs, calls, origin)
     except _CommitUnknown as unknown:
-        # Calls that wrote nothing can still go to the server; the others may be committed.
+        # A call that wrote nothing (a refusal, a repeated key: nothing to wake) keeps its
+        # answer, which does not depend on the commit; one not run goes to the server; the
+        # others may or may not be committed.
         _FAILURES.failed()
         with contextlib.suppress(Exception):
             conn.invalidate()
         conn = _connect(database)
-        results = [None if result is None else (COMMIT_UNKNOWN, ()) for result in unknown.results]
+        results = [
+            result if result is None or not result[1] else (COMMIT_UNKNOWN, ())
+            for result in unknown.results
+        ]
     except Exception:
         # Nothing of the batch committed: the server takes every call of it, and answers
         # whatever error there is to answer one call at a time.

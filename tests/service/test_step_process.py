@@ -566,8 +566,8 @@ def test_a_postgres_batch_reads_ahead_then_writes_and_commits_at_once(
 
         # The connection breaks after the COMMIT went out: the calls that wrote may be
         # committed, so they are answered COMMIT_UNKNOWN (the server answers UNAVAILABLE and
-        # never writes them again); the call left for after the batch, which never ran,
-        # still goes to the server.
+        # never writes them again); a refusal, which wrote nothing, keeps its answer; the
+        # call left for after the batch, which never ran, still goes to the server.
         driver = child.conn.driver_connection
         commit = driver.commit
 
@@ -583,7 +583,11 @@ def test_a_postgres_batch_reads_ahead_then_writes_and_commits_at_once(
             commit()
 
         driver.commit = commit_on_a_dead_connection
-        assert child.batch(begin(a, "lost"), begin(a, "again")) == [COMMIT_UNKNOWN, None]
+        stale = begin_request(b)
+        stale.fence.lease_epoch += 1
+        lost, refused, later = child.batch(begin(a, "lost"), (BEGIN_STEP, stale), begin(a, "again"))
+        assert (lost, later) == (COMMIT_UNKNOWN, None)
+        assert refused.error is not None and refused.error.reason == "LEASE_LOST"
         assert child.conn is not None and child.conn.driver_connection is not driver
         assert child.begin(b, "after").step.sequence == 3  # on the new connection
     finally:
