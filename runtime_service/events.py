@@ -223,7 +223,7 @@ def thread_head(session: Session, thread_id: str) -> int:
 class EventDocument:
     """An event's type and attributes already in their JSON mapping (what
     ``json_format.MessageToDict`` with proto field names makes of the attributes message),
-    for a hot path that builds it directly (``services/step_events.py``)."""
+    for a hot path that builds it directly (``step_events.py``)."""
 
     type: str
     attributes: dict[str, Any]

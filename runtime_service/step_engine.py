@@ -8,7 +8,7 @@ its own) and the step writer process (``step_writer``, in its batches) call
 
 A decision that ends the run (:class:`~runtime_service.step_rules.StopOnBudget`) writes no
 step: the answer carries it (:attr:`Begun.budget_stop`) and the server applies it through
-the run lifecycle (``services/transitions.apply``, the one place runs change status), in a
+the run lifecycle (``store/transitions.apply``, the one place runs change status), in a
 transaction that checks the budget again under the run's lock.
 """
 

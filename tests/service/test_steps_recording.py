@@ -216,7 +216,7 @@ def test_tool_steps_record_errors_retries_side_effects_and_a_sequence_across_att
 
 
 def test_retry_of_step_id_must_name_a_step_of_the_same_run(stubs: Stubs) -> None:
-    """On the common path (the step writer process) and the server's alike: a retry of
+    """In the step writer process and the server's engine alike: a retry of
     another run's step, or of no step, is refused naming the field, and changes nothing."""
     other = start(stubs)
     foreign = other.model("theirs").step
