@@ -1,9 +1,18 @@
-"""The rule for a reference to a blob: it must name one that was uploaded. Pure (the caller
-says whether the blob exists); ``blobs.require_blob`` and ``step_decide`` both use it."""
+"""The rules for blobs, pure: the caller reads what they need (whether a blob exists, how many
+bytes are stored) and passes it in.
+
+``store/blobs.require`` and ``step_decide`` refuse a reference to a missing blob with
+:func:`blob_missing`; ``services/blobs`` holds an upload to the chunk, size and quota rules.
+"""
 
 from __future__ import annotations
 
-from agentrt_base.errors import FailedPrecondition
+from agentrt_base.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
+from registry import refs
+
+#: The largest chunk a PutBlob message may carry (the contract's "at most 1 MiB per message"),
+#: and the size of the chunks GetBlob answers with.
+CHUNK_BYTES = 1024 * 1024
 
 
 def blob_missing(field: str, digest: str) -> FailedPrecondition:
@@ -13,3 +22,40 @@ def blob_missing(field: str, digest: str) -> FailedPrecondition:
         reason="BLOB_MISSING",
         metadata={"digest": digest, "field": field},
     )
+
+
+def check_reference(field: str, digest: str) -> None:
+    """A reference to a blob (``field``) is a sha256 digest: INVALID_ARGUMENT otherwise."""
+    if not refs.is_digest(digest):
+        raise InvalidArgument.for_field(field, f"{digest!r} is not a blob digest")
+
+
+def check_blob_size(size: int, limit: int) -> None:
+    """The per-blob limit (``max_blob_bytes``): RESOURCE_EXHAUSTED BLOB_TOO_LARGE."""
+    if size > limit:
+        raise ResourceExhausted(
+            f"the blob ({size} bytes or more) is over the limit of {limit} bytes per blob",
+            reason="BLOB_TOO_LARGE",
+            metadata={"limit": str(limit)},
+        )
+
+
+def check_quota(size: int, *, used: int, quota: int) -> None:
+    """The total quota (``blob_quota_bytes``): the ``used`` bytes of every stored blob plus
+    this new one's ``size`` may not pass it (RESOURCE_EXHAUSTED BLOB_QUOTA_EXCEEDED). Content
+    already stored is never charged again, so callers ask only for a blob that is not stored."""
+    if used + size > quota:
+        raise ResourceExhausted(
+            f"storing {size} more bytes would pass the blob quota of {quota} bytes "
+            f"({used} bytes are stored)",
+            reason="BLOB_QUOTA_EXCEEDED",
+            metadata={"quota": str(quota), "used": str(used), "size": str(size)},
+        )
+
+
+def check_chunk(chunk: bytes) -> None:
+    """A chunk may carry at most :data:`CHUNK_BYTES` (INVALID_ARGUMENT naming ``chunk``)."""
+    if len(chunk) > CHUNK_BYTES:
+        raise InvalidArgument.for_field(
+            "chunk", f"{len(chunk)} bytes; a chunk carries at most {CHUNK_BYTES} bytes"
+        )

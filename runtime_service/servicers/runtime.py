@@ -10,10 +10,10 @@ from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt_base.errors import InvalidArgument
 from agentrt_base.lru import LruCache
 from runtime_service import proto_map as pm
-from runtime_service.blobs import BlobHeader, BlobService
 from runtime_service.events import StoredEvent
 from runtime_service.proto_convert import enum_name, message_json, struct_json, time_or_none
 from runtime_service.services.approvals import ApprovalsService
+from runtime_service.services.blobs import BlobHeader, BlobService
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.checkpoints import CheckpointsService
 from runtime_service.services.context import Runtime

@@ -7,9 +7,8 @@ from sqlalchemy.orm import Session
 from agentrt_base.db import utcnow
 from agentrt_base.errors import InvalidArgument, NotFound, ViolationCollector
 from agentrt_base.paging import cut_page, page_request
-from runtime_service.blobs import require_blob
 from runtime_service.services.context import Runtime, scoped_request_id
-from runtime_service.store import artifacts, checkpoints, turns
+from runtime_service.store import artifacts, blobs, checkpoints, turns
 from runtime_service.store.fencing import fenced
 from runtime_service.store.ledger import ArtifactRow, CheckpointRow
 
@@ -37,7 +36,7 @@ class CheckpointsService:
                 if earlier is not None:
                     return earlier
             run, attempt = fenced(session, attempt_id, lease_epoch)
-            require_blob(session, state_ref, "state_ref")
+            blobs.require(session, state_ref, "state_ref")
             if after_sequence > run.last_step_sequence:
                 raise InvalidArgument.for_field(
                     "after_sequence", f"beyond the run's last step ({run.last_step_sequence})"
@@ -83,7 +82,7 @@ class CheckpointsService:
                 raise NotFound("step", step_id)
             if step.attempt_id != attempt.id:
                 raise InvalidArgument.for_field("step_id", "a step of another attempt")
-            require_blob(session, blob_digest, "blob_digest")
+            blobs.require(session, blob_digest, "blob_digest")
             return artifacts.create(
                 session,
                 run,

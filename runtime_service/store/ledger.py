@@ -201,7 +201,7 @@ class ArtifactRow(Base):
 
 
 class BlobRow(Base):
-    """A blob's metadata; its bytes live behind :class:`runtime_service.blobs.BlobStore`."""
+    """A blob's metadata; its bytes live behind :class:`runtime_service.store.blobs.BlobStore`."""
 
     __tablename__ = "runtime_blobs"
 

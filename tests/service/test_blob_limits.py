@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from agentrt.runtime.v1 import message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt_base.db_engines import normalise_url
-from runtime_service.blobs import blob_directory
 from runtime_service.services.context import RuntimeSettings
+from runtime_service.store.blobs import blob_directory
 from tests.runtime_support import Stubs
 from tests.service.test_steps_helpers import T, digest_of, expect, put_blob, violations
 from tests.support import running_server

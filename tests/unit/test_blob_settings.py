@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agentrt_base.settings import ServerSettings
-from runtime_service.blobs import UploadPace
 from runtime_service.server import runtime_settings
+from runtime_service.services.blobs import UploadPace
 from runtime_service.services.context import RuntimeSettings
 
 
