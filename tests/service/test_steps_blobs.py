@@ -13,6 +13,10 @@ from agentrt.runtime.v1 import enum_pb2 as E
 from agentrt.runtime.v1 import message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
+from agentrt_base.db import Database, utcnow
+from runtime_service import migrate
+from runtime_service.store import blobs
+from runtime_service.store.ledger import BlobRow
 from tests.runtime_support import Stubs
 from tests.service.test_steps_helpers import (
     T,
@@ -92,6 +96,25 @@ def test_concurrent_uploads_of_the_same_content_store_it_once(stubs: Stubs) -> N
     assert sum(r.created for r in results) == 1
     assert {r.blob.digest for r in results} == {digest_of(data)}
     assert b"".join(get(stubs, digest_of(data))[1]) == data
+
+
+def test_a_row_inserted_meanwhile_is_told_apart(database_url: str) -> None:
+    """Two replicas that both found the content missing: the primary key refuses the second
+    row, and the store says so (PutBlob then answers as for a repeated upload)."""
+    database = Database(database_url)
+    try:
+        migrate.upgrade(database)
+        digest = digest_of(b"abc")
+
+        def insert(session: Any) -> BlobRow:
+            return blobs.insert(session, digest, 3, "text/plain", utcnow())
+
+        database.write_sync(insert)
+        with pytest.raises(blobs.StoredMeanwhile):
+            database.write_sync(insert)
+        assert database.read_sync(blobs.used_bytes) == 3
+    finally:
+        database.dispose()
 
 
 def test_put_blob_refuses_bad_uploads(stubs: Stubs) -> None:
