@@ -19,8 +19,8 @@ from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from tests.conftest import _truncate
 from tests.runtime_support import Stubs
+from tests.service.steps_support import Worker
 from tests.service.test_runtime_threads import PLAIN, publish_plain_agent
-from tests.service.test_steps_helpers import Worker
 from tests.support import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]

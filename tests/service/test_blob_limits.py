@@ -20,7 +20,7 @@ from agentrt_base.db import normalise_url
 from runtime_service.blobs import blob_directory
 from runtime_service.services.context import RuntimeSettings
 from tests.runtime_support import Stubs
-from tests.service.test_steps_helpers import T, digest_of, expect, put_blob, violations
+from tests.service.steps_support import T, digest_of, expect, put_blob, violations
 from tests.support import running_server
 
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -25,7 +25,7 @@ from agentrt_base.db import normalise_url
 from agentrt_base.settings import DatabaseSettings
 from tests.faults import NOT_SERVING, SERVING, Client, server_with
 from tests.runtime_support import Stubs
-from tests.service.test_steps_helpers import start
+from tests.service.steps_support import start
 
 FAST_PROBE = DatabaseSettings(probe_interval=0.2)
 

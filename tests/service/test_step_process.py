@@ -42,7 +42,7 @@ from runtime_service.step_process import (
     child_database_url,
 )
 from tests.runtime_support import Stubs
-from tests.service.test_steps_helpers import (
+from tests.service.steps_support import (
     T,
     Worker,
     acquire,

@@ -34,8 +34,8 @@ from runtime_service.step_process import (
     child_database_url,
 )
 from tests.runtime_support import Stubs
+from tests.service.steps_support import T, Worker, get_run, start
 from tests.service.test_step_process import _serving, verified
-from tests.service.test_steps_helpers import T, Worker, get_run, start
 from tests.support import error_details
 
 

@@ -14,7 +14,7 @@ from agentrt.runtime.v1 import message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from tests.runtime_support import Stubs
-from tests.service.test_steps_helpers import (
+from tests.service.steps_support import (
     T,
     Worker,
     acquire,

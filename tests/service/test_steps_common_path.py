@@ -23,7 +23,7 @@ from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt_base.db import normalise_url
 from runtime_service.services.steps import CommonPath
 from tests.runtime_support import Stubs
-from tests.service.test_steps_helpers import digest_of, get_run, list_steps, put_blob, start
+from tests.service.steps_support import digest_of, get_run, list_steps, put_blob, start
 from tests.support import ServerThread
 
 #: Columns whose values necessarily differ between two runs (their ids and clocks).

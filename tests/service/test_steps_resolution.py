@@ -15,7 +15,7 @@ from agentrt.registry.v1 import registry_service_pb2 as rpb
 from agentrt.runtime.v1 import enum_pb2 as E
 from tests import registry_data
 from tests.runtime_support import Stubs
-from tests.service.test_steps_helpers import (
+from tests.service.steps_support import (
     FAILED,
     T,
     acquire,

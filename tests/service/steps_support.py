@@ -1,4 +1,4 @@
-"""Helpers shared by the ``test_steps_*`` suites (this module holds no tests).
+"""Helpers shared by the ``test_steps_*`` suites and the other tests that drive steps.
 
 A :class:`Worker` wraps one acquired attempt: its fence, its open turn, and short calls for
 the steps a worker begins and ends. Everything goes through real gRPC.
