@@ -21,6 +21,10 @@ import sqlalchemy as sa
 from agentrt_base.db import normalise_url
 from tests.support import running_server
 
+# A helper module's asserts are rewritten only when pytest is told to; these were rewritten
+# while they lived in a file named test_*, and their failures should stay as readable.
+pytest.register_assert_rewrite("tests.service.steps_support")
+
 ENV_POSTGRES = "AGENTRT_TEST_POSTGRES_URL"
 DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
