@@ -18,9 +18,8 @@ import pytest
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from tests.conftest import _truncate
-from tests.runtime_support import Stubs
+from tests.runtime_support import PLAIN, Stubs
 from tests.service.steps_support import Worker
-from tests.service.test_runtime_threads import PLAIN, publish_plain_agent
 from tests.support import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
@@ -74,7 +73,7 @@ def replicas(
         b, address_b = _start(postgres_session_url, logs / "b.log")
         try:
             stubs_a, stubs_b = Stubs.open(address_a), Stubs.open(address_b)
-            publish_plain_agent(stubs_a)
+            stubs_a.publish_plain_agent()
             yield stubs_a, stubs_b
             stubs_a.close()
             stubs_b.close()

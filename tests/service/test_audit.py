@@ -36,7 +36,7 @@ from runtime_service.events import event_hash
 from runtime_service.services.audit import TagEvent, tags_at
 from tests import registry_data
 from tests.runtime_support import Stubs
-from tests.support import ServerThread, error_details
+from tests.support import ServerThread, error_details, rpc_error
 
 PROVENANCE = rmsg.Provenance(
     publisher="ci-bot",
@@ -283,12 +283,6 @@ def build_history(stubs: Stubs) -> History:
     )
 
 
-def _error(call: Any) -> grpc.RpcError:
-    with pytest.raises(grpc.RpcError) as info:
-        call()
-    return info.value
-
-
 # -- provenance ------------------------------------------------------------------------------
 
 
@@ -404,13 +398,15 @@ def test_provenance_refuses_bad_and_unknown_targets(env: Env) -> None:
         (apb.GetProvenanceRequest(artifact_id="art_nope"), "art_nope"),
         (apb.GetProvenanceRequest(blob_digest="sha256:" + "0" * 64), "sha256:" + "0" * 64),
     ):
-        error = _error(lambda r=request: audit.GetProvenance(r))
+        error = rpc_error(lambda r=request: audit.GetProvenance(r))
         assert error.code() == grpc.StatusCode.NOT_FOUND
         assert name in (error.details() or "")
-    error = _error(lambda: audit.GetProvenance(apb.GetProvenanceRequest(blob_digest="sha256:xyz")))
+    error = rpc_error(
+        lambda: audit.GetProvenance(apb.GetProvenanceRequest(blob_digest="sha256:xyz"))
+    )
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert error_details(error)["BadRequest"].field_violations[0].field == "blob_digest"
-    error = _error(lambda: audit.GetProvenance(apb.GetProvenanceRequest()))
+    error = rpc_error(lambda: audit.GetProvenance(apb.GetProvenanceRequest()))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
@@ -521,7 +517,7 @@ def test_usages_time_range_and_pagination(env: Env) -> None:
     first = audit.FindUsages(
         apb.FindUsagesRequest(tool_schema_digest=h.read_file_schema, page_size=2)
     )
-    error = _error(
+    error = rpc_error(
         lambda: audit.FindUsages(
             apb.FindUsagesRequest(
                 tool_schema_digest=h.read_file_schema,
@@ -532,7 +528,9 @@ def test_usages_time_range_and_pagination(env: Env) -> None:
         )
     )
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
-    error = _error(lambda: audit.FindUsages(apb.FindUsagesRequest(model_id="x", page_token="zz")))
+    error = rpc_error(
+        lambda: audit.FindUsages(apb.FindUsagesRequest(model_id="x", page_token="zz"))
+    )
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
@@ -541,7 +539,7 @@ def test_usages_refuse_malformed_and_unknown_references(env: Env) -> None:
     audit = env.audit
 
     def code(**query: Any) -> tuple[grpc.StatusCode, str]:
-        error = _error(lambda: audit.FindUsages(apb.FindUsagesRequest(**query)))
+        error = rpc_error(lambda: audit.FindUsages(apb.FindUsagesRequest(**query)))
         return error.code(), error.details() or ""
 
     assert code(component_ref="repo-debug@^2.1")[0] == grpc.StatusCode.INVALID_ARGUMENT
@@ -648,7 +646,7 @@ def test_verify_run_catches_a_truncated_chain_and_unknown_runs(env: Env) -> None
     assert not report.intact and report.event_count == last - 1
     assert report.first_break.sequence == last
     assert "missing at the end" in report.first_break.reason
-    error = _error(lambda: _verify(env.audit, "run_nope"))
+    error = rpc_error(lambda: _verify(env.audit, "run_nope"))
     assert error.code() == grpc.StatusCode.NOT_FOUND and "run_nope" in (error.details() or "")
 
 
@@ -685,7 +683,7 @@ def test_exported_bundle_verifies_offline_in_both_formats(env: Env) -> None:
     assert info.media_type == "application/jsonl"
     assert audit_bundle.decode(lines) == {**document, "export_time": info_time(lines)}
     assert audit_bundle.verify_bundle(audit_bundle.decode(lines)).ok
-    error = _error(lambda: _export(env.audit, "run_nope"))
+    error = rpc_error(lambda: _export(env.audit, "run_nope"))
     assert error.code() == grpc.StatusCode.NOT_FOUND
 
 
