@@ -68,10 +68,8 @@ def stored(database_url: str) -> tuple[int, int, list[str]]:
 def limited(database_url: str) -> Iterator[Stubs]:
     """A server with a 2000-byte blob limit and a 3000-byte quota."""
     settings = RuntimeSettings(max_blob_bytes=2000, blob_quota_bytes=3000)
-    with running_server(database_url, settings) as address:
-        stubs = Stubs.open(address)
+    with running_server(database_url, settings) as address, Stubs.open(address) as stubs:
         yield stubs
-        stubs.close()
 
 
 def test_the_per_blob_limit_is_a_setting(limited: Stubs, database_url: str) -> None:

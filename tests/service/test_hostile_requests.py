@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -29,13 +29,6 @@ from tests.service.steps_support import T, Worker, expect, start, violations
 from tests.support import error_details
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
-
-
-@pytest.fixture
-def stubs(server_address: str) -> Iterator[Stubs]:
-    opened = Stubs.open(server_address)
-    yield opened
-    opened.close()
 
 
 def raw(stubs: Stubs, method: str, body: bytes) -> grpc.RpcError:

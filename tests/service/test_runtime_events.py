@@ -7,7 +7,6 @@ import datetime as dt
 import re
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -23,17 +22,12 @@ from runtime_service.services.context import RuntimeSettings
 from tests.runtime_support import PLAIN, Stubs, get_run
 from tests.support import ServerThread
 
+# The `stubs` fixture (tests/service/conftest.py) publishes plain_agent:prod first.
+pytestmark = pytest.mark.plain_agent
+
 E = enum_pb2
 COMPLETE = E.ATTEMPT_OUTCOME_SUCCEEDED_COMPLETE_RUN
 HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
-
-
-@pytest.fixture
-def stubs(server_address: str) -> Iterator[Stubs]:
-    s = Stubs.open(server_address)
-    s.publish_plain_agent()
-    yield s
-    s.close()
 
 
 def dotted(event_type: int) -> str:

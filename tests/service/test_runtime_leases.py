@@ -24,6 +24,10 @@ from runtime_service.services.context import RuntimeSettings
 from tests.runtime_support import PLAIN, Stubs, get_run, in_seconds
 from tests.support import error_details, rpc_error, running_server
 
+# The `stubs` fixture (tests/service/conftest.py) publishes plain_agent:prod first; `fast` and
+# `unreaped` do the same on servers of their own settings.
+pytestmark = pytest.mark.plain_agent
+
 E = enum_pb2
 COMPLETE = E.ATTEMPT_OUTCOME_SUCCEEDED_COMPLETE_RUN
 FAST = RuntimeSettings(reaper_interval=0.1, stop_grace=dt.timedelta(seconds=0.5))
@@ -31,17 +35,10 @@ FAST = RuntimeSettings(reaper_interval=0.1, stop_grace=dt.timedelta(seconds=0.5)
 NO_REAPER = RuntimeSettings(reaper_interval=3600)
 
 
-def open_stubs(database_url: str, settings: RuntimeSettings | None) -> Iterator[Stubs]:
-    with running_server(database_url, settings) as address:
-        s = Stubs.open(address)
+def open_stubs(database_url: str, settings: RuntimeSettings) -> Iterator[Stubs]:
+    with running_server(database_url, settings) as address, Stubs.open(address) as s:
         s.publish_plain_agent()
         yield s
-        s.close()
-
-
-@pytest.fixture
-def stubs(database_url: str) -> Iterator[Stubs]:
-    yield from open_stubs(database_url, None)
 
 
 @pytest.fixture

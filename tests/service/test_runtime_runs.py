@@ -3,7 +3,7 @@ illegal transitions and bad input (each refused call must change nothing)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -24,6 +24,9 @@ from tests import registry_data
 from tests.runtime_support import PLAIN, Stubs, get_run, in_seconds
 from tests.support import error_details, rpc_error
 
+# The `stubs` fixture (tests/service/conftest.py) publishes plain_agent:prod first.
+pytestmark = pytest.mark.plain_agent
+
 E = enum_pb2
 COMPLETE = E.ATTEMPT_OUTCOME_SUCCEEDED_COMPLETE_RUN
 TABLES = (
@@ -33,14 +36,6 @@ TABLES = (
     "runtime_attempts",
     "runtime_events",
 )
-
-
-@pytest.fixture
-def stubs(server_address: str) -> Iterator[Stubs]:
-    s = Stubs.open(server_address)
-    s.publish_plain_agent()
-    yield s
-    s.close()
 
 
 def reason(error: grpc.RpcError) -> str:

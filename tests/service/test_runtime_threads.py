@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -21,16 +20,11 @@ from agentrt_base.db import normalise_url
 from tests.runtime_support import PLAIN, Stubs, get_run
 from tests.support import error_details, rpc_error
 
+# The `stubs` fixture (tests/service/conftest.py) publishes plain_agent:prod first.
+pytestmark = pytest.mark.plain_agent
+
 E = enum_pb2
 COMPLETE = E.ATTEMPT_OUTCOME_SUCCEEDED_COMPLETE_RUN
-
-
-@pytest.fixture
-def stubs(server_address: str) -> Iterator[Stubs]:
-    s = Stubs.open(server_address)
-    s.publish_plain_agent()
-    yield s
-    s.close()
 
 
 def new_run(stubs: Stubs, thread_id: str, **kwargs: Any) -> message_pb2.Run:

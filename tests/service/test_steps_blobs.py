@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
-import pytest
 
 from agentrt.runtime.v1 import enum_pb2 as E
 from agentrt.runtime.v1 import message_pb2
@@ -31,13 +29,6 @@ from tests.service.steps_support import (
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 MIB = 1024 * 1024
-
-
-@pytest.fixture
-def stubs(server_address: str) -> Iterator[Stubs]:
-    s = Stubs.open(server_address)
-    yield s
-    s.close()
 
 
 def put(stubs: Stubs, *messages: pb.PutBlobRequest) -> Any:

@@ -3,10 +3,7 @@ answered, argument schemas, the run's permission ceiling, and pinning to the bou
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import grpc
-import pytest
 from google.protobuf import json_format
 
 from agentrt.registry.v1 import enum_pb2 as renum
@@ -32,13 +29,6 @@ from tests.service.steps_support import (
 
 DENIED = grpc.StatusCode.PERMISSION_DENIED
 RATE_LIMITED = E.ERROR_CLASS_RATE_LIMITED
-
-
-@pytest.fixture
-def stubs(server_address: str) -> Iterator[Stubs]:
-    s = Stubs.open(server_address)
-    yield s
-    s.close()
 
 
 def test_a_rate_limited_model_call_is_retried_on_the_fallback_candidate(stubs: Stubs) -> None:
