@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import grpc
 import pytest
 
+from agentrt.registry.v1 import registry_service_pb2_grpc
 from tests.runtime_support import Stubs
 
 
@@ -20,3 +22,10 @@ def stubs(server_address: str, request: pytest.FixtureRequest) -> Iterator[Stubs
         if request.node.get_closest_marker("plain_agent") is not None:
             opened.publish_plain_agent()
         yield opened
+
+
+@pytest.fixture
+def stub(server_address: str) -> Iterator[registry_service_pb2_grpc.RegistryServiceStub]:
+    """The registry stub alone, for the registry suites."""
+    with grpc.insecure_channel(server_address) as channel:
+        yield registry_service_pb2_grpc.RegistryServiceStub(channel)
