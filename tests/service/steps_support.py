@@ -72,6 +72,21 @@ def put_blob(
     return stubs.runtime.PutBlob(messages(), timeout=T)
 
 
+def put(stubs: Stubs, *messages: pb.PutBlobRequest) -> Any:
+    """PutBlob with exactly these messages (put_blob makes well-formed ones)."""
+    return stubs.runtime.PutBlob(iter(messages), timeout=T)
+
+
+def header(size: int, expected: str = "", media_type: str = "") -> pb.PutBlobRequest:
+    return pb.PutBlobRequest(
+        header=message_pb2.BlobHeader(size=size, expected_digest=expected, media_type=media_type)
+    )
+
+
+def chunk(data: bytes) -> pb.PutBlobRequest:
+    return pb.PutBlobRequest(chunk=data)
+
+
 def events(stubs: Stubs, run_id: str) -> list[event_pb2.Event]:
     """Every event of the run committed so far (replayed through WatchRun)."""
     last = get_run(stubs, run_id).last_event_sequence

@@ -14,29 +14,25 @@ import grpc
 import pytest
 import sqlalchemy as sa
 
-from agentrt.runtime.v1 import message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt_base.db import normalise_url
 from runtime_service.blobs import blob_directory
 from runtime_service.services.context import RuntimeSettings
 from tests.runtime_support import Stubs
-from tests.service.steps_support import T, digest_of, expect, put_blob, violations
+from tests.service.steps_support import (
+    T,
+    chunk,
+    digest_of,
+    expect,
+    header,
+    put,
+    put_blob,
+    violations,
+)
 from tests.support import running_server
 
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 MIB = 1024 * 1024
-
-
-def header(size: int, expected: str = "") -> pb.PutBlobRequest:
-    return pb.PutBlobRequest(header=message_pb2.BlobHeader(size=size, expected_digest=expected))
-
-
-def chunk(data: bytes) -> pb.PutBlobRequest:
-    return pb.PutBlobRequest(chunk=data)
-
-
-def put(stubs: Stubs, *messages: pb.PutBlobRequest) -> Any:
-    return stubs.runtime.PutBlob(iter(messages), timeout=T)
 
 
 def get(stubs: Stubs, digest: str) -> bytes:

@@ -16,12 +16,15 @@ from tests.service.steps_support import (
     T,
     Worker,
     acquire,
+    chunk,
     digest_of,
     events,
     expect,
     get_run,
+    header,
     list_steps,
     of_type,
+    put,
     put_blob,
     start,
     violations,
@@ -29,20 +32,6 @@ from tests.service.steps_support import (
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 MIB = 1024 * 1024
-
-
-def put(stubs: Stubs, *messages: pb.PutBlobRequest) -> Any:
-    return stubs.runtime.PutBlob(iter(messages), timeout=T)
-
-
-def header(size: int, expected: str = "", media_type: str = "") -> pb.PutBlobRequest:
-    return pb.PutBlobRequest(
-        header=message_pb2.BlobHeader(size=size, expected_digest=expected, media_type=media_type)
-    )
-
-
-def chunk(data: bytes) -> pb.PutBlobRequest:
-    return pb.PutBlobRequest(chunk=data)
 
 
 def get(stubs: Stubs, digest: str) -> tuple[message_pb2.Blob, list[bytes]]:
