@@ -83,11 +83,17 @@ def engine(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def database_url(engine: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+def sqlite_url(tmp_path: Path) -> str:
+    """A new SQLite file, for a test (or a database_url) that is SQLite's alone."""
+    return f"sqlite:///{tmp_path / 'agentrt.db'}"
+
+
+@pytest.fixture
+def database_url(engine: str, request: pytest.FixtureRequest, sqlite_url: str) -> Iterator[str]:
     """A database for one test: a new SQLite file, or the session's PostgreSQL database,
     emptied after the test (truncating is ~100x cheaper than a database per test)."""
     if engine == "sqlite":
-        yield f"sqlite:///{tmp_path / 'agentrt.db'}"
+        yield sqlite_url
         return
     url = str(request.getfixturevalue("postgres_session_url"))
     yield url
