@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 import pytest
 import sqlalchemy as sa
-from google.protobuf import struct_pb2, timestamp_pb2
+from google.protobuf import timestamp_pb2
 
 from agentrt.audit.v1 import audit_service_pb2 as apb
 from agentrt.audit.v1 import audit_service_pb2_grpc
@@ -36,6 +36,7 @@ from runtime_service.events import event_hash
 from runtime_service.services.audit import TagEvent, tags_at
 from tests import registry_data
 from tests.runtime_support import Stubs
+from tests.service.steps_support import args
 from tests.support import ServerThread, error_details, rpc_error
 
 PROVENANCE = rmsg.Provenance(
@@ -87,12 +88,6 @@ def env(database_url: str) -> Iterator[Env]:
     finally:
         stubs.close()
         server.stop()
-
-
-def _args(**kw: Any) -> struct_pb2.Struct:
-    s = struct_pb2.Struct()
-    s.update(kw)
-    return s
 
 
 def _put_blob(stubs: Stubs, data: bytes, media_type: str = "text/plain") -> str:
@@ -168,7 +163,7 @@ def build_history(stubs: Stubs) -> History:
     )
     a_fallback = _step(stubs, fence, turn, "model", "m1", model_call=retry).step.id
     _end(stubs, fence, a_fallback, reported_model_id="gpt-4.1-2025")
-    read_call = message_pb2.ToolCallSpec(tool="read_file", arguments=_args(path="src/app.py"))
+    read_call = message_pb2.ToolCallSpec(tool="read_file", arguments=args(path="src/app.py"))
     a_read = _step(stubs, fence, turn, "tool", "r1", tool_call=read_call).step.id
     blob = _put_blob(stubs, b"def app():\n    return 42\n")
     _end(stubs, fence, a_read, output_ref=blob)
@@ -230,7 +225,7 @@ def build_history(stubs: Stubs) -> History:
     checkpoint = stubs.worker.WriteCheckpoint(
         wpb.WriteCheckpointRequest(fence=fence, state_ref=state, after_sequence=2), timeout=10
     ).checkpoint
-    patch = message_pb2.ToolCallSpec(tool="apply_patch", arguments=_args(patch="--- a\n+++ b\n"))
+    patch = message_pb2.ToolCallSpec(tool="apply_patch", arguments=args(patch="--- a\n+++ b\n"))
     approval = _step(stubs, fence, turn, "tool", "p1", tool_call=patch).step
     assert approval.type == enum_pb2.STEP_TYPE_APPROVAL_REQUEST
     stubs.finish(fence, enum_pb2.ATTEMPT_OUTCOME_WAITING_APPROVAL)

@@ -11,7 +11,6 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import struct_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -61,12 +60,6 @@ schemas = st.one_of(
 )
 
 
-def _struct(value: dict[str, Any]) -> struct_pb2.Struct:
-    s = struct_pb2.Struct()
-    s.update(value)
-    return s
-
-
 @st.composite
 def drafts(draw: Any) -> message_pb2.ComponentDraft:
     kind = draw(st.sampled_from(list(enum_pb2.ComponentKind.values())))
@@ -100,7 +93,7 @@ def drafts(draw: Any) -> message_pb2.ComponentDraft:
         if draw(st.booleans()):
             # A value Struct itself cannot hold is simply not sent.
             with contextlib.suppress(ValueError, TypeError):
-                draft.spec.tool.input_schema.CopyFrom(_struct(draw(schemas)))
+                draft.spec.tool.input_schema.CopyFrom(data.struct(draw(schemas)))
     elif case == "model_policy":
         for _ in range(draw(st.integers(0, 3))):
             draft.spec.model_policy.candidates.add(
