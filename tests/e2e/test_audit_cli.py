@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -56,12 +55,8 @@ def failure(target: str, *args: str, code: int = 1) -> str:
 
 
 @pytest.fixture
-def history(server_address: str) -> Iterator[History]:
-    stubs = Stubs.open(server_address)
-    try:
-        yield build_history(stubs)
-    finally:
-        stubs.close()
+def history(stubs: Stubs) -> History:
+    return build_history(stubs)
 
 
 def test_run_tree_artifact_chain_and_json(server_address: str, history: History) -> None:

@@ -22,7 +22,7 @@ from runtime_service.services.context import RuntimeSettings
 from tests.runtime_support import PLAIN, Stubs, get_run
 from tests.support import ServerThread
 
-# The `stubs` fixture (tests/service/conftest.py) publishes plain_agent:prod first.
+# The `stubs` fixture (tests/conftest.py) publishes plain_agent:prod first.
 pytestmark = pytest.mark.plain_agent
 
 E = enum_pb2

@@ -24,7 +24,7 @@ from runtime_service.services.context import RuntimeSettings
 from tests.runtime_support import PLAIN, Stubs, get_run, in_seconds
 from tests.support import error_details, rpc_error, running_server
 
-# The `stubs` fixture (tests/service/conftest.py) publishes plain_agent:prod first; `fast` and
+# The `stubs` fixture (tests/conftest.py) publishes plain_agent:prod first; `fast` and
 # `unreaped` do the same on servers of their own settings.
 pytestmark = pytest.mark.plain_agent
 

@@ -24,7 +24,7 @@ from tests import registry_data
 from tests.runtime_support import PLAIN, Stubs, get_run, in_seconds
 from tests.support import error_details, rpc_error
 
-# The `stubs` fixture (tests/service/conftest.py) publishes plain_agent:prod first.
+# The `stubs` fixture (tests/conftest.py) publishes plain_agent:prod first.
 pytestmark = pytest.mark.plain_agent
 
 E = enum_pb2
