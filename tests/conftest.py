@@ -30,8 +30,8 @@ from tests.runtime_support import Stubs
 from tests.support import running_server
 
 # A helper module's asserts are rewritten only when pytest is told to; these were rewritten
-# while they lived in a file named test_*, and their failures should stay as readable.
-pytest.register_assert_rewrite("tests.service.steps_support")
+# while they lived in files named test_*, and their failures should stay as readable.
+pytest.register_assert_rewrite("tests.service.steps_support", "tests.service.audit_history")
 
 ENV_POSTGRES = "AGENTRT_TEST_POSTGRES_URL"
 DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from agentrt_base.db import normalise_url
 from tests.runtime_support import Stubs
-from tests.service.test_audit import History, build_history
+from tests.service.audit_history import History, build_history
 
 pytestmark = pytest.mark.e2e
 
