@@ -31,7 +31,9 @@ from tests.support import running_server
 
 # A helper module's asserts are rewritten only when pytest is told to; these were rewritten
 # while they lived in files named test_*, and their failures should stay as readable.
-pytest.register_assert_rewrite("tests.service.steps_support", "tests.service.audit_history")
+pytest.register_assert_rewrite(
+    "tests.service.steps_support", "tests.service.audit_history", "tests.e2e.cli_support"
+)
 
 ENV_POSTGRES = "AGENTRT_TEST_POSTGRES_URL"
 DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
