@@ -5,6 +5,11 @@ PostgreSQL is found through ``AGENTRT_TEST_POSTGRES_URL`` (then it is *required*
 connect fails the suite, as CI wants) or, when that is unset, on 127.0.0.1:5432 if something
 answers there; otherwise the PostgreSQL variants are skipped with the reason shown.
 A fresh database is created for the test session and dropped at its end.
+
+Tests reach the in-process server through ``stubs`` (registry, runtime and worker) or ``stub``
+(the registry alone). A module whose tests need ``plain_agent:prod`` (coding_agent without a
+completion policy) published before they start says so once, with
+``pytestmark = pytest.mark.plain_agent``.
 """
 
 from __future__ import annotations
@@ -15,11 +20,20 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 import sqlalchemy as sa
 
+from agentrt.registry.v1 import registry_service_pb2_grpc
 from agentrt_base.db_engines import normalise_url
+from tests.runtime_support import Stubs
 from tests.support import running_server
+
+# A helper module's asserts are rewritten only when pytest is told to; these were rewritten
+# while they lived in files named test_*, and their failures should stay as readable.
+pytest.register_assert_rewrite(
+    "tests.service.steps_support", "tests.service.audit_history", "tests.e2e.cli_support"
+)
 
 ENV_POSTGRES = "AGENTRT_TEST_POSTGRES_URL"
 DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -79,11 +93,17 @@ def engine(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def database_url(engine: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+def sqlite_url(tmp_path: Path) -> str:
+    """A new SQLite file, for a test (or a database_url) that is SQLite's alone."""
+    return f"sqlite:///{tmp_path / 'agentrt.db'}"
+
+
+@pytest.fixture
+def database_url(engine: str, request: pytest.FixtureRequest, sqlite_url: str) -> Iterator[str]:
     """A database for one test: a new SQLite file, or the session's PostgreSQL database,
     emptied after the test (truncating is ~100x cheaper than a database per test)."""
     if engine == "sqlite":
-        yield f"sqlite:///{tmp_path / 'agentrt.db'}"
+        yield sqlite_url
         return
     url = str(request.getfixturevalue("postgres_session_url"))
     yield url
@@ -128,3 +148,19 @@ def server_address(database_url: str) -> Iterator[str]:
     """Address of a real agentrt server started in-process on an ephemeral port."""
     with running_server(database_url) as address:
         yield address
+
+
+@pytest.fixture
+def stubs(server_address: str, request: pytest.FixtureRequest) -> Iterator[Stubs]:
+    """Registry, runtime and worker stubs on one channel to the test's server."""
+    with Stubs.open(server_address) as opened:
+        if request.node.get_closest_marker("plain_agent") is not None:
+            opened.publish_plain_agent()
+        yield opened
+
+
+@pytest.fixture
+def stub(server_address: str) -> Iterator[registry_service_pb2_grpc.RegistryServiceStub]:
+    """The registry stub alone, for the registry suites."""
+    with grpc.insecure_channel(server_address) as channel:
+        yield registry_service_pb2_grpc.RegistryServiceStub(channel)

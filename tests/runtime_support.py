@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 import grpc
-from google.protobuf import duration_pb2
+from google.protobuf import duration_pb2, timestamp_pb2
 
 from agentrt.registry.v1 import registry_service_pb2 as rpb
 from agentrt.registry.v1 import registry_service_pb2_grpc
@@ -19,6 +21,9 @@ from agentrt.runtime.v1 import (
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from tests import registry_data
+
+#: The reference of the agent :meth:`Stubs.publish_plain_agent` publishes.
+PLAIN = "plain_agent:prod"
 
 
 @dataclass
@@ -38,6 +43,17 @@ class Stubs:
             worker_service_pb2_grpc.WorkerServiceStub(channel),
         )
 
+    def __enter__(self) -> Stubs:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
     def publish_agent(self) -> str:
         registry_data.publish_all(self.registry, registry_data.coding_components())
         version = self.registry.PublishAgentVersion(
@@ -47,6 +63,18 @@ class Stubs:
             rpb.SetTagRequest(agent_id="coding_agent", tag="prod", digest=version.digest)
         )
         return str(version.digest)
+
+    def publish_plain_agent(self) -> str:
+        """coding_agent's components, and ``plain_agent:prod``: the same definition without a
+        completion policy, so a worker may complete its runs without completion-check steps."""
+        self.publish_agent()
+        definition = registry_data.coding_definition(agent_id="plain_agent", label="v1")
+        definition.ClearField("completion_policy")
+        digest = self.registry.PublishAgentVersion(
+            rpb.PublishAgentVersionRequest(definition=definition), timeout=10
+        ).agent_version.digest
+        self.registry.SetTag(rpb.SetTagRequest(agent_id="plain_agent", tag="prod", digest=digest))
+        return str(digest)
 
     def thread(self, policy: int = enum_pb2.CONCURRENCY_POLICY_ALLOW, **kwargs: Any) -> Any:
         return self.runtime.CreateThread(
@@ -108,3 +136,15 @@ class Stubs:
 
     def close(self) -> None:
         self.channel.close()
+
+
+def get_run(stubs: Stubs, run_id: str) -> message_pb2.Run:
+    run: message_pb2.Run = stubs.runtime.GetRun(pb.GetRunRequest(run_id=run_id), timeout=10).run
+    return run
+
+
+def in_seconds(seconds: float) -> timestamp_pb2.Timestamp:
+    """The wall-clock time ``seconds`` from now (negative: ago), as the contract carries it."""
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromNanoseconds(int((time.time() + seconds) * 1e9))
+    return stamp

@@ -6,10 +6,11 @@ import asyncio
 import contextlib
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
+import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
@@ -64,6 +65,13 @@ def running_server(
         yield address
     finally:
         thread.stop()
+
+
+def rpc_error(call: Callable[..., Any], *args: Any, **kwargs: Any) -> grpc.RpcError:
+    """Call and return the RpcError it must raise."""
+    with pytest.raises(grpc.RpcError) as info:
+        call(*args, **kwargs)
+    return info.value
 
 
 def error_details(error: grpc.RpcError) -> dict[str, Any]:

@@ -11,27 +11,23 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
 from agentrt_base.db_engines import normalise_url
+from tests.e2e.cli_support import AGENTRT, ROOT, checkout_env
 from tests.runtime_support import Stubs
-from tests.service.test_audit import History, build_history
+from tests.service.audit_history import History, build_history
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
-AGENTRT = [sys.executable, "-m", "runtime_service.cli.main"]
 NOWHERE = "127.0.0.1:1"
 
 
 def run(target: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRT_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "generated")])
+    env = checkout_env({k: v for k, v in os.environ.items() if not k.startswith("AGENTRT_")})
     env["AGENTRT_TARGET"] = target
     return subprocess.run(
         [*AGENTRT, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
@@ -56,12 +52,8 @@ def failure(target: str, *args: str, code: int = 1) -> str:
 
 
 @pytest.fixture
-def history(server_address: str) -> Iterator[History]:
-    stubs = Stubs.open(server_address)
-    try:
-        yield build_history(stubs)
-    finally:
-        stubs.close()
+def history(stubs: Stubs) -> History:
+    return build_history(stubs)
 
 
 def test_run_tree_artifact_chain_and_json(server_address: str, history: History) -> None:

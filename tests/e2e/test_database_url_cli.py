@@ -12,7 +12,7 @@ from sqlalchemy.engine import URL, make_url
 
 from agentrt_base.db_failures import DatabaseUnavailable
 from runtime_service.cli import database_url
-from tests.e2e.test_serve_process import AGENTRT, _env, _wait_ready
+from tests.e2e.cli_support import AGENTRT, serve_env, wait_ready
 from tests.support import free_port
 
 pytestmark = pytest.mark.e2e
@@ -25,7 +25,12 @@ def _run(
     *args: str, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*AGENTRT, *args], cwd=cwd, env=env or _env(), capture_output=True, text=True, timeout=60
+        [*AGENTRT, *args],
+        cwd=cwd,
+        env=env or serve_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -80,7 +85,7 @@ def test_serve_takes_the_password_from_a_file_and_not_from_its_arguments(
 ) -> None:
     secret = tmp_path / "password"
     secret.write_text(PASSWORD + "\n")
-    env = _env()
+    env = serve_env()
     env["AGENTRT_DATABASE_URL"] = postgres_session_url
     env["AGENTRT_DATABASE_PASSWORD_FILE"] = str(secret)
     port = free_port()
@@ -92,7 +97,7 @@ def test_serve_takes_the_password_from_a_file_and_not_from_its_arguments(
         text=True,
     )
     try:
-        line = _wait_ready(process)
+        line = wait_ready(process)
         assert "***" in line and PASSWORD not in line  # the URL it opened, masked
         cmdline = Path(f"/proc/{process.pid}/cmdline").read_bytes().decode()
         assert PASSWORD not in cmdline

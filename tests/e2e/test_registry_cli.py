@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.cli_support import AGENTRT, ROOT, checkout_env
+
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 V7 = str(EXAMPLES / "coding_agent.yaml")
 V8 = str(EXAMPLES / "coding_agent_v8.yaml")
-AGENTRT = [sys.executable, "-m", "runtime_service.cli.main"]
 ABSENT = "sha256:" + "0" * 64
 
 # CI variables of the machine running the tests would leak into the provenance under test.
@@ -28,8 +28,7 @@ _CI_PREFIXES = ("GITHUB_", "GITLAB_", "CI_", "AGENTRT_")
 
 
 def _env(target: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_CI_PREFIXES)}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "generated")])
+    env = checkout_env({k: v for k, v in os.environ.items() if not k.startswith(_CI_PREFIXES)})
     env["AGENTRT_TARGET"] = target
     env.update(extra)
     return env

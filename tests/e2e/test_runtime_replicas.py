@@ -4,9 +4,7 @@ worker long-polling on the other (LISTEN/NOTIFY), promptly rather than after a p
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,37 +16,23 @@ import pytest
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from tests.conftest import _truncate
-from tests.runtime_support import Stubs
-from tests.service.test_runtime_threads import PLAIN, publish_plain_agent
-from tests.service.test_steps_helpers import Worker
+from tests.e2e.cli_support import AGENTRT, serve_env
+from tests.runtime_support import PLAIN, Stubs
+from tests.service.steps_support import Worker
 from tests.support import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
-ROOT = Path(__file__).resolve().parents[2]
 PROMPT = 1.5  # seconds: far below any poll interval, far above a NOTIFY round trip
 
 
 def _start(database_url: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "generated")])
-    for name in ("AGENTRT_LISTEN", "AGENTRT_DATABASE_URL"):
-        env.pop(name, None)
     address = f"127.0.0.1:{free_port()}"
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "runtime_service.cli.main",
-                "serve",
-                "--listen",
-                address,
-                "--database-url",
-                database_url,
-            ],
+            [*AGENTRT, "serve", "--listen", address, "--database-url", database_url],
             cwd=log.parent,
-            env=env,
+            env=serve_env(),
             stdout=subprocess.DEVNULL,
             stderr=sink,
         )
@@ -74,7 +58,7 @@ def replicas(
         b, address_b = _start(postgres_session_url, logs / "b.log")
         try:
             stubs_a, stubs_b = Stubs.open(address_a), Stubs.open(address_b)
-            publish_plain_agent(stubs_a)
+            stubs_a.publish_plain_agent()
             yield stubs_a, stubs_b
             stubs_a.close()
             stubs_b.close()

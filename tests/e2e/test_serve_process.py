@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,46 +13,21 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tests.e2e.cli_support import AGENTRT, serve_env, wait_ready
 from tests.support import free_port
 
 pytestmark = pytest.mark.e2e
-
-AGENTRT = [sys.executable, "-m", "runtime_service.cli.main"]
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "generated")])
-    for name in ("AGENTRT_LISTEN", "AGENTRT_DATABASE_URL"):
-        env.pop(name, None)
-    return env
 
 
 def _start(*args: str, cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*AGENTRT, "serve", *args],
         cwd=cwd,
-        env=_env(),
+        env=serve_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def _wait_ready(process: subprocess.Popen[str], timeout: float = 30) -> str:
-    assert process.stderr is not None
-    deadline = time.monotonic() + timeout
-    lines = []
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        if "agentrt ready" in line:
-            return line
-    process.kill()
-    raise AssertionError("server never became ready:\n" + "".join(lines))
 
 
 @pytest.fixture
@@ -62,7 +35,7 @@ def serve_process(database_url: str, tmp_path: Path) -> Iterator[tuple[subproces
     port = free_port()
     process = _start("--listen", f"127.0.0.1:{port}", "--database-url", database_url, cwd=tmp_path)
     try:
-        _wait_ready(process)
+        wait_ready(process)
         yield process, f"127.0.0.1:{port}"
     finally:
         if process.poll() is None:
@@ -107,7 +80,7 @@ def test_default_database_is_sqlite_file_in_working_directory(tmp_path: Path) ->
     port = free_port()
     process = _start("--listen", f"127.0.0.1:{port}", cwd=tmp_path)
     try:
-        line = _wait_ready(process)
+        line = wait_ready(process)
         assert "sqlite:///./agentrt.db" in line
         assert (tmp_path / "agentrt.db").exists()
     finally:
@@ -117,14 +90,14 @@ def test_default_database_is_sqlite_file_in_working_directory(tmp_path: Path) ->
 
 def test_environment_configures_listen_and_database(tmp_path: Path) -> None:
     port = free_port()
-    env = _env()
+    env = serve_env()
     env["AGENTRT_LISTEN"] = f"127.0.0.1:{port}"
     env["AGENTRT_DATABASE_URL"] = f"sqlite:///{tmp_path / 'from-env.db'}"
     process = subprocess.Popen(
         [*AGENTRT, "serve"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
     )
     try:
-        line = _wait_ready(process)
+        line = wait_ready(process)
         assert f"127.0.0.1:{port}" in line
         assert (tmp_path / "from-env.db").exists()
     finally:
@@ -134,7 +107,12 @@ def test_environment_configures_listen_and_database(tmp_path: Path) -> None:
 
 def _run_to_failure(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*AGENTRT, "serve", *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=60
+        [*AGENTRT, "serve", *args],
+        cwd=cwd,
+        env=serve_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -191,7 +169,7 @@ def test_db_upgrade_alone(database_url: str, tmp_path: Path) -> None:
     result = subprocess.run(
         [*AGENTRT, "db", "upgrade", "--database-url", database_url],
         cwd=tmp_path,
-        env=_env(),
+        env=serve_env(),
         capture_output=True,
         text=True,
         timeout=60,

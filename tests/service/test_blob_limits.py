@@ -14,29 +14,25 @@ import grpc
 import pytest
 import sqlalchemy as sa
 
-from agentrt.runtime.v1 import message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt_base.db_engines import normalise_url
 from runtime_service.services.context import RuntimeSettings
 from runtime_service.store.blobs import blob_directory
 from tests.runtime_support import Stubs
-from tests.service.test_steps_helpers import T, digest_of, expect, put_blob, violations
+from tests.service.steps_support import (
+    T,
+    chunk,
+    digest_of,
+    expect,
+    header,
+    put,
+    put_blob,
+    violations,
+)
 from tests.support import running_server
 
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 MIB = 1024 * 1024
-
-
-def header(size: int, expected: str = "") -> pb.PutBlobRequest:
-    return pb.PutBlobRequest(header=message_pb2.BlobHeader(size=size, expected_digest=expected))
-
-
-def chunk(data: bytes) -> pb.PutBlobRequest:
-    return pb.PutBlobRequest(chunk=data)
-
-
-def put(stubs: Stubs, *messages: pb.PutBlobRequest) -> Any:
-    return stubs.runtime.PutBlob(iter(messages), timeout=T)
 
 
 def get(stubs: Stubs, digest: str) -> bytes:
@@ -68,10 +64,8 @@ def stored(database_url: str) -> tuple[int, int, list[str]]:
 def limited(database_url: str) -> Iterator[Stubs]:
     """A server with a 2000-byte blob limit and a 3000-byte quota."""
     settings = RuntimeSettings(max_blob_bytes=2000, blob_quota_bytes=3000)
-    with running_server(database_url, settings) as address:
-        stubs = Stubs.open(address)
+    with running_server(database_url, settings) as address, Stubs.open(address) as stubs:
         yield stubs
-        stubs.close()
 
 
 def test_the_per_blob_limit_is_a_setting(limited: Stubs, database_url: str) -> None:

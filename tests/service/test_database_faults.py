@@ -15,7 +15,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -25,7 +24,7 @@ from agentrt_base.db_engines import normalise_url
 from agentrt_base.settings import DatabaseSettings
 from tests.faults import NOT_SERVING, SERVING, Client, server_with
 from tests.runtime_support import Stubs
-from tests.service.test_steps_helpers import start
+from tests.service.steps_support import start
 
 FAST_PROBE = DatabaseSettings(probe_interval=0.2)
 
@@ -42,11 +41,6 @@ def _threads(url: str, title_prefix: str) -> int:
             )
     finally:
         engine.dispose()
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'agentrt.db'}"
 
 
 def test_sqlite_full_answers_resource_exhausted_and_recovers(sqlite_url: str) -> None:

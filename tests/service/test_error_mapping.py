@@ -64,7 +64,7 @@ class FailingRegistry(registry_service_pb2_grpc.RegistryServiceServicer):
 
 
 @pytest.fixture(scope="module")
-def stub() -> Iterator[registry_service_pb2_grpc.RegistryServiceStub]:
+def failing_stub() -> Iterator[registry_service_pb2_grpc.RegistryServiceStub]:
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -83,36 +83,36 @@ def stub() -> Iterator[registry_service_pb2_grpc.RegistryServiceStub]:
     loop.call_soon_threadsafe(loop.stop)
 
 
-def _fail(stub: Any, key: str) -> grpc.RpcError:
+def _fail(failing_stub: Any, key: str) -> grpc.RpcError:
     with pytest.raises(grpc.RpcError) as info:
-        stub.GetComponent(registry_service_pb2.GetComponentRequest(ref=key), timeout=5)
+        failing_stub.GetComponent(registry_service_pb2.GetComponentRequest(ref=key), timeout=5)
     return info.value
 
 
-def test_invalid_argument_names_every_field(stub: Any) -> None:
-    error = _fail(stub, "bad")
+def test_invalid_argument_names_every_field(failing_stub: Any) -> None:
+    error = _fail(failing_stub, "bad")
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     violations = error_details(error)["BadRequest"].field_violations
     assert [v.field for v in violations] == ["definition.tools[0]", "definition.agent_id"]
 
 
-def test_not_found_names_the_resource(stub: Any) -> None:
-    error = _fail(stub, "missing")
+def test_not_found_names_the_resource(failing_stub: Any) -> None:
+    error = _fail(failing_stub, "missing")
     assert error.code() == grpc.StatusCode.NOT_FOUND
     info = error_details(error)["ResourceInfo"]
     assert (info.resource_type, info.resource_name) == ("component", "read_file@9")
 
 
-def test_already_exists_carries_reason_and_metadata(stub: Any) -> None:
-    error = _fail(stub, "taken")
+def test_already_exists_carries_reason_and_metadata(failing_stub: Any) -> None:
+    error = _fail(failing_stub, "taken")
     assert error.code() == grpc.StatusCode.ALREADY_EXISTS
     info = error_details(error)["ErrorInfo"]
     assert info.reason == "VERSION_CONFLICT"
     assert info.metadata["existing_digest"] == "sha256:" + "a" * 64
 
 
-def test_stale_fence_is_aborted_lease_lost(stub: Any) -> None:
-    error = _fail(stub, "fence")
+def test_stale_fence_is_aborted_lease_lost(failing_stub: Any) -> None:
+    error = _fail(failing_stub, "fence")
     assert error.code() == grpc.StatusCode.ABORTED
     assert error_details(error)["ErrorInfo"].reason == "LEASE_LOST"
 
@@ -124,8 +124,8 @@ def test_stale_fence_is_aborted_lease_lost(stub: Any) -> None:
         ("state", grpc.StatusCode.FAILED_PRECONDITION, "FAILED_PRECONDITION"),
     ],
 )
-def test_other_codes(stub: Any, key: str, code: grpc.StatusCode, reason: str) -> None:
-    error = _fail(stub, key)
+def test_other_codes(failing_stub: Any, key: str, code: grpc.StatusCode, reason: str) -> None:
+    error = _fail(failing_stub, key)
     assert error.code() == code
     assert error_details(error)["ErrorInfo"].reason == reason
 
@@ -142,18 +142,18 @@ def test_other_codes(stub: Any, key: str, code: grpc.StatusCode, reason: str) ->
     ],
 )
 def test_a_failure_of_the_database_is_retryable_and_any_other_database_error_a_bug(
-    stub: Any, key: str, code: grpc.StatusCode, reason: str
+    failing_stub: Any, key: str, code: grpc.StatusCode, reason: str
 ) -> None:
-    error = _fail(stub, key)
+    error = _fail(failing_stub, key)
     assert error.code() == code
     assert error_details(error)["ErrorInfo"].reason == reason
     assert "server closed" not in error.details()  # the driver's words stay in the log
 
 
 def test_bug_is_internal_with_opaque_id_and_no_traceback(
-    stub: Any, caplog: pytest.LogCaptureFixture
+    failing_stub: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    error = _fail(stub, "bug")
+    error = _fail(failing_stub, "bug")
     assert error.code() == grpc.StatusCode.INTERNAL
     assert "secret internal detail" not in error.details()
     assert "Traceback" not in error.details()
@@ -165,11 +165,11 @@ def test_bug_is_internal_with_opaque_id_and_no_traceback(
     assert logged and logged[0].exc_info is not None
 
 
-def test_unbuilt_rpc_answers_unimplemented_with_details(stub: Any) -> None:
+def test_unbuilt_rpc_answers_unimplemented_with_details(failing_stub: Any) -> None:
     """An RPC of the contract that a servicer does not implement (FailingRegistry leaves
     ListTags to the generated base class) answers UNIMPLEMENTED naming the method."""
     with pytest.raises(grpc.RpcError) as info:
-        stub.ListTags(registry_service_pb2.ListTagsRequest(), timeout=5)
+        failing_stub.ListTags(registry_service_pb2.ListTagsRequest(), timeout=5)
     error = info.value
     assert error.code() == grpc.StatusCode.UNIMPLEMENTED
     assert "ListTags" in error.details()

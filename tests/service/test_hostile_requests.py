@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -25,17 +25,10 @@ from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from tests.runtime_support import Stubs
-from tests.service.test_steps_helpers import T, Worker, expect, start, violations
+from tests.service.steps_support import T, Worker, expect, start, violations
 from tests.support import error_details
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
-
-
-@pytest.fixture
-def stubs(server_address: str) -> Iterator[Stubs]:
-    opened = Stubs.open(server_address)
-    yield opened
-    opened.close()
 
 
 def raw(stubs: Stubs, method: str, body: bytes) -> grpc.RpcError:

@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
 import pytest
 
-from agentrt.registry.v1 import enum_pb2, message_pb2, registry_service_pb2_grpc
+from agentrt.registry.v1 import enum_pb2, message_pb2
 from agentrt.registry.v1 import registry_service_pb2 as pb
 from tests import registry_data as data
 from tests.support import error_details
 
 DIGEST_Z = "sha256:" + "0" * 64
-
-
-@pytest.fixture
-def stub(server_address: str) -> Iterator[registry_service_pb2_grpc.RegistryServiceStub]:
-    with grpc.insecure_channel(server_address) as channel:
-        yield registry_service_pb2_grpc.RegistryServiceStub(channel)
 
 
 @pytest.fixture

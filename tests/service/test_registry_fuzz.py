@@ -7,12 +7,10 @@ versions, references, JSON Schemas and spec contents, and sends them through rea
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import struct_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -62,12 +60,6 @@ schemas = st.one_of(
 )
 
 
-def _struct(value: dict[str, Any]) -> struct_pb2.Struct:
-    s = struct_pb2.Struct()
-    s.update(value)
-    return s
-
-
 @st.composite
 def drafts(draw: Any) -> message_pb2.ComponentDraft:
     kind = draw(st.sampled_from(list(enum_pb2.ComponentKind.values())))
@@ -101,7 +93,7 @@ def drafts(draw: Any) -> message_pb2.ComponentDraft:
         if draw(st.booleans()):
             # A value Struct itself cannot hold is simply not sent.
             with contextlib.suppress(ValueError, TypeError):
-                draft.spec.tool.input_schema.CopyFrom(_struct(draw(schemas)))
+                draft.spec.tool.input_schema.CopyFrom(data.struct(draw(schemas)))
     elif case == "model_policy":
         for _ in range(draw(st.integers(0, 3))):
             draft.spec.model_policy.candidates.add(
@@ -169,11 +161,13 @@ def definitions(draw: Any) -> message_pb2.AgentDefinition:
 
 
 @pytest.fixture
-def stub(server_address: str) -> Iterator[registry_service_pb2_grpc.RegistryServiceStub]:
-    with grpc.insecure_channel(server_address) as channel:
-        stub = registry_service_pb2_grpc.RegistryServiceStub(channel)
-        data.publish_all(stub, data.coding_components())
-        yield stub
+def seeded(
+    stub: registry_service_pb2_grpc.RegistryServiceStub,
+) -> registry_service_pb2_grpc.RegistryServiceStub:
+    """The registry stub with coding_agent's components published, so that some of the drafts'
+    and definitions' references resolve."""
+    data.publish_all(stub, data.coding_components())
+    return stub
 
 
 def _code(call: Any, request: Any) -> grpc.StatusCode:
@@ -191,19 +185,19 @@ _SETTINGS = settings(
 
 @_SETTINGS
 @given(draft=drafts())
-def test_publish_component_never_internal(stub: Any, draft: message_pb2.ComponentDraft) -> None:
-    assert _code(stub.PublishComponent, pb.PublishComponentRequest(component=draft)) in ALLOWED
-    assert _code(stub.ComputeDigest, pb.ComputeDigestRequest(component=draft)) in ALLOWED
+def test_publish_component_never_internal(seeded: Any, draft: message_pb2.ComponentDraft) -> None:
+    assert _code(seeded.PublishComponent, pb.PublishComponentRequest(component=draft)) in ALLOWED
+    assert _code(seeded.ComputeDigest, pb.ComputeDigestRequest(component=draft)) in ALLOWED
 
 
 @_SETTINGS
 @given(definition=definitions())
-def test_publish_agent_never_internal(stub: Any, definition: message_pb2.AgentDefinition) -> None:
+def test_publish_agent_never_internal(seeded: Any, definition: message_pb2.AgentDefinition) -> None:
     assert (
-        _code(stub.PublishAgentVersion, pb.PublishAgentVersionRequest(definition=definition))
+        _code(seeded.PublishAgentVersion, pb.PublishAgentVersionRequest(definition=definition))
         in ALLOWED
     )
     assert (
-        _code(stub.GetAgentVersion, pb.GetAgentVersionRequest(ref=definition.model_policy))
+        _code(seeded.GetAgentVersion, pb.GetAgentVersionRequest(ref=definition.model_policy))
         in ALLOWED
     )

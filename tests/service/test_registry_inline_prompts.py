@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +21,6 @@ from registry import canonical
 from tests import registry_data as data
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors"
-
-
-@pytest.fixture
-def stub(server_address: str) -> Iterator[registry_service_pb2_grpc.RegistryServiceStub]:
-    with grpc.insecure_channel(server_address) as channel:
-        yield registry_service_pb2_grpc.RegistryServiceStub(channel)
 
 
 def inline_agent(agent_id: str, label: str, prompt: str) -> message_pb2.AgentDefinition:

@@ -17,7 +17,6 @@ from typing import Any
 from agentrt.runtime.v1 import enum_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from tests.runtime_support import Stubs
-from tests.service.test_runtime_threads import publish_plain_agent
 from tests.support import running_server
 
 WORKERS = 16
@@ -30,7 +29,7 @@ BUDGET_SECONDS = 55
 def test_workers_acquire_every_run_exactly_once(database_url: str) -> None:
     with running_server(database_url) as address:
         admin = Stubs.open(address)
-        publish_plain_agent(admin)
+        admin.publish_plain_agent()
         thread = admin.thread(enum_pb2.CONCURRENCY_POLICY_ALLOW)
 
         lock = threading.Lock()
@@ -133,7 +132,7 @@ def test_enqueued_runs_run_one_at_a_time_in_order_while_being_created(database_u
     count = 40
     with running_server(database_url) as address:
         admin = Stubs.open(address)
-        publish_plain_agent(admin)
+        admin.publish_plain_agent()
         thread = admin.thread(enum_pb2.CONCURRENCY_POLICY_ENQUEUE)
         lock = threading.Lock()
         order: list[str] = []

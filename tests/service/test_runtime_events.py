@@ -7,7 +7,6 @@ import datetime as dt
 import re
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -20,25 +19,15 @@ from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from runtime_service.events import event_hash, format_time
 from runtime_service.services.context import RuntimeSettings
-from tests.runtime_support import Stubs
-from tests.service.test_runtime_threads import PLAIN, publish_plain_agent
+from tests.runtime_support import PLAIN, Stubs, get_run
 from tests.support import ServerThread
+
+# The `stubs` fixture (tests/conftest.py) publishes plain_agent:prod first.
+pytestmark = pytest.mark.plain_agent
 
 E = enum_pb2
 COMPLETE = E.ATTEMPT_OUTCOME_SUCCEEDED_COMPLETE_RUN
 HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
-
-
-@pytest.fixture
-def stubs(server_address: str) -> Iterator[Stubs]:
-    s = Stubs.open(server_address)
-    publish_plain_agent(s)
-    yield s
-    s.close()
-
-
-def get_run(stubs: Stubs, run_id: str) -> message_pb2.Run:
-    return stubs.runtime.GetRun(pb.GetRunRequest(run_id=run_id), timeout=10).run
 
 
 def dotted(event_type: int) -> str:
@@ -343,7 +332,7 @@ def test_an_idle_watcher_does_no_database_queries(database_url: str) -> None:
     address = server.start()
     try:
         stubs = Stubs.open(address)
-        publish_plain_agent(stubs)
+        stubs.publish_plain_agent()
         thread = stubs.thread()
         run = stubs.run(thread.id, ref=PLAIN, labels={"pool": "nobody"})
         run_stream = stubs.runtime.WatchRun(pb.WatchRunRequest(run_id=run.id), timeout=30)

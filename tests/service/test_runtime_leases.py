@@ -15,16 +15,18 @@ from typing import Any
 import grpc
 import pytest
 import sqlalchemy as sa
-from google.protobuf import timestamp_pb2
 
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_base.db_engines import normalise_url
 from runtime_service.services.context import RuntimeSettings
-from tests.runtime_support import Stubs
-from tests.service.test_runtime_threads import PLAIN, publish_plain_agent
-from tests.support import error_details, running_server
+from tests.runtime_support import PLAIN, Stubs, get_run, in_seconds
+from tests.support import error_details, rpc_error, running_server
+
+# The `stubs` fixture (tests/conftest.py) publishes plain_agent:prod first; `fast` and
+# `unreaped` do the same on servers of their own settings.
+pytestmark = pytest.mark.plain_agent
 
 E = enum_pb2
 COMPLETE = E.ATTEMPT_OUTCOME_SUCCEEDED_COMPLETE_RUN
@@ -33,32 +35,15 @@ FAST = RuntimeSettings(reaper_interval=0.1, stop_grace=dt.timedelta(seconds=0.5)
 NO_REAPER = RuntimeSettings(reaper_interval=3600)
 
 
-def open_stubs(database_url: str, settings: RuntimeSettings | None) -> Iterator[Stubs]:
-    with running_server(database_url, settings) as address:
-        s = Stubs.open(address)
-        publish_plain_agent(s)
+def open_stubs(database_url: str, settings: RuntimeSettings) -> Iterator[Stubs]:
+    with running_server(database_url, settings) as address, Stubs.open(address) as s:
+        s.publish_plain_agent()
         yield s
-        s.close()
-
-
-@pytest.fixture
-def stubs(database_url: str) -> Iterator[Stubs]:
-    yield from open_stubs(database_url, None)
 
 
 @pytest.fixture
 def fast(database_url: str) -> Iterator[Stubs]:
     yield from open_stubs(database_url, FAST)
-
-
-def rpc_error(call: Callable[..., Any], *args: Any, **kwargs: Any) -> grpc.RpcError:
-    with pytest.raises(grpc.RpcError) as info:
-        call(*args, **kwargs)
-    return info.value
-
-
-def get_run(stubs: Stubs, run_id: str) -> message_pb2.Run:
-    return stubs.runtime.GetRun(pb.GetRunRequest(run_id=run_id), timeout=10).run
 
 
 def attempts(stubs: Stubs, run_id: str) -> list[message_pb2.Attempt]:
@@ -90,12 +75,6 @@ def event_count(database_url: str) -> int:
             return int(conn.exec_driver_sql("SELECT COUNT(*) FROM runtime_events").scalar_one())
     finally:
         engine.dispose()
-
-
-def in_seconds(seconds: float) -> timestamp_pb2.Timestamp:
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromNanoseconds(int((time.time() + seconds) * 1e9))
-    return stamp
 
 
 def assert_lease_lost(

@@ -3,15 +3,14 @@ illegal transitions and bad input (each refused call must change nothing)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
 import pytest
 import sqlalchemy as sa
-from google.protobuf import duration_pb2, timestamp_pb2
+from google.protobuf import duration_pb2
 from sqlalchemy.orm import Session
 
 from agentrt.registry.v1 import registry_service_pb2 as rpb
@@ -23,9 +22,11 @@ from agentrt_base.db_engines import normalise_url
 from runtime_service.store.runs import run_for_update
 from runtime_service.store.tables import RunRow
 from tests import registry_data
-from tests.runtime_support import Stubs
-from tests.service.test_runtime_threads import PLAIN, publish_plain_agent
-from tests.support import error_details
+from tests.runtime_support import PLAIN, Stubs, get_run, in_seconds
+from tests.support import error_details, rpc_error
+
+# The `stubs` fixture (tests/conftest.py) publishes plain_agent:prod first.
+pytestmark = pytest.mark.plain_agent
 
 E = enum_pb2
 COMPLETE = E.ATTEMPT_OUTCOME_SUCCEEDED_COMPLETE_RUN
@@ -38,26 +39,8 @@ TABLES = (
 )
 
 
-@pytest.fixture
-def stubs(server_address: str) -> Iterator[Stubs]:
-    s = Stubs.open(server_address)
-    publish_plain_agent(s)
-    yield s
-    s.close()
-
-
-def rpc_error(call: Callable[..., Any], *args: Any, **kwargs: Any) -> grpc.RpcError:
-    with pytest.raises(grpc.RpcError) as info:
-        call(*args, **kwargs)
-    return info.value
-
-
 def reason(error: grpc.RpcError) -> str:
     return str(error_details(error)["ErrorInfo"].reason)
-
-
-def get_run(stubs: Stubs, run_id: str) -> message_pb2.Run:
-    return stubs.runtime.GetRun(pb.GetRunRequest(run_id=run_id), timeout=10).run
 
 
 def db_counts(database_url: str) -> dict[str, int]:
@@ -86,12 +69,6 @@ def run_events(stubs: Stubs, run_id: str) -> list[Any]:
             break
     stream.cancel()
     return out
-
-
-def in_seconds(seconds: float) -> timestamp_pb2.Timestamp:
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromNanoseconds(int((time.time() + seconds) * 1e9))
-    return stamp
 
 
 # -- binding ---------------------------------------------------------------------------------

@@ -1,19 +1,8 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from agentrt.runtime.v1 import enum_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from tests.runtime_support import Stubs
-
-
-@pytest.fixture
-def stubs(server_address: str) -> Iterator[Stubs]:
-    s = Stubs.open(server_address)
-    yield s
-    s.close()
 
 
 def test_smoke(stubs: Stubs) -> None:

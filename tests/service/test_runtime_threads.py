@@ -6,7 +6,6 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -16,7 +15,6 @@ import sqlalchemy as sa
 from google.protobuf import struct_pb2
 from sqlalchemy.orm import Session
 
-from agentrt.registry.v1 import registry_service_pb2 as rpb
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
@@ -27,48 +25,18 @@ from runtime_service.services.context import Runtime
 from runtime_service.services.runs import RunsService
 from runtime_service.store import threads
 from runtime_service.store.tables import ThreadRow
-from tests import registry_data
-from tests.runtime_support import Stubs
-from tests.support import error_details
+from tests.runtime_support import PLAIN, Stubs, get_run
+from tests.support import error_details, rpc_error
+
+# The `stubs` fixture (tests/conftest.py) publishes plain_agent:prod first.
+pytestmark = pytest.mark.plain_agent
 
 E = enum_pb2
 COMPLETE = E.ATTEMPT_OUTCOME_SUCCEEDED_COMPLETE_RUN
-PLAIN = "plain_agent:prod"
-
-
-@pytest.fixture
-def stubs(server_address: str) -> Iterator[Stubs]:
-    s = Stubs.open(server_address)
-    publish_plain_agent(s)
-    yield s
-    s.close()
-
-
-def publish_plain_agent(stubs: Stubs) -> str:
-    """coding_agent's components, and ``plain_agent:prod``: the same definition without a
-    completion policy, so a worker may complete its runs without completion-check steps."""
-    stubs.publish_agent()
-    definition = registry_data.coding_definition(agent_id="plain_agent", label="v1")
-    definition.ClearField("completion_policy")
-    digest = stubs.registry.PublishAgentVersion(
-        rpb.PublishAgentVersionRequest(definition=definition), timeout=10
-    ).agent_version.digest
-    stubs.registry.SetTag(rpb.SetTagRequest(agent_id="plain_agent", tag="prod", digest=digest))
-    return str(digest)
 
 
 def new_run(stubs: Stubs, thread_id: str, **kwargs: Any) -> message_pb2.Run:
     return stubs.run(thread_id, ref=PLAIN, **kwargs)
-
-
-def rpc_error(call: Callable[..., Any], *args: Any, **kwargs: Any) -> grpc.RpcError:
-    with pytest.raises(grpc.RpcError) as info:
-        call(*args, **kwargs)
-    return info.value
-
-
-def get_run(stubs: Stubs, run_id: str) -> message_pb2.Run:
-    return stubs.runtime.GetRun(pb.GetRunRequest(run_id=run_id), timeout=10).run
 
 
 def no_work(stubs: Stubs, wait: float = 0.3) -> bool:

@@ -44,7 +44,7 @@ from runtime_service.step_process import (
 )
 from runtime_service.step_writer import StepJobs, _commit
 from tests.runtime_support import Stubs
-from tests.service.test_steps_helpers import (
+from tests.service.steps_support import (
     OK,
     T,
     Worker,
@@ -59,11 +59,6 @@ from tests.service.test_steps_helpers import (
     start,
 )
 from tests.support import ServerThread, error_details
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'agentrt.db'}"
 
 
 @contextlib.contextmanager

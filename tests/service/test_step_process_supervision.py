@@ -27,8 +27,8 @@ from runtime_service.notify import Notifier
 from runtime_service.step_process import BEGIN_STEP, Backoff, StepProcess, child_database_url
 from runtime_service.step_writer import FailureLog
 from tests.runtime_support import Stubs
+from tests.service.steps_support import T, Worker, get_run, start
 from tests.service.test_step_process import _serving, begin_request, verified, writer
-from tests.service.test_steps_helpers import T, Worker, get_run, start
 from tests.support import error_details
 
 

@@ -3,18 +3,16 @@ completion policy's checks at FinishAttempt(SUCCEEDED_COMPLETE_RUN)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
-import pytest
 from google.protobuf import json_format
 
 from agentrt.runtime.v1 import enum_pb2 as E
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from tests.runtime_support import Stubs
-from tests.service.test_steps_helpers import (
+from tests.service.steps_support import (
     FAILED,
     OK,
     T,
@@ -33,13 +31,6 @@ from tests.service.test_steps_helpers import (
 
 PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION
 COMPLETE = E.ATTEMPT_OUTCOME_SUCCEEDED_COMPLETE_RUN
-
-
-@pytest.fixture
-def stubs(server_address: str) -> Iterator[Stubs]:
-    s = Stubs.open(server_address)
-    yield s
-    s.close()
 
 
 def resolve(stubs: Stubs, run_id: str, step_id: str, decision: Any, **kw: str) -> Any:

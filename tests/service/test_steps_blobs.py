@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -18,16 +17,19 @@ from runtime_service import migrate
 from runtime_service.store import blobs
 from runtime_service.store.ledger import BlobRow
 from tests.runtime_support import Stubs
-from tests.service.test_steps_helpers import (
+from tests.service.steps_support import (
     T,
     Worker,
     acquire,
+    chunk,
     digest_of,
     events,
     expect,
     get_run,
+    header,
     list_steps,
     of_type,
+    put,
     put_blob,
     start,
     violations,
@@ -35,27 +37,6 @@ from tests.service.test_steps_helpers import (
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 MIB = 1024 * 1024
-
-
-@pytest.fixture
-def stubs(server_address: str) -> Iterator[Stubs]:
-    s = Stubs.open(server_address)
-    yield s
-    s.close()
-
-
-def put(stubs: Stubs, *messages: pb.PutBlobRequest) -> Any:
-    return stubs.runtime.PutBlob(iter(messages), timeout=T)
-
-
-def header(size: int, expected: str = "", media_type: str = "") -> pb.PutBlobRequest:
-    return pb.PutBlobRequest(
-        header=message_pb2.BlobHeader(size=size, expected_digest=expected, media_type=media_type)
-    )
-
-
-def chunk(data: bytes) -> pb.PutBlobRequest:
-    return pb.PutBlobRequest(chunk=data)
 
 
 def get(stubs: Stubs, digest: str) -> tuple[message_pb2.Blob, list[bytes]]:

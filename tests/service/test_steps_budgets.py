@@ -3,8 +3,6 @@ exceed one is RESOURCE_EXHAUSTED naming it, and the run ends FAILED (BUDGET_EXCE
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import grpc
 import pytest
 
@@ -13,7 +11,7 @@ from agentrt.runtime.v1 import message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from tests.runtime_support import Stubs
-from tests.service.test_steps_helpers import (
+from tests.service.steps_support import (
     FAILED,
     T,
     Worker,
@@ -27,13 +25,6 @@ from tests.service.test_steps_helpers import (
     send,
     start,
 )
-
-
-@pytest.fixture
-def stubs(server_address: str) -> Iterator[Stubs]:
-    s = Stubs.open(server_address)
-    yield s
-    s.close()
 
 
 def usage(tokens_in: int = 0, tokens_out: int = 0, cost: float = 0.0) -> message_pb2.Usage:

@@ -16,7 +16,7 @@ from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from runtime_service.services.context import RuntimeSettings
 from tests.runtime_support import Stubs
-from tests.service.test_steps_helpers import (
+from tests.service.steps_support import (
     T,
     acquire,
     events,
@@ -31,13 +31,6 @@ from tests.service.test_steps_helpers import (
 from tests.support import running_server
 
 STEER, FOLLOW_UP = E.INPUT_KIND_STEER, E.INPUT_KIND_FOLLOW_UP
-
-
-@pytest.fixture
-def stubs(server_address: str) -> Iterator[Stubs]:
-    s = Stubs.open(server_address)
-    yield s
-    s.close()
 
 
 def consumed(stubs: Stubs, run_id: str) -> list[tuple[str, str, str]]:
@@ -189,10 +182,8 @@ def test_input_rules_and_discarding_at_the_end(stubs: Stubs) -> None:
 @pytest.fixture
 def fast_reaper_stubs(database_url: str) -> Iterator[Stubs]:
     settings = RuntimeSettings(min_lease_ttl=dt.timedelta(milliseconds=200), reaper_interval=0.05)
-    with running_server(database_url, settings) as address:
-        s = Stubs.open(address)
+    with running_server(database_url, settings) as address, Stubs.open(address) as s:
         yield s
-        s.close()
 
 
 def test_inputs_are_delivered_once_across_a_lost_attempt(fast_reaper_stubs: Stubs) -> None:

@@ -3,7 +3,6 @@ gRPC on both engines."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -14,7 +13,7 @@ from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from tests.runtime_support import Stubs
-from tests.service.test_steps_helpers import (
+from tests.service.steps_support import (
     FAILED,
     OK,
     T,
@@ -39,13 +38,6 @@ ABORTED = grpc.StatusCode.ABORTED
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION
 UNKNOWN_ENUM: Any = 99  # a value no enum of the contract has
-
-
-@pytest.fixture
-def stubs(server_address: str) -> Iterator[Stubs]:
-    s = Stubs.open(server_address)
-    yield s
-    s.close()
 
 
 def test_a_model_call_records_what_was_resolved_against_the_bound_closure(stubs: Stubs) -> None:

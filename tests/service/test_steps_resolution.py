@@ -3,10 +3,7 @@ answered, argument schemas, the run's permission ceiling, and pinning to the bou
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import grpc
-import pytest
 from google.protobuf import json_format
 
 from agentrt.registry.v1 import enum_pb2 as renum
@@ -15,7 +12,7 @@ from agentrt.registry.v1 import registry_service_pb2 as rpb
 from agentrt.runtime.v1 import enum_pb2 as E
 from tests import registry_data
 from tests.runtime_support import Stubs
-from tests.service.test_steps_helpers import (
+from tests.service.steps_support import (
     FAILED,
     T,
     acquire,
@@ -32,13 +29,6 @@ from tests.service.test_steps_helpers import (
 
 DENIED = grpc.StatusCode.PERMISSION_DENIED
 RATE_LIMITED = E.ERROR_CLASS_RATE_LIMITED
-
-
-@pytest.fixture
-def stubs(server_address: str) -> Iterator[Stubs]:
-    s = Stubs.open(server_address)
-    yield s
-    s.close()
 
 
 def test_a_rate_limited_model_call_is_retried_on_the_fallback_candidate(stubs: Stubs) -> None:

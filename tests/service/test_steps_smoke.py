@@ -1,29 +1,14 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import grpc
 import pytest
-from google.protobuf import struct_pb2
 
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from tests.runtime_support import Stubs
+from tests.service.steps_support import args
 from tests.support import error_details
-
-
-@pytest.fixture
-def stubs(server_address: str) -> Iterator[Stubs]:
-    s = Stubs.open(server_address)
-    yield s
-    s.close()
-
-
-def args(**kw: object) -> struct_pb2.Struct:
-    s = struct_pb2.Struct()
-    s.update(kw)
-    return s
 
 
 def test_step_flow(stubs: Stubs) -> None:

@@ -15,7 +15,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from agentrt_base.db_engines import WriterLock, sqlite_engine
+from agentrt_base import db_engines
+from agentrt_base.db_engines import WriterLock
 from agentrt_base.group_commit import GroupCommitWriter, run_raw_batch_sqlite
 from agentrt_base.raw import RawTx, Statement
 
@@ -23,18 +24,18 @@ _INSERT = Statement("INSERT INTO items (name) VALUES (:name)")
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[sa.Engine]:
-    engine = sqlite_engine(
+def sqlite_engine(tmp_path: Path) -> Iterator[sa.Engine]:
+    sqlite_engine = db_engines.sqlite_engine(
         sa.make_url(f"sqlite:///{tmp_path / 'group.db'}"), pool_size=2, immediate=True
     )
-    with engine.begin() as conn:
+    with sqlite_engine.begin() as conn:
         conn.exec_driver_sql("CREATE TABLE items (name TEXT PRIMARY KEY, n INTEGER DEFAULT 0)")
-    yield engine
-    engine.dispose()
+    yield sqlite_engine
+    sqlite_engine.dispose()
 
 
-def _names(engine: sa.Engine) -> list[str]:
-    with engine.connect() as conn:
+def _names(sqlite_engine: sa.Engine) -> list[str]:
+    with sqlite_engine.connect() as conn:
         return [r[0] for r in conn.exec_driver_sql("SELECT name FROM items ORDER BY name")]
 
 
@@ -83,9 +84,9 @@ def _batched(writer: GroupCommitWriter, jobs: list[tuple[Any, bool]]) -> list[An
 
 
 def test_a_batch_mixes_orm_and_plain_sql_jobs_and_a_refused_one_changes_nothing(
-    engine: sa.Engine,
+    sqlite_engine: sa.Engine,
 ) -> None:
-    writer = GroupCommitWriter(engine)
+    writer = GroupCommitWriter(sqlite_engine)
     try:
         answers = _batched(
             writer,
@@ -108,13 +109,13 @@ def test_a_batch_mixes_orm_and_plain_sql_jobs_and_a_refused_one_changes_nothing(
             for a in answers
         ]
         assert results == ["a", "b", "IntegrityError", "refused", "c", "d"]
-        assert _names(engine) == ["a", "b", "c", "d"]
+        assert _names(sqlite_engine) == ["a", "b", "c", "d"]
     finally:
         writer.close()
 
 
-def test_a_lone_refused_job_rolls_back_and_the_writer_goes_on(engine: sa.Engine) -> None:
-    writer = GroupCommitWriter(engine)
+def test_a_lone_refused_job_rolls_back_and_the_writer_goes_on(sqlite_engine: sa.Engine) -> None:
+    writer = GroupCommitWriter(sqlite_engine)
     try:
         assert _write(writer, _raw("x"), raw=True) == "x"
 
@@ -125,7 +126,7 @@ def test_a_lone_refused_job_rolls_back_and_the_writer_goes_on(engine: sa.Engine)
         with pytest.raises(ValueError):
             _write(writer, half_then_fail)
         assert _write(writer, _orm("y")) == "y"
-        assert _names(engine) == ["x", "y"]
+        assert _names(sqlite_engine) == ["x", "y"]
     finally:
         writer.close()
 
@@ -144,11 +145,11 @@ _BUMP = Statement("UPDATE items SET n = n + 1 WHERE name = :name")
 
 
 def test_an_orm_job_sees_what_a_plain_sql_job_before_it_in_the_batch_wrote(
-    engine: sa.Engine,
+    sqlite_engine: sa.Engine,
 ) -> None:
     """Each ORM job has a Session of its own: had the batch shared one, the second job
     would get the object the first loaded from the identity map, without the raw update."""
-    writer = GroupCommitWriter(engine)
+    writer = GroupCommitWriter(sqlite_engine)
     try:
         _write(writer, _raw("a"), raw=True)
 
@@ -166,10 +167,10 @@ def test_an_orm_job_sees_what_a_plain_sql_job_before_it_in_the_batch_wrote(
         writer.close()
 
 
-def test_a_waiter_that_gives_up_does_not_stop_the_writer(engine: sa.Engine) -> None:
+def test_a_waiter_that_gives_up_does_not_stop_the_writer(sqlite_engine: sa.Engine) -> None:
     """A job whose caller was cancelled while it was queued does not run; one cancelled while
     its batch ran is committed but not answered; the writer goes on either way."""
-    writer = GroupCommitWriter(engine)
+    writer = GroupCommitWriter(sqlite_engine)
 
     async def scenario() -> list[str]:
         entered, release = threading.Event(), threading.Event()
@@ -192,13 +193,13 @@ def test_a_waiter_that_gives_up_does_not_stop_the_writer(engine: sa.Engine) -> N
 
     try:
         assert asyncio.run(scenario()) == ["after", "z"]
-        assert _names(engine) == ["after", "held", "z"]
+        assert _names(sqlite_engine) == ["after", "held", "z"]
     finally:
         writer.close()
 
 
 def test_a_raw_batch_is_all_or_nothing_and_holds_the_writer_lock(
-    engine: sa.Engine, tmp_path: Path
+    sqlite_engine: sa.Engine, tmp_path: Path
 ) -> None:
     """The step writer process's batch (plain SQL straight on sqlite3, under the WriterLock):
     every job commits together, or, if one raises, none does and the error propagates;
@@ -222,21 +223,23 @@ def test_a_raw_batch_is_all_or_nothing_and_holds_the_writer_lock(
         tx.execute(_INSERT, {"name": "probe"})
         return "probe"
 
-    raw = engine.raw_connection()
+    raw = sqlite_engine.raw_connection()
     try:
         with lock:
             results = run_raw_batch_sqlite(
-                engine.dialect, raw.driver_connection, [_raw("a"), probe, _raw("b")]
+                sqlite_engine.dialect, raw.driver_connection, [_raw("a"), probe, _raw("b")]
             )
         assert results == ["a", "probe", "b"]
         with pytest.raises(sqlite3.IntegrityError), lock:
-            run_raw_batch_sqlite(engine.dialect, raw.driver_connection, [_raw("c"), _raw("a")])
+            run_raw_batch_sqlite(
+                sqlite_engine.dialect, raw.driver_connection, [_raw("c"), _raw("a")]
+            )
         assert not raw.driver_connection.in_transaction
     finally:
         raw.close()
     for thread in probe_threads:
         thread.join(5)
-    assert _names(engine) == ["a", "b", "probe"]
+    assert _names(sqlite_engine) == ["a", "b", "probe"]
     assert held_during_batch == [True]
     lock.close()
     other.close()

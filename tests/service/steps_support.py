@@ -1,4 +1,4 @@
-"""Helpers shared by the ``test_steps_*`` suites (this module holds no tests).
+"""Helpers shared by the ``test_steps_*`` suites and the other tests that drive steps.
 
 A :class:`Worker` wraps one acquired attempt: its fence, its open turn, and short calls for
 the steps a worker begins and ends. Everything goes through real gRPC.
@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-import pytest
 from google.protobuf import struct_pb2
 
 from agentrt.registry.v1 import enum_pb2 as renum
@@ -23,7 +22,10 @@ from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from tests import registry_data
 from tests.runtime_support import Stubs
-from tests.support import error_details
+
+# Re-exported: the step suites take every helper they use from this module.
+from tests.runtime_support import get_run as get_run
+from tests.support import error_details, rpc_error
 
 T = 10  # per-call timeout, seconds
 
@@ -39,13 +41,6 @@ def args(**kw: Any) -> struct_pb2.Struct:
 
 def digest_of(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def rpc_error(call: Callable[..., Any], *a: Any, **kw: Any) -> grpc.RpcError:
-    """Call and return the RpcError it must raise."""
-    with pytest.raises(grpc.RpcError) as info:
-        call(*a, **kw)
-    return info.value
 
 
 def expect(
@@ -77,9 +72,24 @@ def put_blob(
     return stubs.runtime.PutBlob(messages(), timeout=T)
 
 
+def put(stubs: Stubs, *messages: pb.PutBlobRequest) -> Any:
+    """PutBlob with exactly these messages (put_blob makes well-formed ones)."""
+    return stubs.runtime.PutBlob(iter(messages), timeout=T)
+
+
+def header(size: int, expected: str = "", media_type: str = "") -> pb.PutBlobRequest:
+    return pb.PutBlobRequest(
+        header=message_pb2.BlobHeader(size=size, expected_digest=expected, media_type=media_type)
+    )
+
+
+def chunk(data: bytes) -> pb.PutBlobRequest:
+    return pb.PutBlobRequest(chunk=data)
+
+
 def events(stubs: Stubs, run_id: str) -> list[event_pb2.Event]:
     """Every event of the run committed so far (replayed through WatchRun)."""
-    last = stubs.runtime.GetRun(pb.GetRunRequest(run_id=run_id), timeout=T).run.last_event_sequence
+    last = get_run(stubs, run_id).last_event_sequence
     out: list[event_pb2.Event] = []
     stream = stubs.runtime.WatchRun(pb.WatchRunRequest(run_id=run_id), timeout=T)
     for response in stream:
@@ -93,10 +103,6 @@ def events(stubs: Stubs, run_id: str) -> list[event_pb2.Event]:
 
 def of_type(found: list[event_pb2.Event], event_type: int) -> list[event_pb2.Event]:
     return [e for e in found if e.event_type == event_type]
-
-
-def get_run(stubs: Stubs, run_id: str) -> Any:
-    return stubs.runtime.GetRun(pb.GetRunRequest(run_id=run_id), timeout=T).run
 
 
 def get_step(stubs: Stubs, step_id: str) -> Any:
