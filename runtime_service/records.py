@@ -15,6 +15,7 @@ table and not here (or the other way round) fails at once, not silently on one p
 from __future__ import annotations
 
 import datetime as dt
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,12 +73,25 @@ class Step:
         """Every field by name (the record's own dict: read it, do not change it)."""
         return self.__dict__
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as its values alone (the step writer process sends every step it records
+        # to the server): with the field names, a step was 4x the bytes and took 3x as long
+        # to load.
+        return (_step_of_values, (_values_of(self.__dict__),))
+
     def __repr__(self) -> str:
         return f"Step({self.id!r}, {self.type}, {self.status}, sequence={self.sequence})"
 
 
 #: The fields of a step, in declaration order.
 STEP_FIELDS: tuple[str, ...] = tuple(Step.__annotations__)
+
+
+_values_of = operator.itemgetter(*STEP_FIELDS)
+
+
+def _step_of_values(values: tuple[Any, ...]) -> Step:
+    return new_step(dict(zip(STEP_FIELDS, values, strict=True)))
 
 
 def new_step(values: dict[str, Any]) -> Step:
