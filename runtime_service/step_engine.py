@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentrt_base.db import utcnow
 from agentrt_base.errors import AgentrtError
@@ -61,11 +62,20 @@ class Begun:
     error: AgentrtError | None = None
     budget_stop: BudgetStop | None = None
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt by its constructor: a slots dataclass's own pickling sets each field
+        # through a Python loop, and the server loads one of these per BeginStep.
+        fields = (self.step, self.existing, self.steers, self.agent_digest, self.error)
+        return (Begun, (*fields, self.budget_stop))
+
 
 @dataclass(slots=True)
 class Ended:
     step: Step | None = None
     error: AgentrtError | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Ended, (self.step, self.error))  # (as Begun's)
 
 
 class StepEngine:
