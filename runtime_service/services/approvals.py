@@ -10,7 +10,7 @@ from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.records import Step, step_of
 from runtime_service.services.context import Runtime
 from runtime_service.step_rules import MAX_TEXT
-from runtime_service.store import approvals, transitions
+from runtime_service.store import approvals, step_reads, transitions
 from runtime_service.store.ledger import StepRow
 from runtime_service.store.runs import run_for_update
 from runtime_service.store.tables import RunRow
@@ -34,7 +34,7 @@ class ApprovalsService:
 
         def write(session: Session) -> tuple[StepRow, RunRow]:
             run = run_for_update(session, run_id)
-            step = approvals.step(session, step_id)
+            step = step_reads.row(session, step_id)
             if step is None:
                 raise NotFound("approval step", step_id)
             # Fix: the contract answers "step not an approval of this run" INVALID_ARGUMENT

@@ -29,7 +29,7 @@ from runtime_service import audit_bundle
 from runtime_service.audit_bundle import ChainReport, Link
 from runtime_service.records import Step, step_of
 from runtime_service.services.context import Runtime
-from runtime_service.store import audit_blobs, audit_reads
+from runtime_service.store import audit_blobs, audit_reads, blobs, step_reads
 from runtime_service.store.ledger import ArtifactRow, CheckpointRow, StepRow
 from runtime_service.store.tables import AttemptRow, RunRow, ThreadRow
 
@@ -165,7 +165,7 @@ class AuditService:
                     raise NotFound("run", value)
                 return Provenance([self._record(session, value, limit)])
             if kind == "step_id":
-                step = audit_reads.step(session, value)
+                step = step_reads.row(session, value)
                 if step is None:
                     raise NotFound("step", value)
                 return Provenance([self._record(session, step.run_id, limit, step=step)])
@@ -173,7 +173,7 @@ class AuditService:
                 artifact = audit_reads.artifact(session, value)
                 if artifact is None:
                     raise NotFound("artifact", value)
-                step = audit_reads.step(session, artifact.step_id)
+                step = step_reads.row(session, artifact.step_id)
                 return Provenance(
                     [self._record(session, artifact.run_id, limit, step=step, artifact=artifact)]
                 )
@@ -241,7 +241,7 @@ class AuditService:
             BlobReference(digest, "ARTIFACT", a.run_id, a.step_id, artifact_id=a.id)
             for a in artifacts
         ]
-        if not found and not audit_blobs.blob_exists(session, digest):
+        if not found and not blobs.exists(session, digest):
             raise NotFound("blob", digest)
         found = found[:MAX_BLOB_REFERENCES]
         records: list[ProvenanceRecord] = []
@@ -257,7 +257,7 @@ class AuditService:
                 if artifact is not None
                 else next((r.step_id for r in mine if r.role == "STEP_OUTPUT"), mine[0].step_id)
             )
-            step = audit_reads.step(session, step_id) if step_id else None
+            step = step_reads.row(session, step_id) if step_id else None
             records.append(self._record(session, run_id, max_steps, step=step, artifact=artifact))
         return Provenance(records, found)
 

@@ -8,7 +8,7 @@ from agentrt_base.db import utcnow
 from agentrt_base.errors import InvalidArgument, NotFound, ViolationCollector
 from agentrt_base.paging import cut_page, page_request
 from runtime_service.services.context import Runtime, scoped_request_id
-from runtime_service.store import artifacts, blobs, checkpoints, turns
+from runtime_service.store import artifacts, blobs, checkpoints, step_reads, turns
 from runtime_service.store.fencing import fenced
 from runtime_service.store.ledger import ArtifactRow, CheckpointRow
 
@@ -77,7 +77,7 @@ class CheckpointsService:
                 if earlier is not None:
                     return earlier
             run, attempt = fenced(session, attempt_id, lease_epoch)
-            step = artifacts.producing_step(session, step_id)
+            step = step_reads.row(session, step_id)
             if step is None or step.run_id != run.id:
                 raise NotFound("step", step_id)
             if step.attempt_id != attempt.id:

@@ -12,11 +12,6 @@ from runtime_service.store.ledger import StepRow
 from runtime_service.store.tables import RunRow
 
 
-def step(session: Session, step_id: str) -> StepRow | None:
-    """The step a decision names (whether it is an approval of the run is the caller's check)."""
-    return session.get(StepRow, step_id)
-
-
 def resolve(
     session: Session,
     run: RunRow,

@@ -21,11 +21,6 @@ def by_request(session: Session, request_key: str) -> ArtifactRow | None:
     return session.scalar(sa.select(ArtifactRow).where(ArtifactRow.request_id == request_key))
 
 
-def producing_step(session: Session, step_id: str) -> StepRow | None:
-    """The step an artifact names as its maker (whether it may be is the caller's check)."""
-    return session.get(StepRow, step_id)
-
-
 def create(
     session: Session,
     run: RunRow,

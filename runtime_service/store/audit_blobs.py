@@ -13,7 +13,7 @@ from typing import Literal
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from runtime_service.store.ledger import ArtifactRow, BlobRow, CheckpointRow, StepRow
+from runtime_service.store.ledger import ArtifactRow, CheckpointRow, StepRow
 
 #: The step column that holds a blob digest: what the step read, or what it wrote.
 StepSide = Literal["input_ref", "output_ref"]
@@ -56,7 +56,3 @@ def artifacts_with_blob(session: Session, digest: str, limit: int) -> list[Artif
             .limit(limit)
         )
     )
-
-
-def blob_exists(session: Session, digest: str) -> bool:
-    return session.get(BlobRow, digest) is not None

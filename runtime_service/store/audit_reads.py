@@ -52,10 +52,6 @@ def thread_of(session: Session, run: RunRow) -> ThreadRow:
     return thread
 
 
-def step(session: Session, step_id: str) -> StepRow | None:
-    return session.get(StepRow, step_id)
-
-
 def artifact(session: Session, artifact_id: str) -> ArtifactRow | None:
     return session.get(ArtifactRow, artifact_id)
 

@@ -48,6 +48,11 @@ def list_steps(session: Session, request: StepsPage) -> tuple[list[Step], str]:
     return cut_page(steps, page.size, request.filters, lambda s: [s.sequence])
 
 
+def row(session: Session, step_id: str) -> StepRow | None:
+    """A step's row by id (the one lookup every write that names a step starts from)."""
+    return session.get(StepRow, step_id)
+
+
 def get_step(session: Session, step_id: str) -> Step:
     row = session.get(StepRow, step_id)
     if row is None:
