@@ -19,7 +19,7 @@ from agentrt_base.errors import (
 from agentrt_base.lru import LruCache
 from runtime_service import resolution
 from runtime_service.blob_rules import blob_missing
-from runtime_service.fence import fence_error
+from runtime_service.fence import FenceClaim, fence_error
 from runtime_service.records import BLANK_STEP, Step, new_step
 from runtime_service.resolution import BoundDefinition
 from runtime_service.step_rules import (
@@ -53,7 +53,7 @@ def decide_begin(
     ``check_step_request``); ``bound``: the run's bound definition (None only when no run
     was read); ``step_id``: the id a new step gets."""
     run = view.run
-    error = fence_error(req.attempt_id, req.lease_epoch, run, now)
+    error = fence_error(req.fence, run, now)
     if error is not None:
         return Refuse(error)
     assert run is not None and bound is not None  # (the fence holds: the run was read)
@@ -110,16 +110,11 @@ def decide_begin(
 
 
 def decide_end(
-    view: EndView,
-    attempt_id: str,
-    lease_epoch: int,
-    step_id: str,
-    outcome: StepEnd,
-    now: dt.datetime,
+    view: EndView, fence: FenceClaim, step_id: str, outcome: StepEnd, now: dt.datetime
 ) -> EndDecision:
     """What an EndStep does, given what was read (``outcome`` built by ``step_end``)."""
     run, step = view.run, view.step
-    error = fence_error(attempt_id, lease_epoch, run, now)
+    error = fence_error(fence, run, now)
     if error is not None:
         return Refuse(error)
     assert run is not None  # (the fence holds: the run was read)
@@ -135,7 +130,7 @@ def decide_end(
                 metadata={"current_status": step.status},
             )
         )
-    if step.attempt_id != attempt_id:
+    if step.attempt_id != fence.attempt_id:
         return Refuse(
             FailedPrecondition(
                 "the step belongs to another attempt", reason="STEP_OF_OTHER_ATTEMPT"

@@ -22,6 +22,7 @@ from agentrt_base.db import utcnow
 from agentrt_base.errors import AgentrtError
 from agentrt_base.ids import new_id
 from agentrt_base.raw import RawTx
+from runtime_service.fence import FenceClaim
 from runtime_service.records import Input, Step
 from runtime_service.resolution import BoundDefinition
 from runtime_service.step_decide import decide_begin, decide_end
@@ -45,8 +46,7 @@ from runtime_service.store.steps import NeedsRead
 class BudgetStop:
     """A BeginStep found the run's budget used up: the run is to end FAILED."""
 
-    attempt_id: str
-    lease_epoch: int
+    fence: FenceClaim
     estimated_tokens: int
 
 
@@ -109,7 +109,7 @@ class StepEngine:
         if isinstance(decision, StopOnBudget):
             return Begun(
                 error=decision.error,
-                budget_stop=BudgetStop(req.attempt_id, req.lease_epoch, req.estimate),
+                budget_stop=BudgetStop(req.fence, req.estimate),
             )
         if isinstance(decision, Reuse):
             step, steers = store.load_reused(tx, decision.step_id, decision.with_steers, view.keyed)
@@ -119,13 +119,11 @@ class StepEngine:
         self.states.wrote(run, decision.step)
         return Begun(decision.step, False, steers, run.agent_digest, decision.error)
 
-    def end(
-        self, tx: RawTx, attempt_id: str, lease_epoch: int, step_id: str, outcome: StepEnd
-    ) -> Ended:
-        view = self.states.end(tx, attempt_id, step_id, outcome.output_ref)
+    def end(self, tx: RawTx, fence: FenceClaim, step_id: str, outcome: StepEnd) -> Ended:
+        view = self.states.end(tx, fence.attempt_id, step_id, outcome.output_ref)
         if view is None:
-            raise NeedsRead(attempt_id)
-        decision = decide_end(view, attempt_id, lease_epoch, step_id, outcome, utcnow())
+            raise NeedsRead(fence.attempt_id)
+        decision = decide_end(view, fence, step_id, outcome, utcnow())
         if isinstance(decision, Refuse):
             return Ended(error=decision.error)
         if isinstance(decision, Unchanged):

@@ -32,6 +32,7 @@ from agentrt_base.errors import (
     ViolationCollector,
 )
 from registry import refs
+from runtime_service.fence import FenceClaim
 from runtime_service.records import Step
 
 #: Step types a worker begins, counted against ``max_steps``.
@@ -79,6 +80,12 @@ class StepRequest:
     check: str = ""
     #: Which of the request's ``details`` is set ("model_call", "tool_call", ...).
     details: str = ""
+    #: The fence's secret token (``fence.FenceClaim``).
+    lease_token: str = ""
+
+    @property
+    def fence(self) -> FenceClaim:
+        return FenceClaim(self.attempt_id, self.lease_epoch, self.lease_token)
 
     @property
     def estimate(self) -> int:
@@ -251,6 +258,7 @@ class RunView:
     pending_steers: int
     attempt_status: str
     lease_expire_time: Any  # dt.datetime (Any: the slots dataclass is built positionally)
+    lease_token_hash: str
     attempt_input_tokens: int
     attempt_output_tokens: int
     attempt_cost_usd: float

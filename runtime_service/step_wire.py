@@ -7,8 +7,9 @@ the servicers.
 
 from __future__ import annotations
 
-from agentrt.runtime.v1 import enum_pb2
+from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import worker_service_pb2 as pb
+from runtime_service.fence import FenceClaim
 from runtime_service.proto_convert import enum_name, struct_json
 from runtime_service.step_rules import StepEnd, StepRequest, step_end
 
@@ -18,6 +19,7 @@ def step_request(request: pb.BeginStepRequest) -> StepRequest:
     return StepRequest(
         attempt_id=request.fence.attempt_id,
         lease_epoch=request.fence.lease_epoch,
+        lease_token=request.fence.lease_token,
         turn_id=request.turn_id,
         type=enum_name(enum_pb2.StepType, "STEP_TYPE_", request.type, "type", required=True),
         operation=request.operation,
@@ -40,6 +42,11 @@ def step_request(request: pb.BeginStepRequest) -> StepRequest:
         check=check.check,
         details=request.WhichOneof("details") or "",
     )
+
+
+def fence_of(fence: message_pb2.Fence) -> FenceClaim:
+    """The fence a fenced request presents (every WorkerService call but AcquireRun)."""
+    return FenceClaim(fence.attempt_id, fence.lease_epoch, fence.lease_token)
 
 
 def step_end_of(request: pb.EndStepRequest) -> StepEnd:

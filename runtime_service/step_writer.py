@@ -46,6 +46,7 @@ from agentrt_base.group_commit import run_raw_batch_sqlite
 from agentrt_base.raw import DeferredTx, RawTx, Writes, send_deferred
 from agentrt_base.settings import DatabaseSettings
 from runtime_service import notify
+from runtime_service.fence import FenceClaim
 from runtime_service.resolution import BoundDefinition
 from runtime_service.services.bound import BoundAgents
 from runtime_service.step_engine import Begun, Ended, StepEngine
@@ -58,7 +59,7 @@ from runtime_service.step_process import (
     frame,
 )
 from runtime_service.step_rules import StepEnd, StepRequest
-from runtime_service.step_wire import step_end_of, step_request
+from runtime_service.step_wire import fence_of, step_end_of, step_request
 from runtime_service.store.step_states import CachedStepStates, PrefetchedStepStates
 from runtime_service.store.steps import NeedsRead
 
@@ -72,8 +73,7 @@ class BeginCall:
 
 @dataclass(frozen=True, slots=True)
 class EndCall:
-    attempt_id: str
-    lease_epoch: int
+    fence: FenceClaim
     step_id: str
     outcome: StepEnd
 
@@ -123,10 +123,7 @@ class StepJobs:
             if method == BEGIN_STEP:
                 return BeginCall(step_request(pb.BeginStepRequest.FromString(payload)))
             request = pb.EndStepRequest.FromString(payload)
-            fence = request.fence
-            return EndCall(
-                fence.attempt_id, fence.lease_epoch, request.step_id, step_end_of(request)
-            )
+            return EndCall(fence_of(request.fence), request.step_id, step_end_of(request))
         except AgentrtError as error:
             return Answered(Begun(error=error) if method == BEGIN_STEP else Ended(error=error))
         except Exception:
@@ -143,7 +140,7 @@ class StepJobs:
         if isinstance(call, BeginCall):
             result: Begun | Ended = engine.begin(tx, call.req)
         else:
-            result = engine.end(tx, call.attempt_id, call.lease_epoch, call.step_id, call.outcome)
+            result = engine.end(tx, call.fence, call.step_id, call.outcome)
         # The server wakes these after the answer (on PostgreSQL the batch also notifies them
         # to other replicas).
         return result, tuple(tx.wake)
@@ -158,7 +155,9 @@ class StepJobs:
                 if isinstance(call, BeginCall):
                     states.read_begin(tx, call.req)
                 elif isinstance(call, EndCall):
-                    states.read_end(tx, call.attempt_id, call.step_id, call.outcome.output_ref)
+                    states.read_end(
+                        tx, call.fence.attempt_id, call.step_id, call.outcome.output_ref
+                    )
         states.collect(tx)
 
 

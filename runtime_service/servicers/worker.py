@@ -16,7 +16,7 @@ from runtime_service.services.leases import LeasesService
 from runtime_service.services.steps import StepsService
 from runtime_service.services.turns import TurnsService
 from runtime_service.step_process import BEGIN_STEP, END_STEP, StepProcess
-from runtime_service.step_wire import step_end_of, step_request
+from runtime_service.step_wire import fence_of, step_end_of, step_request
 
 Context = Any
 
@@ -54,7 +54,9 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             run=pm.run(acquired.run),
             attempt=pm.attempt(acquired.attempt),
             fence=message_pb2.Fence(
-                attempt_id=acquired.attempt.id, lease_epoch=acquired.attempt.lease_epoch
+                attempt_id=acquired.attempt.id,
+                lease_epoch=acquired.attempt.lease_epoch,
+                lease_token=acquired.lease_token,
             ),
             agent=message_pb2.BoundAgent(
                 agent_digest=acquired.run.agent_digest,
@@ -73,7 +75,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
     async def Heartbeat(
         self, request: pb.HeartbeatRequest, context: Context
     ) -> pb.HeartbeatResponse:
-        result = await self._leases.heartbeat(request.fence.attempt_id, request.fence.lease_epoch)
+        result = await self._leases.heartbeat(fence_of(request.fence))
         return pb.HeartbeatResponse(
             lease_expire_time=pm.timestamp(result.lease_expire_time),
             cancel_requested=result.cancel_requested,
@@ -86,8 +88,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         self, request: pb.FinishAttemptRequest, context: Context
     ) -> pb.FinishAttemptResponse:
         run, attempt = await self._leases.finish(
-            request.fence.attempt_id,
-            request.fence.lease_epoch,
+            fence_of(request.fence),
             enum_name(
                 enum_pb2.AttemptOutcome,
                 "ATTEMPT_OUTCOME_",
@@ -107,9 +108,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
     async def BeginTurn(
         self, request: pb.BeginTurnRequest, context: Context
     ) -> pb.BeginTurnResponse:
-        turn, inputs = await self._turns.begin_turn(
-            request.fence.attempt_id, request.fence.lease_epoch, request.request_id
-        )
+        turn, inputs = await self._turns.begin_turn(fence_of(request.fence), request.request_id)
         return pb.BeginTurnResponse(
             turn=pm.turn(turn, [i.id for i in inputs]),
             delivered_inputs=[pm.input_(i) for i in inputs],
@@ -117,7 +116,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
 
     async def EndTurn(self, request: pb.EndTurnRequest, context: Context) -> pb.EndTurnResponse:
         ended, following, inputs = await self._turns.end_turn(
-            request.fence.attempt_id, request.fence.lease_epoch, request.turn_id
+            fence_of(request.fence), request.turn_id
         )
         response = pb.EndTurnResponse(
             ended_turn=pm.turn(ended), delivered_inputs=[pm.input_(i) for i in inputs]
@@ -145,8 +144,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             ended = await self._step_process.call(END_STEP, request.SerializeToString())
         if ended is None:
             step = await self._steps.end_step(
-                request.fence.attempt_id,
-                request.fence.lease_epoch,
+                fence_of(request.fence),
                 request.step_id,
                 step_end_of(request),
             )
@@ -158,8 +156,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         self, request: pb.WriteCheckpointRequest, context: Context
     ) -> pb.WriteCheckpointResponse:
         checkpoint = await self._checkpoints.write_checkpoint(
-            request.fence.attempt_id,
-            request.fence.lease_epoch,
+            fence_of(request.fence),
             request.state_ref,
             request.after_sequence,
             request.request_id,
@@ -170,8 +167,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         self, request: pb.CreateArtifactRequest, context: Context
     ) -> pb.CreateArtifactResponse:
         artifact = await self._checkpoints.create_artifact(
-            request.fence.attempt_id,
-            request.fence.lease_epoch,
+            fence_of(request.fence),
             request.step_id,
             request.name,
             request.blob_digest,

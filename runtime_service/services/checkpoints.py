@@ -7,6 +7,7 @@ from sqlalchemy.orm import Session
 from agentrt_base.db import utcnow
 from agentrt_base.errors import InvalidArgument, NotFound, ViolationCollector
 from agentrt_base.paging import cut_page, page_request
+from runtime_service.fence import FenceClaim
 from runtime_service.services.context import Runtime, scoped_request_id
 from runtime_service.store import artifacts, blobs, checkpoints, step_reads, turns
 from runtime_service.store.fencing import fenced
@@ -19,8 +20,7 @@ class CheckpointsService:
 
     async def write_checkpoint(
         self,
-        attempt_id: str,
-        lease_epoch: int,
+        fence: FenceClaim,
         state_ref: str,
         after_sequence: int,
         request_id: str,
@@ -28,14 +28,14 @@ class CheckpointsService:
         if after_sequence < 0:
             raise InvalidArgument.for_field("after_sequence", "must not be negative")
 
-        key = scoped_request_id(attempt_id, request_id)
+        key = scoped_request_id(fence.attempt_id, request_id)
 
         def write(session: Session) -> CheckpointRow:
             if key:
                 earlier = checkpoints.by_request(session, key)
                 if earlier is not None:
                     return earlier
-            run, attempt = fenced(session, attempt_id, lease_epoch)
+            run, attempt = fenced(session, fence)
             blobs.require(session, state_ref, "state_ref")
             if after_sequence > run.last_step_sequence:
                 raise InvalidArgument.for_field(
@@ -51,8 +51,7 @@ class CheckpointsService:
 
     async def create_artifact(
         self,
-        attempt_id: str,
-        lease_epoch: int,
+        fence: FenceClaim,
         step_id: str,
         name: str,
         blob_digest: str,
@@ -69,14 +68,14 @@ class CheckpointsService:
             problems.add("labels", "at most 64 entries")
         problems.raise_if_any("invalid artifact")
 
-        key = scoped_request_id(attempt_id, request_id)
+        key = scoped_request_id(fence.attempt_id, request_id)
 
         def write(session: Session) -> ArtifactRow:
             if key:
                 earlier = artifacts.by_request(session, key)
                 if earlier is not None:
                     return earlier
-            run, attempt = fenced(session, attempt_id, lease_epoch)
+            run, attempt = fenced(session, fence)
             step = step_reads.row(session, step_id)
             if step is None or step.run_id != run.id:
                 raise NotFound("step", step_id)

@@ -1,8 +1,10 @@
 """Workers' side of the lifecycle: acquire under a lease, heartbeat, finish; and the reaper.
 
-The fence is ``(attempt_id, lease_epoch)``. A write is accepted only while the run's
-``current_attempt_id`` and ``lease_epoch`` still equal it (checked under the run's row lock),
-so a worker that lost its lease, or whose attempt the runtime ended, changes nothing.
+The fence is ``(attempt_id, lease_epoch, lease_token)`` (the rule: ``runtime_service.fence``).
+A write is accepted only while the run's ``current_attempt_id`` and ``lease_epoch`` still
+equal it and the token is the one AcquireRun handed out (checked under the run's row lock),
+so a worker that lost its lease, whose attempt the runtime ended, or anyone who merely read
+the attempt's id and epoch, changes nothing.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 from sqlalchemy.orm import Session
@@ -20,6 +22,7 @@ from agentrt_base.db import utcnow
 from agentrt_base.db_failures import database_failure
 from agentrt_base.errors import FailedPrecondition, InvalidArgument
 from runtime_service import notify
+from runtime_service.fence import FenceClaim, new_lease_token, token_holds
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime
@@ -60,6 +63,8 @@ class Acquired:
     completion_checks: list[str]
     #: The checkpoint the attempt resumes from (the run's latest), if any.
     checkpoint: CheckpointRow | None = None
+    #: The attempt's secret lease token, for the worker alone (kept nowhere but its hash).
+    lease_token: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
@@ -128,7 +133,8 @@ class LeasesService:
         # Fix: stamp the attempt after the look-up, not before it: a run released by another
         # run's end (ENQUEUE) must not appear to start before that run ended.
         now = utcnow()
-        attempt = attempts.start(session, run, worker_id, ttl, now)
+        token, stored_hash = new_lease_token()
+        attempt = attempts.start(session, run, worker_id, ttl, now, stored_hash)
         transitions.apply(
             session, run, Trigger.ACQUIRE, Actor.WORKER, now, message=f"acquired by {worker_id}"
         )
@@ -146,11 +152,12 @@ class LeasesService:
             bound.skill_names,
             bound.definition.completion_checks,
             checkpoint,
+            token,
         )
 
-    async def heartbeat(self, attempt_id: str, lease_epoch: int) -> HeartbeatResult:
+    async def heartbeat(self, fence: FenceClaim) -> HeartbeatResult:
         def write(session: Session) -> HeartbeatResult:
-            run, attempt = fenced(session, attempt_id, lease_epoch)
+            run, attempt = fenced(session, fence)
             return HeartbeatResult(
                 leases.renew(attempt, utcnow()),
                 run.cancel_requested,
@@ -163,8 +170,7 @@ class LeasesService:
 
     async def finish(
         self,
-        attempt_id: str,
-        lease_epoch: int,
+        fence: FenceClaim,
         outcome: str,
         *,
         error_class: str = "",
@@ -178,10 +184,12 @@ class LeasesService:
             raise InvalidArgument.for_field("result_summary", "larger than 65536 bytes")
 
         def write(session: Session) -> tuple[RunRow, AttemptRow]:
-            attempt = attempts.get(session, attempt_id)
+            attempt = attempts.get(session, fence.attempt_id)
             if (
                 attempt is not None
-                and attempt.lease_epoch == lease_epoch
+                and attempt.lease_epoch == fence.lease_epoch
+                # (Its worker's only: the attempt id and epoch are public.)
+                and token_holds(fence, attempt.lease_token_hash)
                 and attempt.status == _OUTCOME_STATUS[outcome]
                 and attempt.end_time is not None
                 # Fix: only *this* request again. An attempt the runtime ended (a stop forced
@@ -195,7 +203,7 @@ class LeasesService:
             ):
                 # The same FinishAttempt again (a retry after a lost response): same answer.
                 return attempts.run_of(session, attempt), attempt
-            run, attempt = fenced(session, attempt_id, lease_epoch)
+            run, attempt = fenced(session, fence)
             now = utcnow()
             trigger = self._trigger_for(session, run, attempt, outcome)
             attempts.record_result(

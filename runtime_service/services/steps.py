@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from agentrt_base.db import utcnow
 from agentrt_base.errors import Aborted, AgentrtError
+from runtime_service.fence import FenceClaim
 from runtime_service.lifecycle import Actor, Trigger
 from runtime_service.records import Step
 from runtime_service.resolution import BoundDefinition
@@ -58,12 +59,10 @@ class StepsService:
             raise begun.error
         return begun
 
-    async def end_step(
-        self, attempt_id: str, lease_epoch: int, step_id: str, outcome: StepEnd
-    ) -> Step:
+    async def end_step(self, fence: FenceClaim, step_id: str, outcome: StepEnd) -> Step:
         """EndStep in this process: ``outcome`` as built, and so checked, by ``step_end``."""
         ended: Ended = await self._rt.write_raw(
-            lambda tx: self._engine.end(tx, attempt_id, lease_epoch, step_id, outcome)
+            lambda tx: self._engine.end(tx, fence, step_id, outcome)
         )
         return self.settle_end(ended)
 
@@ -80,7 +79,7 @@ class StepsService:
         read to decide may have changed since (an amended budget)."""
 
         def write(session: Session) -> AgentrtError:
-            run, attempt = fenced(session, stop.attempt_id, stop.lease_epoch)
+            run, attempt = fenced(session, stop.fence)
             exceeded = budget_error(run, stop.estimated_tokens)
             if exceeded is None:
                 return Aborted(

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from agentrt_base.db import utcnow
 from agentrt_base.errors import FailedPrecondition, NotFound
+from runtime_service.fence import FenceClaim
 from runtime_service.services.context import Runtime
 from runtime_service.store import inputs, turns
 from runtime_service.store.fencing import fenced
@@ -22,10 +23,10 @@ class TurnsService:
         self._rt = runtime
 
     async def begin_turn(
-        self, attempt_id: str, lease_epoch: int, request_id: str
+        self, fence: FenceClaim, request_id: str
     ) -> tuple[TurnRow, list[InputRow]]:
         def write(session: Session) -> tuple[TurnRow, list[InputRow]]:
-            run, attempt = fenced(session, attempt_id, lease_epoch)
+            run, attempt = fenced(session, fence)
             if request_id:
                 earlier = turns.by_request(session, attempt, request_id)
                 if earlier is not None:
@@ -39,10 +40,10 @@ class TurnsService:
         return await self._rt.write(write)
 
     async def end_turn(
-        self, attempt_id: str, lease_epoch: int, turn_id: str
+        self, fence: FenceClaim, turn_id: str
     ) -> tuple[TurnRow, TurnRow | None, list[InputRow]]:
         def write(session: Session) -> tuple[TurnRow, TurnRow | None, list[InputRow]]:
-            run, attempt = fenced(session, attempt_id, lease_epoch)
+            run, attempt = fenced(session, fence)
             turn = turns.get(session, turn_id)
             if turn is None or turn.run_id != run.id:
                 raise NotFound("turn", turn_id)

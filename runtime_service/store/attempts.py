@@ -16,10 +16,16 @@ from runtime_service.store.tables import AttemptRow, RunRow
 
 
 def start(
-    session: Session, run: RunRow, worker_id: str, ttl: dt.timedelta, now: dt.datetime
+    session: Session,
+    run: RunRow,
+    worker_id: str,
+    ttl: dt.timedelta,
+    now: dt.datetime,
+    lease_token_hash: str,
 ) -> AttemptRow:
     """A new ACTIVE attempt of ``run`` (locked by the caller) for ``worker_id``, leased for
-    ``ttl`` from ``now``; it becomes the run's current attempt under a new lease epoch."""
+    ``ttl`` from ``now``; it becomes the run's current attempt under a new lease epoch. Only
+    the hash of its lease token is stored."""
     run.attempt_count += 1
     run.lease_epoch += 1
     attempt = AttemptRow(
@@ -43,6 +49,7 @@ def start(
         cost_usd=0.0,
         result_summary="",
         output_ref="",
+        lease_token_hash=lease_token_hash,
     )
     session.add(attempt)
     run.current_attempt_id = attempt.id

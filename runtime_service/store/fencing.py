@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from agentrt_base.db import utcnow
-from runtime_service.fence import fence_error
+from runtime_service.fence import FenceClaim, fence_error
 from runtime_service.store.tables import AttemptRow, RunRow
 
 _LOCK_FENCED = (
@@ -37,14 +37,16 @@ class _Fenced:
     current_attempt_id: str
     lease_epoch: int
     lease_expire_time: dt.datetime
+    lease_token_hash: str
     attempt_status: str
     run_status: str
 
 
-def fenced(session: Session, attempt_id: str, lease_epoch: int) -> tuple[RunRow, AttemptRow]:
-    """The run (locked) and attempt a fence names, if it is still current; else the error of
-    the fence rule (``runtime_service.fence``)."""
-    if attempt_id and lease_epoch > 0:
+def fenced(session: Session, claim: FenceClaim) -> tuple[RunRow, AttemptRow]:
+    """The run (locked) and attempt a fence names, if it still holds; else the error of the
+    fence rule (``runtime_service.fence``)."""
+    attempt_id = claim.attempt_id
+    if attempt_id and claim.lease_epoch > 0:
         # The run row is locked first, by a statement of its own, on PostgreSQL (SQLite's
         # writer holds the database lock already): a READ COMMITTED statement that waited for
         # a row lock re-reads the locked row but not its joins, so an attempt read in the
@@ -62,10 +64,11 @@ def fenced(session: Session, attempt_id: str, lease_epoch: int) -> tuple[RunRow,
             run.current_attempt_id,
             run.lease_epoch,
             attempt.lease_expire_time,
+            attempt.lease_token_hash,
             attempt.status,
             run.status,
         )
-    error = fence_error(attempt_id, lease_epoch, view, utcnow())
+    error = fence_error(claim, view, utcnow())
     if error is not None:
         raise error
     assert found is not None

@@ -152,6 +152,10 @@ class AttemptRow(Base):
     cost_usd: Mapped[float] = mapped_column(sa.Float)
     result_summary: Mapped[str] = mapped_column(sa.Text)
     output_ref: Mapped[str] = mapped_column(_DIGEST)
+    # The SHA-256 of the attempt's secret lease token (``runtime_service.fence``), never the
+    # token: its worker presents it with every fenced write. Empty for attempts started
+    # before tokens existed (migration 0009).
+    lease_token_hash: Mapped[str] = mapped_column(sa.String(71), server_default="")
 
 
 class EventRow(Base):

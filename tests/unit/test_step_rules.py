@@ -18,6 +18,7 @@ from agentrt_base.errors import (
     NotFound,
     PermissionDenied,
 )
+from runtime_service.fence import FenceClaim, token_hash
 from runtime_service.records import BLANK_STEP, STEP_FIELDS, Step, new_step
 from runtime_service.resolution import BoundDefinition, Pinned
 from runtime_service.step_decide import decide_begin, decide_end
@@ -38,6 +39,8 @@ from runtime_service.step_rules import (
 )
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
+TOKEN = "the-workers-secret"
+FENCE = FenceClaim("att_1", 3, TOKEN)
 DIGEST = "sha256:" + "a" * 64
 
 BOUND = BoundDefinition(
@@ -120,6 +123,7 @@ def run_view(**over: Any) -> RunView:
         "pending_steers": 0,
         "attempt_status": "RUNNING",
         "lease_expire_time": NOW + dt.timedelta(seconds=30),
+        "lease_token_hash": token_hash(TOKEN),
         "attempt_input_tokens": 0,
         "attempt_output_tokens": 0,
         "attempt_cost_usd": 0.0,
@@ -146,6 +150,7 @@ def request(type_: str = "MODEL_CALL", **over: Any) -> StepRequest:
         "input_ref": "",
         "retry_of_step_id": "",
         "details": details,
+        "lease_token": TOKEN,
     }
     values.update(over)
     return StepRequest(**values)
@@ -240,6 +245,26 @@ def test_the_runs_ceiling_makes_side_effects_need_approval_or_denies_them() -> N
     req = request("TOOL_CALL", tool="apply_patch")
     read_only = begin(view(run_view(permission_ceiling="READ_ONLY")), req)
     assert isinstance(read_only, Record) and isinstance(read_only.error, PermissionDenied)
+
+
+def test_a_fence_without_the_attempts_token_is_answered_as_a_stale_one() -> None:
+    """The attempt id and epoch are public: only the token proves the write is the worker's,
+    and a wrong or missing one learns nothing (the stale fence's error, word for word)."""
+    stale = begin(view(), request(lease_epoch=2))
+    for token in ("", "guessed", TOKEN + "x"):
+        refused = begin(view(), request(lease_token=token))
+        assert isinstance(refused, Refuse) and isinstance(refused.error, LeaseLost), token
+        assert isinstance(stale, Refuse)
+        assert refused.error.metadata == stale.error.metadata
+        assert refused.error.message == stale.error.message.replace("epoch 2", "epoch 3")
+        ended = decide_end(
+            EndView(run_view(), started()), FenceClaim("att_1", 3, token), "stp_1", OUTCOME, NOW
+        )
+        assert isinstance(ended, Refuse) and isinstance(ended.error, LeaseLost)
+    # An attempt from before tokens (an empty hash) takes no token, and only that.
+    old = view(run_view(lease_token_hash=""))
+    assert isinstance(begin(old, request(lease_token="")), Record)
+    assert isinstance(begin(old, request(lease_token=TOKEN)), Refuse)
 
 
 def test_refusals_write_nothing() -> None:
@@ -343,7 +368,7 @@ def started(**over: Any) -> Step:
 
 
 def test_a_started_step_ends() -> None:
-    decision = decide_end(EndView(run_view(), started()), "att_1", 3, "stp_1", OUTCOME, NOW)
+    decision = decide_end(EndView(run_view(), started()), FENCE, "stp_1", OUTCOME, NOW)
     assert isinstance(decision, End)
     step = decision.step
     assert (step.status, step.end_time, step.input_tokens, step.reported_model_id) == (
@@ -357,7 +382,7 @@ def test_a_started_step_ends() -> None:
 def test_end_refusals_and_repeats() -> None:
     ended = started(status="SUCCEEDED", input_tokens=5, output_tokens=2)
     assert isinstance(
-        decide_end(EndView(run_view(), ended), "att_1", 3, "stp_1", OUTCOME, NOW), Unchanged
+        decide_end(EndView(run_view(), ended), FENCE, "stp_1", OUTCOME, NOW), Unchanged
     )
     cases: list[tuple[EndView, type]] = [
         (EndView(run_view(lease_epoch=2), started()), LeaseLost),
@@ -367,10 +392,10 @@ def test_end_refusals_and_repeats() -> None:
         (EndView(run_view(), started(attempt_id="att_0")), FailedPrecondition),
     ]
     for v, error_type in cases:
-        decision = decide_end(v, "att_1", 3, "stp_1", OUTCOME, NOW)
+        decision = decide_end(v, FENCE, "stp_1", OUTCOME, NOW)
         assert isinstance(decision, Refuse) and isinstance(decision.error, error_type), v
     with_blob = StepEnd("SUCCEEDED", DIGEST, "", 0, 0, 0.0, "", "", "", False, False)
-    missing = decide_end(EndView(run_view(), started()), "att_1", 3, "stp_1", with_blob, NOW)
+    missing = decide_end(EndView(run_view(), started()), FENCE, "stp_1", with_blob, NOW)
     assert isinstance(missing, Refuse) and missing.error.reason == "BLOB_MISSING"
 
 
@@ -396,7 +421,7 @@ def test_end_step_sets_only_the_end_fields(outcome: StepEnd, side_effect: bool) 
     """What the store writes for an EndStep is END_FIELDS: the rules may set no other."""
     before = started(side_effect=side_effect)
     decision = decide_end(
-        EndView(run_view(), before, output_blob=True), "att_1", 3, "stp_1", outcome, NOW
+        EndView(run_view(), before, output_blob=True), FENCE, "stp_1", outcome, NOW
     )
     assert isinstance(decision, End)
     after = decision.step.values()
@@ -473,7 +498,9 @@ def test_only_a_held_fence_and_an_open_turn_of_the_attempt_ever_write(
             req.turn_id,
             req.attempt_id,
         )
-        assert decision.deliver_steers == (step.type == "MODEL_CALL" and run.pending_steers > 0)
+        # Steers go to the next model call that starts (a denied one consumes none).
+        starts_model_call = step.type == "MODEL_CALL" and step.status == "STARTED"
+        assert decision.deliver_steers == (starts_model_call and run.pending_steers > 0)
         # A recorded refusal is answered with its error, which names the step.
         if step.status in ("DENIED", "FAILED"):
             assert decision.error is not None

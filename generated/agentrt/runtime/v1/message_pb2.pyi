@@ -667,19 +667,27 @@ class Fence(_message.Message):
 
     ATTEMPT_ID_FIELD_NUMBER: _builtins.int
     LEASE_EPOCH_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     attempt_id: _builtins.str
     """Required. Attempt.id."""
     lease_epoch: _builtins.int
     """Required. Attempt.lease_epoch."""
+    lease_token: _builtins.str
+    """Required. The attempt's secret lease token: returned by AcquireRun to the worker it hands
+    the run to, and only there (no read shows it; the server keeps only its hash).
+    attempt_id and lease_epoch are public (ListAttempts, events): a write whose token does
+    not match is refused ABORTED LEASE_LOST, exactly as a stale fence is.
+    """
     def __init__(
         self,
         *,
         attempt_id: _builtins.str = ...,
         lease_epoch: _builtins.int = ...,
+        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_id", b"attempt_id", "lease_epoch", b"lease_epoch"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_id", b"attempt_id", "lease_epoch", b"lease_epoch", "lease_token", b"lease_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
