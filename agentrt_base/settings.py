@@ -9,11 +9,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from agentrt_base.tls import ServerTls
+
 DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_DATABASE_URL = "sqlite:///./agentrt.db"
 DEFAULT_TARGET = "127.0.0.1:50051"
 
 ENV_LISTEN = "AGENTRT_LISTEN"
+ENV_INSECURE = "AGENTRT_INSECURE"
 ENV_DATABASE_URL = "AGENTRT_DATABASE_URL"
 #: A file whose content is the database password (it replaces the URL's), so the password
 #: need not appear in the process's arguments or environment.
@@ -96,6 +99,11 @@ class ServerSettings:
     blob_quota_bytes: int | None = None
     #: Bytes per second all uploads together may take (0: no limit); None: the default.
     blob_upload_rate: int | None = None
+    #: TLS (and mTLS with a client CA); None: plaintext.
+    tls: ServerTls | None = None
+    #: Accept a listen address other machines can reach without authenticating them
+    #: (``--insecure``); without it, such an address is refused at start.
+    insecure: bool = False
 
     @classmethod
     def resolve(
@@ -107,6 +115,10 @@ class ServerSettings:
         max_blob_bytes: int | None = None,
         blob_quota_bytes: int | None = None,
         blob_upload_rate: int | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        client_ca: str | None = None,
+        insecure: bool = False,
     ) -> ServerSettings:
         """Combine flags (which win) with the environment and the defaults; raises
         ValueError (one line) for a malformed value."""
@@ -120,6 +132,9 @@ class ServerSettings:
             step_process=env.get(ENV_STEP_PROCESS, "1").strip().lower()
             not in ("0", "false", "no", "off"),
             database=DatabaseSettings.from_environ(env),
+            tls=ServerTls.resolve(tls_cert, tls_key, client_ca, env),
+            insecure=insecure
+            or env.get(ENV_INSECURE, "").strip().lower() in ("1", "true", "yes", "on"),
         )
 
 

@@ -32,6 +32,7 @@ from agentrt.registry.v1 import registry_service_pb2 as pb
 from agentrt.registry.v1 import registry_service_pb2_grpc as pb_grpc
 from agentrt_base.errors import InvalidArgument, NotFound
 from agentrt_base.settings import resolve_target
+from agentrt_base.tls import client_channel
 from registry import proto_map
 from registry.bundle import (
     AGENT_PREFIX,
@@ -257,7 +258,7 @@ def _error_metadata(call: Any) -> dict[str, str]:
 
 @contextlib.contextmanager
 def _registry(args: argparse.Namespace) -> Iterator[pb_grpc.RegistryServiceStub]:
-    with grpc.insecure_channel(resolve_target(args.target)) as channel:
+    with client_channel(args, resolve_target(args.target)) as channel:
         yield pb_grpc.RegistryServiceStub(channel)
 
 
@@ -404,7 +405,7 @@ def _digest(args: argparse.Namespace) -> int:
     extra = [load(path) for path in args.with_files]
     try:
         if args.target:
-            with grpc.insecure_channel(args.target) as channel:
+            with client_channel(args, args.target) as channel:
                 server = ServerComponentSource(pb_grpc.RegistryServiceStub(channel), args.timeout)
                 digested = digest_bundle(bundle, extra, server)
         else:

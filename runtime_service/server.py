@@ -32,6 +32,7 @@ from agentrt_base.db import Database
 from agentrt_base.db_engines import normalise_url, writer_lock_path
 from agentrt_base.grpc_errors import ErrorMappingInterceptor
 from agentrt_base.settings import ServerSettings
+from agentrt_base.tls import is_loopback, server_credentials
 from registry.servicer import RegistryServicer
 from runtime_service import migrate
 from runtime_service.health import DatabaseHealth, HealthServicer
@@ -63,6 +64,34 @@ class StartupError(Exception):
 def _libpq_conninfo(database: Database) -> str:
     """The database URL as libpq understands it (for the LISTEN connection)."""
     return database.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _check_exposure(settings: ServerSettings) -> None:
+    """The safe default: without a way to authenticate its callers (today: mTLS), the server
+    listens on loopback only, unless told ``--insecure``; it says which at start."""
+    listen, tls = settings.listen, settings.tls
+    authenticated = tls is not None and tls.client_ca_file is not None
+    transport = "mTLS" if authenticated else "TLS" if tls is not None else "plaintext"
+    if authenticated:
+        log.info("listening on %s (%s: clients must present a certificate)", listen, transport)
+    elif is_loopback(listen):
+        log.info(
+            "listening on %s (%s, loopback only: callers are not authenticated)",
+            listen,
+            transport,
+        )
+    elif settings.insecure:
+        log.warning(
+            "listening on %s (%s) with --insecure: anyone who can reach it can call it",
+            listen,
+            transport,
+        )
+    else:
+        raise StartupError(
+            f"refusing to listen on {listen}: callers are not authenticated, so only a"
+            " loopback address is allowed (use 127.0.0.1, configure mTLS with --tls-cert,"
+            " --tls-key and --client-ca, or accept the risk with --insecure)"
+        )
 
 
 def _check_bindable(listen: str) -> None:
@@ -173,7 +202,13 @@ class AgentrtServer:
         )
         try:
             _check_bindable(self.settings.listen)
-            port = server.add_insecure_port(self.settings.listen)
+            _check_exposure(self.settings)
+            tls = self.settings.tls
+            port = (
+                server.add_secure_port(self.settings.listen, server_credentials(tls))
+                if tls is not None
+                else server.add_insecure_port(self.settings.listen)
+            )
         except RuntimeError as exc:
             await self._release()
             raise StartupError(f"cannot listen on {self.settings.listen}: {exc}") from exc

@@ -29,9 +29,16 @@ class ServerThread:
         runtime_settings: RuntimeSettings | None = None,
         *,
         step_process: bool = True,
+        **settings: Any,
     ) -> None:
+        """``settings``: other ServerSettings fields (``tls``, ``listen``, ``insecure``...)."""
         self.settings = ServerSettings(
-            listen="127.0.0.1:0", database_url=database_url, step_process=step_process
+            **{
+                "listen": "127.0.0.1:0",
+                "database_url": database_url,
+                "step_process": step_process,
+                **settings,
+            }
         )
         self.server = AgentrtServer(self.settings)
         if runtime_settings is not None:
@@ -42,6 +49,7 @@ class ServerThread:
     def start(self) -> str:
         self._thread.start()
         port = asyncio.run_coroutine_threadsafe(self.server.start(), self._loop).result(60)
+        # (Loopback also for a server listening on every address.)
         return f"127.0.0.1:{port}"
 
     def stop(self) -> None:

@@ -33,6 +33,7 @@ from agentrt.runtime.v1 import enum_pb2
 from agentrt.runtime.v1 import message_pb2 as mpb
 from agentrt_base.ids import has_prefix
 from agentrt_base.settings import resolve_target
+from agentrt_base.tls import client_channel
 from registry.canonical import digest_bytes
 from runtime_service import audit_bundle
 
@@ -187,7 +188,8 @@ def _fail(message: str, code: int) -> int:
 
 @contextlib.contextmanager
 def _audit(args: argparse.Namespace) -> Iterator[pb_grpc.AuditServiceStub]:
-    with grpc.insecure_channel(
+    with client_channel(
+        args,
         resolve_target(args.target),
         options=[("grpc.max_receive_message_length", 8 * 1024 * 1024)],
     ) as channel:

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agentrt_base import tls
 from agentrt_base.db import Database
 from agentrt_base.db_failures import DatabaseUnavailable
 from agentrt_base.settings import (
@@ -23,12 +24,14 @@ from agentrt_base.settings import (
     ENV_BLOB_UPLOAD_RATE,
     ENV_DATABASE_PASSWORD_FILE,
     ENV_DATABASE_URL,
+    ENV_INSECURE,
     ENV_LISTEN,
     ENV_MAX_BLOB_BYTES,
     ENV_TARGET,
     ServerSettings,
     resolve_target,
 )
+from agentrt_base.tls import client_channel
 from registry import cli as registry_cli
 from runtime_service import __version__
 from runtime_service.cli import audit as audit_cli
@@ -72,6 +75,10 @@ def _settings(args: argparse.Namespace, listen: str | None) -> ServerSettings:
         max_blob_bytes=getattr(args, "max_blob_bytes", None),
         blob_quota_bytes=getattr(args, "blob_quota_bytes", None),
         blob_upload_rate=getattr(args, "blob_upload_rate", None),
+        tls_cert=getattr(args, "tls_cert", None),
+        tls_key=getattr(args, "tls_key", None),
+        client_ca=getattr(args, "client_ca", None),
+        insecure=getattr(args, "insecure", False),
     )
     path = database_url.password_file(args.database_password_file)
     if path is None:
@@ -118,7 +125,7 @@ def _cmd_health(args: argparse.Namespace) -> int:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     target = resolve_target(args.target)
-    with grpc.insecure_channel(target) as channel:
+    with client_channel(args, target) as channel:
         stub: Any = health_pb2_grpc.HealthStub(channel)  # its stub types lack the methods
         try:
             response = stub.Check(
@@ -179,6 +186,24 @@ def build_parser() -> argparse.ArgumentParser:
         f"ledger; 0 = no limit (env {ENV_BLOB_UPLOAD_RATE}; "
         f"default {RuntimeSettings.blob_upload_rate} = 32 MiB/s)",
     )
+    serve.add_argument(
+        "--tls-cert",
+        metavar="PATH",
+        help=f"serve TLS with this certificate (env {tls.ENV_TLS_CERT})",
+    )
+    serve.add_argument("--tls-key", metavar="PATH", help=f"its key (env {tls.ENV_TLS_KEY})")
+    serve.add_argument(
+        "--client-ca",
+        metavar="PATH",
+        help="require client certificates signed by this CA (mTLS; env "
+        f"{tls.ENV_CLIENT_CA}); the files are read again when they change",
+    )
+    serve.add_argument(
+        "--insecure",
+        action="store_true",
+        help="listen on an address other machines can reach without authenticating callers"
+        f" (env {ENV_INSECURE}=1); refused otherwise",
+    )
     serve.set_defaults(handler=_cmd_serve)
 
     db = commands.add_parser("db", help="database maintenance")
@@ -200,11 +225,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_target_argument(parser: argparse.ArgumentParser) -> None:
-    """The ``--target`` flag every client command shares."""
+    """The ``--target`` flag every client command shares, and how to reach it over TLS."""
     parser.add_argument(
         "--target",
         metavar="HOST:PORT",
         help=f"server address (env {ENV_TARGET}; default {DEFAULT_LISTEN})",
+    )
+    parser.add_argument(
+        "--tls-ca",
+        metavar="PATH",
+        help=f"CA of the server's certificate: connect over TLS (env {tls.ENV_TLS_CA})",
+    )
+    parser.add_argument(
+        "--tls-cert",
+        metavar="PATH",
+        help=f"client certificate, for a server that requires one (env {tls.ENV_TLS_CLIENT_CERT})",
+    )
+    parser.add_argument(
+        "--tls-key",
+        metavar="PATH",
+        help=f"the client certificate's key (env {tls.ENV_TLS_CLIENT_KEY})",
     )
 
 

@@ -1,0 +1,245 @@
+"""TLS and mTLS (issue 16, item 6), with certificates made in the test: the server answers
+over TLS, refuses a client without a certificate when it requires one, picks up renewed
+certificate files without a restart, and by default will not listen beyond loopback without
+a way to authenticate its callers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import ipaddress
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from agentrt_base.settings import ServerSettings
+from agentrt_base.tls import ClientTls, ServerTls, is_loopback, open_channel
+from runtime_service.cli.main import main as agentrt
+from runtime_service.server import AgentrtServer, StartupError
+from tests.support import ServerThread
+
+
+@dataclass(frozen=True)
+class Issued:
+    cert: bytes
+    key: bytes
+
+
+def _name(common: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+class Authority:
+    """A CA made for the test, issuing server and client certificates."""
+
+    def __init__(self, name: str) -> None:
+        self.key = _key()
+        now = dt.datetime.now(dt.UTC)
+        self.name = _name(name)
+        self.cert = (
+            x509.CertificateBuilder()
+            .subject_name(self.name)
+            .issuer_name(self.name)
+            .public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=1))
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(self.key, hashes.SHA256())
+        )
+
+    @property
+    def pem(self) -> bytes:
+        return self.cert.public_bytes(serialization.Encoding.PEM)
+
+    def issue(self, common: str, *, server: bool) -> Issued:
+        key = _key()
+        now = dt.datetime.now(dt.UTC)
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(_name(common))
+            .issuer_name(self.name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=1))
+            .not_valid_after(now + dt.timedelta(days=1))
+        )
+        if server:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName(
+                    [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+                ),
+                critical=False,
+            )
+        else:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName(
+                    [x509.UniformResourceIdentifier(f"spiffe://agentrt.test/{common}")]
+                ),
+                critical=False,
+            )
+        cert = builder.sign(self.key, hashes.SHA256())
+        return Issued(cert.public_bytes(serialization.Encoding.PEM), _pem(key))
+
+
+@dataclass
+class Files:
+    root: Path
+
+    def write(self, name: str, data: bytes) -> str:
+        path = self.root / name
+        path.write_bytes(data)
+        return str(path)
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Files:
+    return Files(tmp_path)
+
+
+def _check(target: str, tls: ClientTls | None) -> int:
+    with open_channel(target, tls) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)  # type: ignore[no-untyped-call]
+        response = stub.Check(health_pb2.HealthCheckRequest(), timeout=5)
+        return int(response.status)
+
+
+@contextlib.contextmanager
+def _serving(database_url: str, **settings: Any) -> Iterator[str]:
+    thread = ServerThread(database_url, step_process=False, **settings)
+    address = thread.start()
+    try:
+        yield address
+    finally:
+        thread.stop()
+
+
+def test_tls_serves_clients_that_trust_its_ca_and_only_over_tls(
+    files: Files, sqlite_url: str
+) -> None:
+    ca = Authority("agentrt test CA")
+    server = ca.issue("agentrt", server=True)
+    tls = ServerTls(files.write("server.pem", server.cert), files.write("server.key", server.key))
+    trust = ClientTls(files.write("ca.pem", ca.pem))
+    with _serving(sqlite_url, tls=tls) as address:
+        assert _check(address, trust) == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as plaintext:
+            _check(address, None)
+        assert plaintext.value.code() == grpc.StatusCode.UNAVAILABLE
+        other = ClientTls(files.write("other-ca.pem", Authority("another CA").pem))
+        with pytest.raises(grpc.RpcError) as untrusted:
+            _check(address, other)
+        assert untrusted.value.code() == grpc.StatusCode.UNAVAILABLE
+        # The CLI, with --tls-ca.
+        assert agentrt(["health", "--target", address, "--tls-ca", trust.ca_file]) == 0
+
+
+def test_mtls_requires_a_client_certificate_of_its_ca(files: Files, sqlite_url: str) -> None:
+    ca = Authority("agentrt test CA")
+    server = ca.issue("agentrt", server=True)
+    client = ca.issue("ci-publisher", server=False)
+    stranger = Authority("stranger CA").issue("intruder", server=False)
+    tls = ServerTls(
+        files.write("server.pem", server.cert),
+        files.write("server.key", server.key),
+        client_ca_file=files.write("clients.pem", ca.pem),
+    )
+    ca_file = files.write("ca.pem", ca.pem)
+    with _serving(sqlite_url, tls=tls) as address:
+        with pytest.raises(grpc.RpcError) as anonymous:
+            _check(address, ClientTls(ca_file))
+        assert anonymous.value.code() == grpc.StatusCode.UNAVAILABLE
+        forged = ClientTls(
+            ca_file, files.write("intruder.pem", stranger.cert), files.write("i.key", stranger.key)
+        )
+        with pytest.raises(grpc.RpcError):
+            _check(address, forged)
+        known = ClientTls(
+            ca_file, files.write("client.pem", client.cert), files.write("client.key", client.key)
+        )
+        assert _check(address, known) == health_pb2.HealthCheckResponse.SERVING
+        command = ["health", "--target", address, "--tls-ca", ca_file]
+        assert (
+            agentrt(
+                [*command, "--tls-cert", known.cert_file or "", "--tls-key", known.key_file or ""]
+            )
+            == 0
+        )
+        assert agentrt(command) != 0
+
+
+def test_renewed_certificate_files_are_used_without_a_restart(
+    files: Files, sqlite_url: str
+) -> None:
+    old_ca, new_ca = Authority("old CA"), Authority("new CA")
+    first = old_ca.issue("agentrt", server=True)
+    tls = ServerTls(files.write("server.pem", first.cert), files.write("server.key", first.key))
+    trusts_old = ClientTls(files.write("old.pem", old_ca.pem))
+    trusts_new = ClientTls(files.write("new.pem", new_ca.pem))
+    with _serving(sqlite_url, tls=tls) as address:
+        assert _check(address, trusts_old) == health_pb2.HealthCheckResponse.SERVING
+        renewed = new_ca.issue("agentrt", server=True)
+        # As a renewal would: the key, then the certificate (a later mtime for both).
+        files.write("server.key", renewed.key)
+        files.write("server.pem", renewed.cert)
+        later = (dt.datetime.now().timestamp() + 5,) * 2
+        for name in ("server.key", "server.pem"):
+            os.utime(files.root / name, later)
+        assert _check(address, trusts_new) == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError):
+            _check(address, trusts_old)
+
+
+def test_it_listens_beyond_loopback_only_when_told_or_with_mtls(
+    files: Files, sqlite_url: str
+) -> None:
+    assert is_loopback("127.0.0.1:50051") and is_loopback("[::1]:1") and is_loopback("localhost:1")
+    assert not is_loopback("0.0.0.0:50051") and not is_loopback("[::]:1")
+    assert not is_loopback("agentrt.internal:50051")
+    refused = AgentrtServer(ServerSettings(listen="0.0.0.0:0", database_url=sqlite_url))
+    with pytest.raises(StartupError, match="--insecure"):
+        asyncio.run(refused.start())
+    with _serving(sqlite_url, listen="0.0.0.0:0", insecure=True) as address:
+        assert _check(address, None) == health_pb2.HealthCheckResponse.SERVING
+    ca = Authority("agentrt test CA")
+    server, client = ca.issue("agentrt", server=True), ca.issue("w", server=False)
+    mtls = ServerTls(
+        files.write("s.pem", server.cert),
+        files.write("s.key", server.key),
+        client_ca_file=files.write("c.pem", ca.pem),
+    )
+    with _serving(sqlite_url, listen="0.0.0.0:0", tls=mtls) as address:
+        known = ClientTls(
+            files.write("ca.pem", ca.pem),
+            files.write("w.pem", client.cert),
+            files.write("w.key", client.key),
+        )
+        assert _check(address, known) == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_the_serve_command_refuses_an_incomplete_tls_configuration(sqlite_url: str) -> None:
+    for flags in (["--tls-cert", "x.pem"], ["--tls-key", "x.key"], ["--client-ca", "ca.pem"]):
+        assert agentrt(["serve", "--database-url", sqlite_url, *flags]) == 3
