@@ -201,9 +201,17 @@ _Req = TypeVar("_Req")
 _Resp = TypeVar("_Resp")
 
 
-def _wrap_unary(method: str, behavior: Handler, streamed_request: bool = False) -> Handler:
+#: What every call to an agentrt service passes first (``auth.Authenticator``): raises to refuse.
+Gate = Callable[[grpc.aio.ServicerContext[Any, Any]], None]
+
+
+def _wrap_unary(
+    method: str, behavior: Handler, streamed_request: bool = False, gate: Gate | None = None
+) -> Handler:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         try:
+            if gate is not None:
+                gate(context)
             if streamed_request:
                 request = _checked_stream(request)
             else:
@@ -217,11 +225,15 @@ def _wrap_unary(method: str, behavior: Handler, streamed_request: bool = False) 
     return wrapper
 
 
-def _wrap_stream(method: str, behavior: Handler, streamed_request: bool = False) -> Handler:
+def _wrap_stream(
+    method: str, behavior: Handler, streamed_request: bool = False, gate: Gate | None = None
+) -> Handler:
     async def wrapper(
         request: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
         try:
+            if gate is not None:
+                gate(context)
             if streamed_request:
                 request = _checked_stream(request)
             else:
@@ -342,7 +354,10 @@ def _rebuild(
 class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
     """Applies the mapping above to every RPC of every service mounted on the server."""
 
-    def __init__(self) -> None:
+    def __init__(self, gate: Gate | None = None) -> None:
+        #: Run first in every call to an agentrt service (authentication), its refusal
+        #: mapped like any other error; health and reflection do not pass it.
+        self._gate = gate
         # A method's handler is the same object on every call: wrap it once (the server asks
         # on every call, and building a wrapper and a handler each time cost ~2 us a call).
         self._wrapped: dict[
@@ -369,18 +384,18 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
         self._wrapped[method] = (handler, wrapped)
         return wrapped
 
-    @staticmethod
     def _wrap(
-        method: str, handler: grpc.RpcMethodHandler[Any, Any]
+        self, method: str, handler: grpc.RpcMethodHandler[Any, Any]
     ) -> grpc.RpcMethodHandler[Any, Any]:
         # Only agentrt's own services get the error mapping: health and reflection have their
         # own conventions (health's Watch writes through the context rather than yielding).
         if not method.startswith("/agentrt."):
             return _guard_only(handler)
+        gate = self._gate
         return _rebuild(
             handler,
-            unary=lambda b: _wrap_unary(method, b),
-            server_streaming=lambda b: _wrap_stream(method, b),
-            client_streaming=lambda b: _wrap_unary(method, b, streamed_request=True),
-            bidi=lambda b: _wrap_stream(method, b, streamed_request=True),
+            unary=lambda b: _wrap_unary(method, b, gate=gate),
+            server_streaming=lambda b: _wrap_stream(method, b, gate=gate),
+            client_streaming=lambda b: _wrap_unary(method, b, True, gate),
+            bidi=lambda b: _wrap_stream(method, b, True, gate),
         )

@@ -17,6 +17,7 @@ DEFAULT_TARGET = "127.0.0.1:50051"
 
 ENV_LISTEN = "AGENTRT_LISTEN"
 ENV_INSECURE = "AGENTRT_INSECURE"
+ENV_AUTH_CONFIG = "AGENTRT_AUTH_CONFIG"
 ENV_DATABASE_URL = "AGENTRT_DATABASE_URL"
 #: A file whose content is the database password (it replaces the URL's), so the password
 #: need not appear in the process's arguments or environment.
@@ -104,6 +105,8 @@ class ServerSettings:
     #: Accept a listen address other machines can reach without authenticating them
     #: (``--insecure``); without it, such an address is refused at start.
     insecure: bool = False
+    #: The principals' file (``agentrt_base.auth``); None: callers are not authenticated.
+    auth_config: str | None = None
 
     @classmethod
     def resolve(
@@ -119,6 +122,7 @@ class ServerSettings:
         tls_key: str | None = None,
         client_ca: str | None = None,
         insecure: bool = False,
+        auth_config: str | None = None,
     ) -> ServerSettings:
         """Combine flags (which win) with the environment and the defaults; raises
         ValueError (one line) for a malformed value."""
@@ -135,6 +139,7 @@ class ServerSettings:
             tls=ServerTls.resolve(tls_cert, tls_key, client_ca, env),
             insecure=insecure
             or env.get(ENV_INSECURE, "").strip().lower() in ("1", "true", "yes", "on"),
+            auth_config=auth_config or env.get(ENV_AUTH_CONFIG) or None,
         )
 
 

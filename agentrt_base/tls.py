@@ -30,6 +30,7 @@ ENV_CLIENT_CA = "AGENTRT_CLIENT_CA"
 ENV_TLS_CA = "AGENTRT_TLS_CA"
 ENV_TLS_CLIENT_CERT = "AGENTRT_TLS_CLIENT_CERT"
 ENV_TLS_CLIENT_KEY = "AGENTRT_TLS_CLIENT_KEY"
+ENV_TOKEN = "AGENTRT_TOKEN"
 
 
 @dataclass(frozen=True)
@@ -138,14 +139,47 @@ class ClientTls:
 
 
 def client_channel(args: Any, target: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
-    """The channel a client command opens to ``target``, TLS as its flags (``--tls-ca``,
-    ``--tls-cert``, ``--tls-key``) and the environment say. Raises ValueError (one line)."""
+    """The channel a client command opens to ``target``: TLS as its flags (``--tls-ca``,
+    ``--tls-cert``, ``--tls-key``) and the environment say, and its API token (``--token``,
+    env ``AGENTRT_TOKEN``) on every call. Raises ValueError (one line)."""
     tls = ClientTls.resolve(
         getattr(args, "tls_ca", None),
         getattr(args, "tls_cert", None),
         getattr(args, "tls_key", None),
     )
-    return open_channel(target, tls, options)
+    channel = open_channel(target, tls, options)
+    token = getattr(args, "token", None) or os.environ.get(ENV_TOKEN) or None
+    if token is None:
+        return channel
+    return grpc.intercept_channel(channel, _Bearer(token))
+
+
+class _Bearer(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
+    """Adds ``authorization: Bearer <token>`` to every call of a channel."""
+
+    def __init__(self, token: str) -> None:
+        self._header = ("authorization", f"Bearer {token}")
+
+    def _details(self, details: Any) -> Any:
+        metadata = [*(details.metadata or ()), self._header]
+        return details._replace(metadata=metadata)
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_stream_unary(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return continuation(self._details(details), requests)
+
+    def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return continuation(self._details(details), requests)
 
 
 def open_channel(

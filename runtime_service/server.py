@@ -28,6 +28,7 @@ from agentrt.runtime.v1 import (
     worker_service_pb2_grpc,
 )
 from agentrt_base import gc_policy
+from agentrt_base.auth import Authenticator
 from agentrt_base.db import Database
 from agentrt_base.db_engines import normalise_url, writer_lock_path
 from agentrt_base.grpc_errors import ErrorMappingInterceptor
@@ -66,14 +67,14 @@ def _libpq_conninfo(database: Database) -> str:
     return database.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-def _check_exposure(settings: ServerSettings) -> None:
-    """The safe default: without a way to authenticate its callers (today: mTLS), the server
-    listens on loopback only, unless told ``--insecure``; it says which at start."""
+def _check_exposure(settings: ServerSettings, tokens: bool) -> None:
+    """The safe default: without a way to authenticate its callers (an auth config, or mTLS),
+    the server listens on loopback only, unless told ``--insecure``; it says which at start."""
     listen, tls = settings.listen, settings.tls
-    authenticated = tls is not None and tls.client_ca_file is not None
-    transport = "mTLS" if authenticated else "TLS" if tls is not None else "plaintext"
-    if authenticated:
-        log.info("listening on %s (%s: clients must present a certificate)", listen, transport)
+    mtls = tls is not None and tls.client_ca_file is not None
+    transport = "mTLS" if mtls else "TLS" if tls is not None else "plaintext"
+    if mtls or tokens:
+        log.info("listening on %s (%s; callers are authenticated)", listen, transport)
     elif is_loopback(listen):
         log.info(
             "listening on %s (%s, loopback only: callers are not authenticated)",
@@ -132,11 +133,17 @@ class AgentrtServer:
     _server: grpc.aio.Server | None = field(default=None, repr=False)
     _health: HealthServicer | None = field(default=None, repr=False)
     runtime_settings: RuntimeSettings = field(default_factory=RuntimeSettings)
+    #: Who is calling (``agentrt_base.auth``); read from ``settings.auth_config`` here, so a
+    #: file that does not load stops the start with its one-line error (ValueError).
+    authenticator: Authenticator = field(init=False)
     _notifier: Notifier | None = field(default=None, repr=False)
     _reaper: asyncio.Task[None] | None = field(default=None, repr=False)
     _stop_background: asyncio.Event | None = field(default=None, repr=False)
     _step_process: StepProcess | None = field(default=None, repr=False)
     _database_health: DatabaseHealth | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.authenticator = Authenticator(self.settings.auth_config)
 
     async def start(self) -> int:
         """Open and migrate the database, bind, start serving; return the bound port."""
@@ -173,8 +180,14 @@ class AgentrtServer:
         self.database = database
         self._step_process = step_process
 
+        authenticator = self.authenticator
+        gate = (
+            (lambda c: authenticator.authenticate(c.invocation_metadata(), c.auth_context()))
+            if authenticator.configured
+            else None
+        )
         server = grpc.aio.server(
-            interceptors=[ErrorMappingInterceptor()],
+            interceptors=[ErrorMappingInterceptor(gate)],
             options=[
                 # gRPC enables SO_REUSEPORT by default: a second server would then share the
                 # port silently instead of failing. Refuse, so "port in use" is an error.
@@ -202,7 +215,7 @@ class AgentrtServer:
         )
         try:
             _check_bindable(self.settings.listen)
-            _check_exposure(self.settings)
+            _check_exposure(self.settings, authenticator.configured)
             tls = self.settings.tls
             port = (
                 server.add_secure_port(self.settings.listen, server_credentials(tls))
@@ -302,6 +315,8 @@ async def serve(settings: ServerSettings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     server = AgentrtServer(settings, runtime_settings=runtime_settings(settings))
+    # SIGHUP: read the auth config again (tokens added or revoked take effect at once).
+    loop.add_signal_handler(signal.SIGHUP, server.authenticator.reload)
     try:
         await server.start()
         gc_policy.settle_long_lived()
@@ -314,7 +329,7 @@ async def serve(settings: ServerSettings) -> None:
         await stop.wait()
         log.info("agentrt stopping: draining in-flight calls")
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)
         await server.stop()

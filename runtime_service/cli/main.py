@@ -10,16 +10,18 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agentrt_base import tls
+from agentrt_base import auth, tls
 from agentrt_base.db import Database
 from agentrt_base.db_failures import DatabaseUnavailable
 from agentrt_base.settings import (
     DEFAULT_DATABASE_URL,
     DEFAULT_LISTEN,
+    ENV_AUTH_CONFIG,
     ENV_BLOB_QUOTA_BYTES,
     ENV_BLOB_UPLOAD_RATE,
     ENV_DATABASE_PASSWORD_FILE,
@@ -79,6 +81,7 @@ def _settings(args: argparse.Namespace, listen: str | None) -> ServerSettings:
         tls_key=getattr(args, "tls_key", None),
         client_ca=getattr(args, "client_ca", None),
         insecure=getattr(args, "insecure", False),
+        auth_config=getattr(args, "auth_config", None),
     )
     path = database_url.password_file(args.database_password_file)
     if path is None:
@@ -117,6 +120,28 @@ def _cmd_db_upgrade(args: argparse.Namespace) -> int:
     finally:
         database.dispose()
     print(f"database {database.display_url()} at revision {revision} (installation {installation})")
+    return 0
+
+
+def _cmd_token_create(args: argparse.Namespace) -> int:
+    path = args.config or os.environ.get(ENV_AUTH_CONFIG)
+    if not path:
+        return _fail(f"token create: --config PATH (or {ENV_AUTH_CONFIG}) is required", 2)
+    token = auth.new_token()
+    entry = auth.token_entry(args.principal, token, args.role, args.scope, args.namespace)
+    try:
+        with open(path, "a", encoding="utf-8") as config:
+            config.write(entry)
+        auth.AuthConfig.load(path)  # the file as the server will read it
+    except (OSError, ValueError) as exc:
+        return _fail(f"token create: {exc}", EXIT_FAILED)
+    # The token is shown this once; only its hash is kept.
+    print(token)
+    print(
+        f"agentrt: token for {args.principal} appended to {path} (as its hash); send SIGHUP to"
+        " a running server to take it in",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -199,6 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
         f"{tls.ENV_CLIENT_CA}); the files are read again when they change",
     )
     serve.add_argument(
+        "--auth-config",
+        metavar="PATH",
+        help=f"the principals file (tokens, client certificates); read again on SIGHUP (env"
+        f" {ENV_AUTH_CONFIG}; docs/security.md)",
+    )
+    serve.add_argument(
         "--insecure",
         action="store_true",
         help="listen on an address other machines can reach without authenticating callers"
@@ -212,6 +243,21 @@ def build_parser() -> argparse.ArgumentParser:
     upgrade.add_argument("--database-url", metavar="URL", help=database_help)
     upgrade.add_argument("--database-password-file", metavar="PATH", help=password_help)
     upgrade.set_defaults(handler=_cmd_db_upgrade)
+
+    token = commands.add_parser("token", help="API tokens")
+    token_commands = token.add_subparsers(dest="token_command", required=True, metavar="COMMAND")
+    create = token_commands.add_parser(
+        "create",
+        help="make a token for a principal: print it once, append its hash to the auth config",
+    )
+    create.add_argument("principal", metavar="NAME")
+    create.add_argument("--role", action="append", default=[], choices=auth.ROLES)
+    create.add_argument("--scope", action="append", default=[], metavar="AGENT_PATTERN")
+    create.add_argument("--namespace", action="append", default=[], metavar="NAMESPACE")
+    create.add_argument(
+        "--config", metavar="PATH", help=f"the auth config to append to (env {ENV_AUTH_CONFIG})"
+    )
+    create.set_defaults(handler=_cmd_token_create)
 
     health = commands.add_parser("health", help="ask a server whether it is serving")
     add_target_argument(health)
@@ -230,6 +276,12 @@ def add_target_argument(parser: argparse.ArgumentParser) -> None:
         "--target",
         metavar="HOST:PORT",
         help=f"server address (env {ENV_TARGET}; default {DEFAULT_LISTEN})",
+    )
+    parser.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help=f"API token sent as `authorization: Bearer` (env {tls.ENV_TOKEN}; the environment"
+        " keeps it out of the process list)",
     )
     parser.add_argument(
         "--tls-ca",

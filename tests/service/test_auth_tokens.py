@@ -1,0 +1,143 @@
+"""Authentication (issue 16, item 1, in part): static API tokens and mTLS client certificates
+as principals, from one file read again on SIGHUP. Without credentials a configured server
+answers UNAUTHENTICATED to every agentrt call (health stays open); with a known token or a
+known client certificate it serves. Both engines."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from agentrt.runtime.v1 import runtime_service_pb2 as pb
+from agentrt.runtime.v1 import runtime_service_pb2_grpc
+from agentrt_base.auth import AuthConfig, token_hash
+from agentrt_base.tls import ClientTls, ServerTls, open_channel
+from runtime_service.cli.main import main as agentrt
+from tests.certs import Authority
+from tests.support import ServerThread, error_details
+
+
+def _create(config: Path, name: str, *flags: str, capsys: pytest.CaptureFixture[str]) -> str:
+    assert agentrt(["token", "create", name, *flags, "--config", str(config)]) == 0
+    return capsys.readouterr().out.strip()
+
+
+@contextlib.contextmanager
+def _serving(database_url: str, **settings: Any) -> Iterator[ServerThread]:
+    thread = ServerThread(database_url, step_process=False, **settings)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        thread.stop()
+
+
+def _list_threads(channel: grpc.Channel, token: str | None) -> Any:
+    stub = runtime_service_pb2_grpc.RuntimeServiceStub(channel)
+    metadata = [("authorization", f"Bearer {token}")] if token is not None else None
+    return stub.ListThreads(pb.ListThreadsRequest(), timeout=5, metadata=metadata)
+
+
+def _refused(channel: grpc.Channel, token: str | None) -> None:
+    with pytest.raises(grpc.RpcError) as refused:
+        _list_threads(channel, token)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert error_details(refused.value)["ErrorInfo"].reason == "UNAUTHENTICATED"
+
+
+def test_token_create_prints_the_token_once_and_keeps_only_its_hash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "auth.toml"
+    token = _create(config, "ci", "--role", "publisher", "--scope", "coding_agent*", capsys=capsys)
+    assert token.startswith("agentrt_") and len(token) > 40
+    text = config.read_text()
+    assert token not in text and token_hash(token) in text
+    principal = AuthConfig.load(str(config)).by_token_hash[token_hash(token)]
+    assert (principal.name, principal.roles, principal.scopes) == (
+        "ci",
+        ("publisher",),
+        ("coding_agent*",),
+    )
+    with pytest.raises(SystemExit):  # argparse: not a role
+        agentrt(["token", "create", "x", "--role", "root", "--config", str(config)])
+
+
+def test_calls_need_a_known_token_and_the_file_is_read_again(
+    tmp_path: Path, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "auth.toml"
+    token = _create(config, "client-a", "--role", "client", capsys=capsys)
+    with _serving(database_url, auth_config=str(config)) as thread:
+        address = f"127.0.0.1:{thread.server.port}"
+        with grpc.insecure_channel(address) as channel:
+            _refused(channel, None)
+            _refused(channel, "agentrt_guessed")
+            _list_threads(channel, token)
+            health = health_pb2_grpc.HealthStub(channel)  # type: ignore[no-untyped-call]
+            assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == 1
+            # A token added while it runs works once the file is read again (SIGHUP).
+            later = _create(config, "client-b", "--role", "client", capsys=capsys)
+            _refused(channel, later)
+            assert thread.server.authenticator.reload()
+            _list_threads(channel, later)
+            # Revoked: the file without client-a's entry.
+            text = config.read_text()
+            config.write_text(text.replace(token_hash(token), token_hash("revoked" * 8)))
+            assert thread.server.authenticator.reload()
+            _refused(channel, token)
+            # A file that does not load keeps the configuration in use.
+            config.write_text("[[tokens]]\nprincipal = 3\n")
+            assert not thread.server.authenticator.reload()
+            _list_threads(channel, later)
+        # The command line sends --token.
+        assert agentrt(["versions", "coding_agent", "--target", address]) != 0
+        assert "UNAUTHENTICATED" in capsys.readouterr().err
+        agentrt(["versions", "coding_agent", "--target", address, "--token", later])
+        assert "UNAUTHENTICATED" not in capsys.readouterr().err
+
+
+def test_a_known_client_certificate_is_a_principal(tmp_path: Path, sqlite_url: str) -> None:
+    ca = Authority("agentrt test CA")
+    server, known, unknown = (
+        ca.issue("agentrt", server=True),
+        ca.issue("worker-1", server=False),
+        ca.issue("worker-2", server=False),
+    )
+
+    def write(name: str, data: bytes) -> str:
+        (tmp_path / name).write_bytes(data)
+        return str(tmp_path / name)
+
+    config = tmp_path / "auth.toml"
+    config.write_text(
+        '[[certificates]]\nsan = "spiffe://agentrt.test/worker-1"\nprincipal = "worker-1"\n'
+        'roles = ["worker"]\n'
+    )
+    tls = ServerTls(
+        write("s.pem", server.cert), write("s.key", server.key), write("ca.pem", ca.pem)
+    )
+    # mTLS and a principals file: listening beyond loopback needs no --insecure.
+    with _serving(sqlite_url, tls=tls, auth_config=str(config), listen="0.0.0.0:0") as thread:
+        address = f"127.0.0.1:{thread.server.port}"
+        ca_file = str(tmp_path / "ca.pem")
+        as_known = ClientTls(ca_file, write("k.pem", known.cert), write("k.key", known.key))
+        with open_channel(address, as_known) as channel:
+            _list_threads(channel, None)
+        as_unknown = ClientTls(ca_file, write("u.pem", unknown.cert), write("u.key", unknown.key))
+        with open_channel(address, as_unknown) as channel:
+            _refused(channel, None)
+
+
+def test_a_principals_file_that_does_not_load_stops_the_start(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    config = tmp_path / "auth.toml"
+    config.write_text('[[tokens]]\nprincipal = "x"\nhash = "md5:abc"\n')
+    assert agentrt(["serve", "--database-url", sqlite_url, "--auth-config", str(config)]) == 3
