@@ -80,8 +80,8 @@ class StepRequest:
     check: str = ""
     #: Which of the request's ``details`` is set ("model_call", "tool_call", ...).
     details: str = ""
-    #: The fence's secret token (``fence.FenceClaim``).
-    lease_token: str = ""
+    #: The fence's secret token (``fence.FenceClaim``); never in a repr (a log line).
+    lease_token: str = field(default="", repr=False)
 
     @property
     def fence(self) -> FenceClaim:
