@@ -109,8 +109,8 @@ class RawTx:
         """Send the statements of the block without waiting for each answer (psycopg's pipeline
         mode: one round trip, synchronised when a result is fetched and at the end); a no-op on
         SQLite, which has no round trips."""
-        # psycopg's own context manager, or a shared no-op: a generator-based one cost ~1 us
-        # a block, and the step path opens four or five a step.
+        # psycopg's own context manager, or a shared no-op: a generator-based one cost 0.7 us
+        # a block (timeit; a shared nullcontext 0.1), and the step path opens 4.5 a pair.
         if self.dialect_name != "postgresql":
             return _NO_PIPELINE
         pipeline: contextlib.AbstractContextManager[Any] = self._conn.pipeline()

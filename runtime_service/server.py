@@ -67,32 +67,32 @@ def _libpq_conninfo(database: Database) -> str:
     return database.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-def _check_exposure(settings: ServerSettings, tokens: bool) -> None:
+def _exposure(settings: ServerSettings, tokens: bool) -> tuple[int, str]:
     """The safe default: without a way to authenticate its callers (an auth config, or mTLS),
-    the server listens on loopback only, unless told ``--insecure``; it says which at start."""
+    the server listens on loopback only, unless told ``--insecure``. Raises StartupError for
+    an address it refuses; else returns the log level and line that say which it is (logged
+    once bound, so a start refused for another reason stays one line)."""
     listen, tls = settings.listen, settings.tls
     mtls = tls is not None and tls.client_ca_file is not None
     transport = "mTLS" if mtls else "TLS" if tls is not None else "plaintext"
     if mtls or tokens:
-        log.info("listening on %s (%s; callers are authenticated)", listen, transport)
-    elif is_loopback(listen):
-        log.info(
-            "listening on %s (%s, loopback only: callers are not authenticated)",
-            listen,
-            transport,
+        return logging.INFO, f"listening on {listen} ({transport}; callers are authenticated)"
+    if is_loopback(listen):
+        return (
+            logging.INFO,
+            f"listening on {listen} ({transport}, loopback only: callers are not authenticated)",
         )
-    elif settings.insecure:
-        log.warning(
-            "listening on %s (%s) with --insecure: anyone who can reach it can call it",
-            listen,
-            transport,
+    if settings.insecure:
+        return (
+            logging.WARNING,
+            f"listening on {listen} ({transport}) with --insecure: anyone who can reach it can"
+            " call it",
         )
-    else:
-        raise StartupError(
-            f"refusing to listen on {listen}: callers are not authenticated, so only a"
-            " loopback address is allowed (use 127.0.0.1, configure mTLS with --tls-cert,"
-            " --tls-key and --client-ca, or accept the risk with --insecure)"
-        )
+    raise StartupError(
+        f"refusing to listen on {listen}: callers are not authenticated, so only a"
+        " loopback address is allowed (use 127.0.0.1, configure mTLS with --tls-cert,"
+        " --tls-key and --client-ca, or accept the risk with --insecure)"
+    )
 
 
 def _check_bindable(listen: str) -> None:
@@ -147,6 +147,8 @@ class AgentrtServer:
 
     async def start(self) -> int:
         """Open and migrate the database, bind, start serving; return the bound port."""
+        # Before anything is opened: a refused exposure is a configuration error.
+        exposure = _exposure(self.settings, self.authenticator.configured)
         url = normalise_url(self.settings.database_url)
         # The step writer process needs a database both processes can open: a SQLite file
         # (not an in-memory database) or PostgreSQL.
@@ -215,7 +217,6 @@ class AgentrtServer:
         )
         try:
             _check_bindable(self.settings.listen)
-            _check_exposure(self.settings, authenticator.configured)
             tls = self.settings.tls
             port = (
                 server.add_secure_port(self.settings.listen, server_credentials(tls))
@@ -232,6 +233,7 @@ class AgentrtServer:
             await self._release()
             raise StartupError(f"cannot listen on {self.settings.listen}: address unavailable")
         await server.start()
+        log.log(*exposure)
         if not database.is_sqlite:
             notifier.start_listening(_libpq_conninfo(database))
         self._notifier = notifier
