@@ -62,6 +62,19 @@ CALLER: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
 )
 
 
+#: The principal recorded for a call when the server authenticates nobody (no auth config:
+#: loopback only, every caller is the operator's own process).
+ANONYMOUS = "anonymous"
+
+
+def caller_name() -> str:
+    """The authenticated principal of the call being served, the name recorded as its actor
+    (publisher, tag mover, approver, canceller, worker): :data:`ANONYMOUS` when the server
+    authenticates nobody."""
+    principal = CALLER.get()
+    return principal.name if principal is not None else ANONYMOUS
+
+
 def token_hash(token: str) -> str:
     return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
 
