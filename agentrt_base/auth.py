@@ -30,6 +30,7 @@ import contextvars
 import hashlib
 import json
 import logging
+import re
 import secrets
 import tomllib
 from collections.abc import Sequence
@@ -43,6 +44,8 @@ log = logging.getLogger("agentrt.auth")
 
 #: A token's prefix: says what it is when one turns up in a log or a paste.
 TOKEN_PREFIX = "agentrt_"
+#: A scope: a pattern over agent ids and component names (lower case, like the names).
+_SCOPE = re.compile(r"[a-z0-9_.*-]{1,128}")
 ROLES = ("publisher", "tag-admin", "client", "approver", "worker", "auditor", "admin")
 
 
@@ -132,10 +135,17 @@ def _principal(entry: dict[str, Any], where: str, method: str) -> Principal:
     bad = [r for r in roles if r not in ROLES]
     if bad:
         raise ValueError(f"{where}: unknown role(s) {bad} (roles: {', '.join(ROLES)})")
+    scopes = _list(entry, "scopes", where)
+    bad = [s for s in scopes if not _SCOPE.fullmatch(s)]
+    if bad:
+        raise ValueError(
+            f"{where}: scope(s) {bad} are not name patterns (lower-case letters, digits,"
+            " '_', '-', '.', and '*' for any run of characters)"
+        )
     return Principal(
         _text(entry, "principal", where),
         roles,
-        _list(entry, "scopes", where),
+        scopes,
         _list(entry, "namespaces", where),
         method,
     )

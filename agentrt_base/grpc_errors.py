@@ -203,19 +203,29 @@ _Resp = TypeVar("_Resp")
 
 #: What every call to an agentrt service passes first (``auth.Authenticator``): raises to refuse.
 Gate = Callable[[grpc.aio.ServicerContext[Any, Any]], None]
+#: What every request of an agentrt call passes once it is read and checked (the permission
+#: table, ``access.Authorizer``): the method's full name and the request; raises to refuse.
+#: A client stream is judged by its first message (the one that names what it touches).
+Authorize = Callable[[str, Any], Awaitable[None]]
 
 
 def _wrap_unary(
-    method: str, behavior: Handler, streamed_request: bool = False, gate: Gate | None = None
+    method: str,
+    behavior: Handler,
+    streamed_request: bool = False,
+    gate: Gate | None = None,
+    authorize: Authorize | None = None,
 ) -> Handler:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         try:
             if gate is not None:
                 gate(context)
             if streamed_request:
-                request = _checked_stream(request)
+                request = _checked_stream(request, method, authorize)
             else:
                 check_request(request)
+                if authorize is not None:
+                    await authorize(method, request)
             return await behavior(request, context)
         except Exception as exc:
             if _is_control_flow(exc):
@@ -226,7 +236,11 @@ def _wrap_unary(
 
 
 def _wrap_stream(
-    method: str, behavior: Handler, streamed_request: bool = False, gate: Gate | None = None
+    method: str,
+    behavior: Handler,
+    streamed_request: bool = False,
+    gate: Gate | None = None,
+    authorize: Authorize | None = None,
 ) -> Handler:
     async def wrapper(
         request: Any, context: grpc.aio.ServicerContext[Any, Any]
@@ -235,9 +249,11 @@ def _wrap_stream(
             if gate is not None:
                 gate(context)
             if streamed_request:
-                request = _checked_stream(request)
+                request = _checked_stream(request, method, authorize)
             else:
                 check_request(request)
+                if authorize is not None:
+                    await authorize(method, request)
             async for response in behavior(request, context):
                 yield response
         except Exception as exc:
@@ -248,11 +264,18 @@ def _wrap_stream(
     return wrapper
 
 
-async def _checked_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    """A client stream whose every message is checked as it arrives (the handler's loop
-    raises the first refusal, which the wrapper maps like any other)."""
+async def _checked_stream(
+    requests: AsyncIterator[Any], method: str, authorize: Authorize | None
+) -> AsyncIterator[Any]:
+    """A client stream whose every message is checked as it arrives, the first one also
+    authorised (the handler's loop raises the first refusal, which the wrapper maps like any
+    other)."""
+    first = True
     async for request in requests:
         check_request(request)
+        if first and authorize is not None:
+            await authorize(method, request)
+        first = False
         yield request
 
 
@@ -354,10 +377,12 @@ def _rebuild(
 class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
     """Applies the mapping above to every RPC of every service mounted on the server."""
 
-    def __init__(self, gate: Gate | None = None) -> None:
+    def __init__(self, gate: Gate | None = None, authorize: Authorize | None = None) -> None:
         #: Run first in every call to an agentrt service (authentication), its refusal
         #: mapped like any other error; health and reflection do not pass it.
         self._gate = gate
+        #: Run on every agentrt request once read (authorisation).
+        self._authorize = authorize
         # A method's handler is the same object on every call: wrap it once (the server asks
         # on every call, and building a wrapper and a handler each time cost ~2 us a call).
         self._wrapped: dict[
@@ -391,11 +416,11 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
         # own conventions (health's Watch writes through the context rather than yielding).
         if not method.startswith("/agentrt."):
             return _guard_only(handler)
-        gate = self._gate
+        gate, authorize = self._gate, self._authorize
         return _rebuild(
             handler,
-            unary=lambda b: _wrap_unary(method, b, gate=gate),
-            server_streaming=lambda b: _wrap_stream(method, b, gate=gate),
-            client_streaming=lambda b: _wrap_unary(method, b, True, gate),
-            bidi=lambda b: _wrap_stream(method, b, True, gate),
+            unary=lambda b: _wrap_unary(method, b, False, gate, authorize),
+            server_streaming=lambda b: _wrap_stream(method, b, False, gate, authorize),
+            client_streaming=lambda b: _wrap_unary(method, b, True, gate, authorize),
+            bidi=lambda b: _wrap_stream(method, b, True, gate, authorize),
         )

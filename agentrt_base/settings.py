@@ -31,6 +31,7 @@ ENV_DB_POOL_TIMEOUT = "AGENTRT_DB_POOL_TIMEOUT"
 ENV_SQLITE_MAX_BYTES = "AGENTRT_SQLITE_MAX_BYTES"
 ENV_MAX_BLOB_BYTES = "AGENTRT_MAX_BLOB_BYTES"
 ENV_BLOB_QUOTA_BYTES = "AGENTRT_BLOB_QUOTA_BYTES"
+ENV_NAMESPACE_BLOB_QUOTA_BYTES = "AGENTRT_NAMESPACE_BLOB_QUOTA_BYTES"
 ENV_BLOB_UPLOAD_RATE = "AGENTRT_BLOB_UPLOAD_BYTES_PER_SECOND"
 
 
@@ -98,6 +99,8 @@ class ServerSettings:
     #: (``RuntimeSettings``).
     max_blob_bytes: int | None = None
     blob_quota_bytes: int | None = None
+    #: The blob bytes one namespace may hold (each blob it uploaded, counted once).
+    namespace_blob_quota_bytes: int | None = None
     #: Bytes per second all uploads together may take (0: no limit); None: the default.
     blob_upload_rate: int | None = None
     #: TLS (and mTLS with a client CA); None: plaintext.
@@ -117,6 +120,7 @@ class ServerSettings:
         environ: Mapping[str, str] | None = None,
         max_blob_bytes: int | None = None,
         blob_quota_bytes: int | None = None,
+        namespace_blob_quota_bytes: int | None = None,
         blob_upload_rate: int | None = None,
         tls_cert: str | None = None,
         tls_key: str | None = None,
@@ -130,6 +134,9 @@ class ServerSettings:
         return cls(
             max_blob_bytes=_bytes(max_blob_bytes, env, ENV_MAX_BLOB_BYTES),
             blob_quota_bytes=_bytes(blob_quota_bytes, env, ENV_BLOB_QUOTA_BYTES),
+            namespace_blob_quota_bytes=_bytes(
+                namespace_blob_quota_bytes, env, ENV_NAMESPACE_BLOB_QUOTA_BYTES
+            ),
             blob_upload_rate=_bytes(blob_upload_rate, env, ENV_BLOB_UPLOAD_RATE),
             listen=listen or env.get(ENV_LISTEN) or DEFAULT_LISTEN,
             database_url=database_url or env.get(ENV_DATABASE_URL) or DEFAULT_DATABASE_URL,

@@ -53,6 +53,26 @@ def check_quota(size: int, *, used: int, quota: int) -> None:
         )
 
 
+def check_namespace_quota(size: int, *, namespace: str, used: int, quota: int) -> None:
+    """A namespace's quota (``namespace_blob_quota_bytes``): the ``used`` bytes of the blobs
+    it holds plus this one's ``size`` may not pass it (RESOURCE_EXHAUSTED
+    NAMESPACE_BLOB_QUOTA_EXCEEDED). A blob the namespace holds already is never charged
+    again; one only another namespace holds is (its bytes are stored once, but each
+    namespace that keeps it pays for it: what one tenant stores never depends on another)."""
+    if used + size > quota:
+        raise ResourceExhausted(
+            f"storing {size} more bytes would pass namespace {namespace!r}'s blob quota of"
+            f" {quota} bytes ({used} bytes are held)",
+            reason="NAMESPACE_BLOB_QUOTA_EXCEEDED",
+            metadata={
+                "namespace": namespace,
+                "quota": str(quota),
+                "used": str(used),
+                "size": str(size),
+            },
+        )
+
+
 def check_chunk(chunk: bytes) -> None:
     """A chunk may carry at most :data:`CHUNK_BYTES` (INVALID_ARGUMENT naming ``chunk``)."""
     if len(chunk) > CHUNK_BYTES:

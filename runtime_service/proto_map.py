@@ -110,6 +110,7 @@ def run(row: RunRow) -> message_pb2.Run:
     return message_pb2.Run(
         id=row.id,
         thread_id=row.thread_id,
+        namespace=row.namespace,
         agent=binding(row),
         goal=goal(row),
         amendments=[amendment(a) for a in json.loads(row.amendments_json)],

@@ -28,6 +28,7 @@ from agentrt.runtime.v1 import (
     worker_service_pb2_grpc,
 )
 from agentrt_base import gc_policy
+from agentrt_base.access import Authorizer
 from agentrt_base.auth import Authenticator
 from agentrt_base.db import Database
 from agentrt_base.db_engines import normalise_url, writer_lock_path
@@ -43,6 +44,7 @@ from runtime_service.servicers.runtime import RuntimeServicer
 from runtime_service.servicers.worker import WorkerServicer
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime, RuntimeSettings
+from runtime_service.services.resources import ResourceLookup
 from runtime_service.step_process import StepProcess, child_database_url
 
 log = logging.getLogger("agentrt.server")
@@ -182,14 +184,20 @@ class AgentrtServer:
         self.database = database
         self._step_process = step_process
 
+        runtime = Runtime(database, notifier, self.runtime_settings)
         authenticator = self.authenticator
         gate = (
             (lambda c: authenticator.authenticate(c.invocation_metadata(), c.auth_context()))
             if authenticator.configured
             else None
         )
+        # Who may do what is decided only for authenticated callers: without an auth config
+        # the server listens on loopback only and every local caller may do everything.
+        authorize = (
+            Authorizer(ResourceLookup(runtime)).authorize if authenticator.configured else None
+        )
         server = grpc.aio.server(
-            interceptors=[ErrorMappingInterceptor(gate)],
+            interceptors=[ErrorMappingInterceptor(gate, authorize)],
             options=[
                 # gRPC enables SO_REUSEPORT by default: a second server would then share the
                 # port silently instead of failing. Refuse, so "port in use" is an error.
@@ -202,7 +210,6 @@ class AgentrtServer:
             RegistryServicer(database),
             server,
         )
-        runtime = Runtime(database, notifier, self.runtime_settings)
         bound = BoundAgents()
         worker = WorkerServicer(runtime, bound, step_process)
         runtime_service_pb2_grpc.add_RuntimeServiceServicer_to_server(
@@ -303,6 +310,10 @@ def runtime_settings(settings: ServerSettings) -> RuntimeSettings:
         runtime = dataclasses.replace(runtime, max_blob_bytes=settings.max_blob_bytes)
     if settings.blob_quota_bytes is not None:
         runtime = dataclasses.replace(runtime, blob_quota_bytes=settings.blob_quota_bytes)
+    if settings.namespace_blob_quota_bytes is not None:
+        runtime = dataclasses.replace(
+            runtime, namespace_blob_quota_bytes=settings.namespace_blob_quota_bytes
+        )
     if settings.blob_upload_rate is not None:
         runtime = dataclasses.replace(runtime, blob_upload_rate=settings.blob_upload_rate)
     return runtime

@@ -29,6 +29,7 @@ from agentrt_base.settings import (
     ENV_INSECURE,
     ENV_LISTEN,
     ENV_MAX_BLOB_BYTES,
+    ENV_NAMESPACE_BLOB_QUOTA_BYTES,
     ENV_TARGET,
     ServerSettings,
     resolve_target,
@@ -76,6 +77,7 @@ def _settings(args: argparse.Namespace, listen: str | None) -> ServerSettings:
         # serve's flags only; db upgrade has none of them.
         max_blob_bytes=getattr(args, "max_blob_bytes", None),
         blob_quota_bytes=getattr(args, "blob_quota_bytes", None),
+        namespace_blob_quota_bytes=getattr(args, "namespace_blob_quota_bytes", None),
         blob_upload_rate=getattr(args, "blob_upload_rate", None),
         tls_cert=getattr(args, "tls_cert", None),
         tls_key=getattr(args, "tls_key", None),
@@ -202,6 +204,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"total size of all stored blobs (env {ENV_BLOB_QUOTA_BYTES}; "
         f"default {RuntimeSettings.blob_quota_bytes} = 10 GiB)",
+    )
+    serve.add_argument(
+        "--namespace-blob-quota-bytes",
+        type=int,
+        metavar="N",
+        help=f"blob bytes one namespace may hold (env {ENV_NAMESPACE_BLOB_QUOTA_BYTES}; "
+        f"default {RuntimeSettings.namespace_blob_quota_bytes} = 2 GiB)",
     )
     serve.add_argument(
         "--blob-upload-rate",

@@ -14,6 +14,7 @@ from agentrt.audit.v1 import audit_service_pb2 as pb
 from agentrt.audit.v1 import audit_service_pb2_grpc
 from agentrt.audit.v1 import message_pb2 as apb
 from agentrt.runtime.v1 import enum_pb2
+from agentrt_base.access import VISIBLE
 from registry import proto_map as registry_map
 from runtime_service import proto_map as pm
 from runtime_service.audit_bundle import ChainReport, Format
@@ -43,7 +44,9 @@ class AuditServicer(audit_service_pb2_grpc.AuditServiceServicer):
         self, request: pb.GetProvenanceRequest, context: Context
     ) -> pb.GetProvenanceResponse:
         kind: TargetKind = request.WhichOneof("target") or "run_id"
-        found = await self._audit.provenance(kind, getattr(request, kind), request.max_steps)
+        found = await self._audit.provenance(
+            kind, getattr(request, kind), request.max_steps, VISIBLE.get()
+        )
         return pb.GetProvenanceResponse(
             records=[_record(r) for r in found.records],
             blob_references=[
@@ -71,7 +74,9 @@ class AuditServicer(audit_service_pb2_grpc.AuditServiceServicer):
             start_time=time_or_none(request, "start_time"),
             end_time=time_or_none(request, "end_time"),
         )
-        usages, token = await self._usages.find_usages(query, request.page_size, request.page_token)
+        usages, token = await self._usages.find_usages(
+            query, VISIBLE.get(), request.page_size, request.page_token
+        )
         return pb.FindUsagesResponse(usages=[_usage(u) for u in usages], next_page_token=token)
 
     async def VerifyRun(

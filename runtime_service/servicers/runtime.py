@@ -7,6 +7,7 @@ from typing import Any
 
 from agentrt.runtime.v1 import enum_pb2, runtime_service_pb2_grpc
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
+from agentrt_base.access import VISIBLE, check_namespace
 from agentrt_base.errors import InvalidArgument
 from agentrt_base.lru import LruCache
 from runtime_service import proto_map as pm
@@ -108,7 +109,10 @@ class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
         header = None
         if first is not None and first.WhichOneof("content") == "header":
             header = BlobHeader(
-                first.header.media_type, first.header.size, first.header.expected_digest
+                first.header.media_type,
+                first.header.size,
+                first.header.expected_digest,
+                check_namespace(first.header.namespace, "header.namespace"),
             )
 
         async def chunks() -> AsyncIterator[bytes]:
@@ -123,7 +127,9 @@ class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
     async def GetBlob(
         self, request: pb.GetBlobRequest, context: Context
     ) -> AsyncIterator[pb.GetBlobResponse]:
-        row, chunks = await self._blobs.get(request.digest)
+        row, chunks = await self._blobs.get(
+            check_namespace(request.namespace, "namespace"), request.digest
+        )
         yield pb.GetBlobResponse(blob=pm.blob(row))
         async for chunk in chunks:
             yield pb.GetBlobResponse(chunk=chunk)
@@ -132,6 +138,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
         self, request: pb.CreateThreadRequest, context: Context
     ) -> pb.CreateThreadResponse:
         thread = await self._runs.create_thread(
+            check_namespace(request.namespace, "namespace"),
             request.title,
             dict(request.metadata),
             enum_name(
@@ -155,7 +162,11 @@ class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
         self, request: pb.ListThreadsRequest, context: Context
     ) -> pb.ListThreadsResponse:
         threads, token = await self._runs.list_threads(
-            dict(request.metadata), request.page_size, request.page_token
+            dict(request.metadata),
+            request.namespace,
+            VISIBLE.get(),
+            request.page_size,
+            request.page_token,
         )
         return pb.ListThreadsResponse(
             threads=[pm.thread(t) for t in threads], next_page_token=token
@@ -229,7 +240,13 @@ class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
             for i, s in enumerate(request.statuses)
         ]
         runs, token = await self._runs.list_runs(
-            request.thread_id, statuses, request.agent_id, request.page_size, request.page_token
+            request.thread_id,
+            statuses,
+            request.agent_id,
+            request.namespace,
+            VISIBLE.get(),
+            request.page_size,
+            request.page_token,
         )
         return pb.ListRunsResponse(runs=[pm.run(r) for r in runs], next_page_token=token)
 

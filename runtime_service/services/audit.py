@@ -19,6 +19,7 @@ from typing import Literal
 
 from sqlalchemy.orm import Session
 
+from agentrt_base.access import Visibility
 from agentrt_base.errors import InvalidArgument, NotFound
 from agentrt_base.lru import LruCache
 from registry import refs
@@ -29,7 +30,7 @@ from runtime_service import audit_bundle
 from runtime_service.audit_bundle import ChainReport, Link
 from runtime_service.records import Step, step_of
 from runtime_service.services.context import Runtime
-from runtime_service.store import audit_blobs, audit_reads, blobs, step_reads
+from runtime_service.store import audit_blobs, audit_reads, blobs, resources, step_reads
 from runtime_service.store.ledger import ArtifactRow, CheckpointRow, StepRow
 from runtime_service.store.tables import AttemptRow, RunRow, ThreadRow
 
@@ -147,7 +148,12 @@ class AuditService:
 
     # -- provenance ------------------------------------------------------------------------
 
-    async def provenance(self, kind: TargetKind, value: str, max_steps: int) -> Provenance:
+    async def provenance(
+        self, kind: TargetKind, value: str, max_steps: int, visible: Visibility
+    ) -> Provenance:
+        """What produced and used the target. A blob's references span runs: only those of
+        runs ``visible`` admits are told (a run, step or artifact target was checked whole
+        before the call)."""
         if not value:
             raise InvalidArgument.for_field("target", "required: a run, step, artifact or blob")
         if max_steps < 0:
@@ -177,7 +183,7 @@ class AuditService:
                 return Provenance(
                     [self._record(session, artifact.run_id, limit, step=step, artifact=artifact)]
                 )
-            return self._blob(session, value, limit)
+            return self._blob(session, value, limit, visible)
 
         return await self._rt.read(read)
 
@@ -222,7 +228,9 @@ class AuditService:
             version, tags=tuple(registry_store.tags_pointing_at(session, digest))
         )
 
-    def _blob(self, session: Session, digest: str, max_steps: int) -> Provenance:
+    def _blob(
+        self, session: Session, digest: str, max_steps: int, visible: Visibility
+    ) -> Provenance:
         found: list[BlobReference] = []
         sides: tuple[tuple[audit_blobs.StepSide, str], ...] = (
             ("input_ref", "STEP_INPUT"),
@@ -243,6 +251,10 @@ class AuditService:
         ]
         if not found and not blobs.exists(session, digest):
             raise NotFound("blob", digest)
+        if visible.namespaces is not None:
+            namespaces = resources.namespaces_of_runs(session, {r.run_id for r in found})
+            found = [r for r in found if namespaces.get(r.run_id) in visible.namespaces]
+            artifacts = [a for a in artifacts if namespaces.get(a.run_id) in visible.namespaces]
         found = found[:MAX_BLOB_REFERENCES]
         records: list[ProvenanceRecord] = []
         for run_id in dict.fromkeys(r.run_id for r in found):

@@ -22,10 +22,17 @@ from functools import partial
 
 from sqlalchemy.orm import Session
 
+from agentrt_base.access import DEFAULT_NAMESPACE
 from agentrt_base.db import utcnow
 from agentrt_base.errors import InvalidArgument, NotFound
 from registry import refs
-from runtime_service.blob_rules import CHUNK_BYTES, check_blob_size, check_chunk, check_quota
+from runtime_service.blob_rules import (
+    CHUNK_BYTES,
+    check_blob_size,
+    check_chunk,
+    check_namespace_quota,
+    check_quota,
+)
 from runtime_service.services.context import Runtime
 from runtime_service.store import blobs
 from runtime_service.store.blobs import BlobStore, Upload, default_store, in_upload_thread
@@ -37,6 +44,8 @@ class BlobHeader:
     media_type: str
     size: int
     expected_digest: str
+    #: As :func:`access.check_namespace` left it.
+    namespace: str = DEFAULT_NAMESPACE
 
 
 class UploadPace:
@@ -106,6 +115,14 @@ class BlobService:
             # digest the content might be stored already (and cost nothing), so only the
             # check at commit can tell.
             def early(session: Session) -> None:
+                if blobs.held(session, header.namespace, header.expected_digest) is not None:
+                    return
+                check_namespace_quota(
+                    header.size,
+                    namespace=header.namespace,
+                    used=blobs.namespace_used_bytes(session, header.namespace),
+                    quota=settings.namespace_blob_quota_bytes,
+                )
                 if not blobs.exists(session, header.expected_digest):
                     used = blobs.used_bytes(session)
                     check_quota(header.size, used=used, quota=settings.blob_quota_bytes)
@@ -165,50 +182,84 @@ class BlobService:
     async def _place_and_commit(
         self, header: BlobHeader, digest: str, upload: Upload
     ) -> tuple[BlobRow, bool]:
-        """Place the verified content, then insert its row in one short transaction."""
+        """Place the verified content, then insert its row and add it to the namespace in
+        one short transaction. ``created`` is whether the namespace did not hold it before:
+        whether another namespace stores the same content is never told (it would let one
+        tenant test for another's files)."""
         store = self._store
         quota = self._rt.settings.blob_quota_bytes
+        namespace = header.namespace
         # Content stored already is not placed again (on PostgreSQL that would write all of
-        # its rows only to drop them); the row's transaction checks again in any case.
+        # its rows only to drop them).
         stored = await self._rt.read(lambda session: blobs.get(session, digest))
         if stored is not None:
-            return stored, False
+            held = await self._rt.write(lambda session: self._hold(session, namespace, digest))
+            if held is not None:
+                return held
         placed = await store.place(digest, upload)
 
-        def write(session: Session) -> tuple[BlobRow, bool]:
-            existing = blobs.stored_or_lock(session, digest)
-            if existing is not None:
-                return existing, False
+        def write(session: Session) -> tuple[BlobRow, bool, bool]:
+            held = self._hold(session, namespace, digest)
+            if held is not None:
+                return *held, False
+            self._check_namespace_quota(session, namespace, upload.size)
             check_quota(upload.size, used=blobs.used_bytes(session), quota=quota)
             # BlobHeader.media_type "defaults to application/octet-stream".
             media_type = header.media_type or "application/octet-stream"
-            row = blobs.insert(session, digest, upload.size, media_type, utcnow())
+            now = utcnow()
+            row = blobs.insert(session, digest, upload.size, media_type, now)
             store.write(session, digest, placed)
-            return row, True
+            blobs.add_to_namespace(session, namespace, row, now)
+            return row, True, True
 
-        created = False
+        inserted = False
         try:
             try:
-                row, created = await self._rt.write(write)
+                row, created, inserted = await self._rt.write(write)
             except blobs.StoredMeanwhile:
                 # Two replicas uploading the same content both passed the existence check;
                 # the loser's insert hit the primary key. The content is stored either way:
-                # answer as for a repeated upload.
-                winner = await self._rt.read(lambda session: blobs.get(session, digest))
+                # answer as for content stored before.
+                winner = await self._rt.write(
+                    lambda session: self._hold(session, namespace, digest)
+                )
                 if winner is None:
                     raise
-                row = winner
+                row, created = winner
             return row, created
         finally:
-            if not created:
+            if not inserted:
                 await store.unplace(placed)
 
-    async def get(self, digest: str) -> tuple[BlobRow, AsyncIterator[bytes]]:
+    def _hold(self, session: Session, namespace: str, digest: str) -> tuple[BlobRow, bool] | None:
+        """If the content is stored: its row and whether ``namespace`` newly holds it (added
+        now, within its quota). None if it is not stored (the quotas' lock is held for the
+        insert that follows)."""
+        existing = blobs.stored_and_locked(session, digest)
+        if existing is None:
+            return None
+        if blobs.held(session, namespace, digest) is not None:
+            return existing, False
+        self._check_namespace_quota(session, namespace, existing.size)
+        blobs.add_to_namespace(session, namespace, existing, utcnow())
+        return existing, True
+
+    def _check_namespace_quota(self, session: Session, namespace: str, size: int) -> None:
+        check_namespace_quota(
+            size,
+            namespace=namespace,
+            used=blobs.namespace_used_bytes(session, namespace),
+            quota=self._rt.settings.namespace_blob_quota_bytes,
+        )
+
+    async def get(self, namespace: str, digest: str) -> tuple[BlobRow, AsyncIterator[bytes]]:
+        """The blob as ``namespace`` holds it: NOT_FOUND if it was never uploaded there, even
+        if another namespace stores the same content."""
         if not refs.is_digest(digest):
             raise InvalidArgument.for_field("digest", f"{digest!r} is not a sha256 digest")
 
         def meta(session: Session) -> BlobRow:
-            row = blobs.get(session, digest)
+            row = blobs.held(session, namespace, digest)
             if row is None:
                 raise NotFound("blob", digest)
             return row

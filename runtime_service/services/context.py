@@ -36,6 +36,9 @@ class RuntimeSettings:
     #: blob, and the total size of every stored blob together (content stored once counts once).
     max_blob_bytes: int = 64 * 1024 * 1024
     blob_quota_bytes: int = 10 * 1024 * 1024 * 1024
+    #: The blob bytes one namespace may hold (``--namespace-blob-quota-bytes``): every blob
+    #: uploaded to it counts once, even if other namespaces hold the same content.
+    namespace_blob_quota_bytes: int = 2 * 1024 * 1024 * 1024
     #: The bytes per second all uploads together may take (``--blob-upload-rate``; 0: no
     #: limit). Receiving costs the server CPU per MiB whatever else it does: unpaced, two
     #: uploads took most of it and step pairs/s fell to 0.36-0.49x on an idle 2-core machine

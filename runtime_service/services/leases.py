@@ -18,6 +18,7 @@ from functools import partial
 
 from sqlalchemy.orm import Session
 
+from agentrt_base.access import Visibility
 from agentrt_base.db import utcnow
 from agentrt_base.db_failures import database_failure
 from agentrt_base.errors import FailedPrecondition, InvalidArgument
@@ -95,9 +96,11 @@ class LeasesService:
         labels: dict[str, str],
         lease_ttl: dt.timedelta | None,
         wait: dt.timedelta | None,
+        visible: Visibility,
     ) -> Acquired | None:
-        """Hand the highest-priority, oldest eligible run to ``worker_id``, waiting up to
-        ``wait`` for one to appear; None if none did."""
+        """Hand the highest-priority, oldest eligible run ``visible`` admits (the worker's
+        namespaces and agent scopes) to ``worker_id``, waiting up to ``wait`` for one to
+        appear; None if none did."""
         if not worker_id or len(worker_id) > 200:
             raise InvalidArgument.for_field("worker_id", "required, at most 200 characters")
         ttl = self._ttl(lease_ttl)
@@ -111,7 +114,9 @@ class LeasesService:
             # Subscribe before looking, so a run queued between the look and the sleep wakes us.
             with self._rt.notifier.subscribe([notify.WORK]) as woken:
                 acquired = await self._rt.write(
-                    lambda session: self._try_acquire(session, worker_id, agent_ids, labels, ttl)
+                    lambda session: self._try_acquire(
+                        session, worker_id, agent_ids, labels, visible, ttl
+                    )
                 )
                 if acquired is not None:
                     return acquired
@@ -125,9 +130,10 @@ class LeasesService:
         worker_id: str,
         agent_ids: list[str],
         labels: dict[str, str],
+        visible: Visibility,
         ttl: dt.timedelta,
     ) -> Acquired | None:
-        run = leases.lock_next_queued(session, agent_ids, labels, utcnow())
+        run = leases.lock_next_queued(session, agent_ids, labels, visible, utcnow())
         if run is None:
             return None
         # Fix: stamp the attempt after the look-up, not before it: a run released by another

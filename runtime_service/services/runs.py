@@ -8,9 +8,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from agentrt_base.access import Visibility, check_namespace
 from agentrt_base.db import utcnow
 from agentrt_base.errors import (
     Aborted,
+    AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -105,6 +107,15 @@ def check_run_spec(spec: RunSpec, now: dt.datetime) -> None:
     problems.raise_if_any("invalid run")
 
 
+def _namespaces(requested: str, visible: Visibility) -> frozenset[str] | None:
+    """The namespaces a list reads: the one asked for (if any) among those the caller may see
+    (None: any)."""
+    if not requested:
+        return visible.namespaces
+    wanted = frozenset({check_namespace(requested, "namespace")})
+    return wanted if visible.namespaces is None else wanted & visible.namespaces
+
+
 class RunsService:
     """Use cases of RuntimeService (threads, messages, runs)."""
 
@@ -116,8 +127,10 @@ class RunsService:
     # -- threads ---------------------------------------------------------------------------
 
     async def create_thread(
-        self, title: str, metadata: dict[str, str], policy: str, request_id: str
+        self, namespace: str, title: str, metadata: dict[str, str], policy: str, request_id: str
     ) -> ThreadRow:
+        """``namespace`` as :func:`access.check_namespace` left it (the permission check
+        read it first)."""
         problems = ViolationCollector()
         if len(title.encode()) > 4096:
             problems.add("title", "at most 4096 bytes")
@@ -131,9 +144,17 @@ class RunsService:
             if request_id:
                 existing = threads.by_request_id(session, request_id)
                 if existing is not None:
+                    if existing.namespace != namespace:
+                        # Request ids are global: never hand another namespace its thread.
+                        raise AlreadyExists(
+                            "thread",
+                            f"request_id {request_id}",
+                            "request_id is taken by a thread of another namespace",
+                        )
                     return existing
             return threads.create(
                 session,
+                namespace=namespace,
                 title=title,
                 metadata=metadata,
                 concurrency_policy=policy or "REJECT",
@@ -152,14 +173,21 @@ class RunsService:
         return await self._rt.read(lambda session: threads.get(session, thread_id))
 
     async def list_threads(
-        self, metadata: dict[str, str], page_size: int, page_token: str
+        self,
+        metadata: dict[str, str],
+        namespace: str,
+        visible: Visibility,
+        page_size: int,
+        page_token: str,
     ) -> tuple[list[ThreadRow], str]:
-        filters = {"metadata": metadata}
+        """The threads matching the filters that ``visible`` admits."""
+        filters = {"metadata": metadata, "namespace": namespace}
         page = page_request(page_size, page_token, filters, key=(str,), default=50)
+        namespaces = _namespaces(namespace, visible)
 
         def read(session: Session) -> tuple[list[ThreadRow], str]:
             after = page.after[0] if page.after is not None else None
-            found = threads.page(session, metadata, after, page.size + 1)
+            found = threads.page(session, metadata, namespaces, after, page.size + 1)
             return cut_page(found, page.size, filters, lambda r: [r.id])
 
         return await self._rt.read(read)
@@ -273,6 +301,7 @@ class RunsService:
                 session,
                 run_requests.NewRun(
                     thread_id=thread.id,
+                    namespace=thread.namespace,
                     request_id=request_key,
                     agent_ref=spec.agent_ref,
                     version=version,
@@ -362,10 +391,24 @@ class RunsService:
         return await self._rt.read(lambda session: runs.get(session, run_id))
 
     async def list_runs(
-        self, thread_id: str, statuses: list[str], agent_id: str, page_size: int, page_token: str
+        self,
+        thread_id: str,
+        statuses: list[str],
+        agent_id: str,
+        namespace: str,
+        visible: Visibility,
+        page_size: int,
+        page_token: str,
     ) -> tuple[list[RunRow], str]:
-        filters = {"thread_id": thread_id, "statuses": sorted(statuses), "agent_id": agent_id}
+        """The runs matching the filters that ``visible`` admits."""
+        filters = {
+            "thread_id": thread_id,
+            "statuses": sorted(statuses),
+            "agent_id": agent_id,
+            "namespace": namespace,
+        }
         page = page_request(page_size, page_token, filters, key=(str,), default=50)
+        namespaces = _namespaces(namespace, visible)
 
         def read(session: Session) -> tuple[list[RunRow], str]:
             rows = runs.page(
@@ -373,6 +416,7 @@ class RunsService:
                 thread_id=thread_id,
                 statuses=statuses,
                 agent_id=agent_id,
+                namespaces=namespaces,
                 after_id=page.after[0] if page.after is not None else None,
                 limit=page.size + 1,
             )

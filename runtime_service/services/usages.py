@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
+from agentrt_base.access import Visibility
 from agentrt_base.errors import InvalidArgument, NotFound
 from agentrt_base.paging import PageRequest, next_page_token, page_request
 from registry import refs
@@ -24,7 +25,7 @@ from registry import service as registry_service
 from registry import store as registry_store
 from registry.model import Component
 from runtime_service.services.context import Runtime
-from runtime_service.store import audit_reads, audit_usages
+from runtime_service.store import audit_reads, audit_usages, resources
 from runtime_service.store.audit_usages import ModelKind
 
 QueryKind = Literal["component_ref", "tool_schema_digest", "agent_digest", "model_id"]
@@ -88,8 +89,11 @@ class UsageService:
         self._rt = runtime
 
     async def find_usages(
-        self, query: UsageQuery, page_size: int, page_token: str
+        self, query: UsageQuery, visible: Visibility, page_size: int, page_token: str
     ) -> tuple[list[Usage], str]:
+        """One page of the query's uses, keeping those of runs ``visible`` admits (a page may
+        then hold fewer than ``page_size``: AIP-158 allows it, and the token still moves past
+        every use read)."""
         field_name = query.kind
         if not query.value:
             raise InvalidArgument.for_field(
@@ -156,8 +160,16 @@ class UsageService:
                 page.size,
             )
 
-        usages, more = await self._rt.read(read)
-        token = next_page_token(list(usages[-1].key), filters) if more and usages else ""
+        def read_visible(session: Session) -> tuple[list[Usage], bool, list[Any]]:
+            usages, more = read(session)
+            last = list(usages[-1].key) if usages else []
+            if visible.namespaces is not None:
+                namespaces = resources.namespaces_of_runs(session, {u.run_id for u in usages})
+                usages = [u for u in usages if namespaces.get(u.run_id) in visible.namespaces]
+            return usages, more, last
+
+        usages, more, last = await self._rt.read(read_visible)
+        token = next_page_token(last, filters) if more and last else ""
         return usages, token
 
     def _component_usages(

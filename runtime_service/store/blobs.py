@@ -43,7 +43,7 @@ from sqlalchemy.orm import Session
 
 from agentrt_base.db import Database, utcnow
 from runtime_service.blob_rules import CHUNK_BYTES, blob_missing, check_reference
-from runtime_service.store.ledger import BlobContentRow, BlobRow
+from runtime_service.store.ledger import BlobContentRow, BlobNamespaceRow, BlobRow
 
 T = TypeVar("T")
 
@@ -182,16 +182,41 @@ def used_bytes(session: Session) -> int:
     return int(session.scalar(stored) or 0)
 
 
-def stored_or_lock(session: Session, digest: str) -> BlobRow | None:
-    """The row of ``digest`` if it is stored; if not, None, with the quota's lock held (on
-    PostgreSQL) until this transaction ends, so the caller may check the quota and insert."""
-    existing = session.get(BlobRow, digest)
-    if existing is not None or session.get_bind().dialect.name != "postgresql":
-        return existing
-    # Replicas commit blobs concurrently: one at a time, or two could each fit the quota
-    # alone and pass it together.
-    session.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('agentrt.blobs'))"))
+def stored_and_locked(session: Session, digest: str) -> BlobRow | None:
+    """The row of ``digest`` if it is stored, else None; either way with the quotas' lock
+    held (on PostgreSQL) until this transaction ends, so the caller may check the quotas,
+    insert the blob and add it to a namespace."""
+    if session.get_bind().dialect.name == "postgresql":
+        # Replicas commit blobs concurrently: one at a time, or two could each fit a quota
+        # alone and pass it together. (SQLite has one writer already.)
+        session.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('agentrt.blobs'))"))
     return session.get(BlobRow, digest)
+
+
+def held(session: Session, namespace: str, digest: str) -> BlobRow | None:
+    """The blob's row if ``namespace`` holds it (it was uploaded there), else None."""
+    return session.scalar(
+        sa.select(BlobRow)
+        .join(BlobNamespaceRow, BlobNamespaceRow.digest == BlobRow.digest)
+        .where(BlobNamespaceRow.namespace == namespace, BlobNamespaceRow.digest == digest)
+    )
+
+
+def namespace_used_bytes(session: Session, namespace: str) -> int:
+    """The size of every blob ``namespace`` holds together: what its quota counts."""
+    used = sa.select(sa.func.coalesce(sa.func.sum(BlobNamespaceRow.size), 0)).where(
+        BlobNamespaceRow.namespace == namespace
+    )
+    return int(session.scalar(used) or 0)
+
+
+def add_to_namespace(session: Session, namespace: str, row: BlobRow, now: dt.datetime) -> None:
+    """Record that ``namespace`` holds the blob (the caller checked it did not, under the
+    quotas' lock)."""
+    session.add(
+        BlobNamespaceRow(namespace=namespace, digest=row.digest, size=row.size, create_time=now)
+    )
+    session.flush()
 
 
 class StoredMeanwhile(Exception):

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
+from agentrt_base.access import Visibility, scope_like
 from runtime_service.lifecycle import TERMINAL, RunStatus
 from runtime_service.store.tables import AttemptRow, RunRow
 
@@ -24,11 +25,16 @@ def _label(session: Session, key: str) -> sa.ColumnElement[Any]:
 
 
 def lock_next_queued(
-    session: Session, agent_ids: list[str], labels: dict[str, str], now: dt.datetime
+    session: Session,
+    agent_ids: list[str],
+    labels: dict[str, str],
+    visible: Visibility,
+    now: dt.datetime,
 ) -> RunRow | None:
     """The highest-priority, oldest run a worker may take now (queued, not blocked, before its
-    deadline, of one of ``agent_ids`` if any, with every label of ``labels``), locked; None if
-    there is none (or every one is locked by another acquirer)."""
+    deadline, of one of ``agent_ids`` if any, with every label of ``labels``, in what
+    ``visible`` admits: the worker's namespaces and agent scopes), locked; None if there is
+    none (or every one is locked by another acquirer)."""
     stmt = (
         sa.select(RunRow)
         .where(
@@ -40,6 +46,15 @@ def lock_next_queued(
     )
     if agent_ids:
         stmt = stmt.where(RunRow.agent_id.in_(agent_ids))
+    if visible.namespaces is not None:
+        stmt = stmt.where(RunRow.namespace.in_(sorted(visible.namespaces)))
+    if visible.scopes is not None:
+        stmt = stmt.where(
+            sa.or_(
+                sa.false(),
+                *(RunRow.agent_id.like(scope_like(p), escape="\\") for p in visible.scopes),
+            )
+        )
     for key, value in sorted(labels.items()):
         stmt = stmt.where(_label(session, key) == value)
     # SKIP LOCKED: concurrent acquirers on PostgreSQL take different rows instead of

@@ -211,6 +211,20 @@ class BlobRow(Base):
     create_time: Mapped[dt.datetime]
 
 
+class BlobNamespaceRow(Base):
+    """A namespace a blob was uploaded to: GetBlob finds a blob only in these, and its size
+    counts against each one's quota (the bytes themselves are stored once)."""
+
+    __tablename__ = "runtime_blob_namespaces"
+
+    namespace: Mapped[str] = mapped_column(sa.String(63), primary_key=True)
+    digest: Mapped[str] = mapped_column(
+        _DIGEST, sa.ForeignKey("runtime_blobs.digest"), primary_key=True
+    )
+    size: Mapped[int] = mapped_column(sa.BigInteger)
+    create_time: Mapped[dt.datetime]
+
+
 class BlobContentRow(Base):
     """Blob bytes, for the embedded default store (chunked so no row is huge)."""
 

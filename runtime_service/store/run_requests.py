@@ -31,6 +31,7 @@ class NewRun:
     run it waits behind (thread policy ENQUEUE or INTERRUPT) chosen."""
 
     thread_id: str
+    namespace: str
     request_id: str | None
     agent_ref: str
     version: AgentVersion
@@ -56,6 +57,7 @@ def create(session: Session, new: NewRun, now: dt.datetime) -> RunRow:
     run = RunRow(
         id=new_id("run"),
         thread_id=new.thread_id,
+        namespace=new.namespace,
         request_id=new.request_id,
         agent_requested_ref=new.agent_ref,
         agent_digest=new.version.digest,

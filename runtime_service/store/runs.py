@@ -80,12 +80,15 @@ def page(
     thread_id: str,
     statuses: list[str],
     agent_id: str,
+    namespaces: frozenset[str] | None,
     after_id: str | None,
     limit: int,
 ) -> Sequence[RunRow]:
-    """Up to ``limit`` runs matching every filter given (empty: any), newest id first, after
-    ``after_id`` (exclusive) if given."""
+    """Up to ``limit`` runs matching every filter given (empty: any) in ``namespaces`` (None:
+    any), newest id first, after ``after_id`` (exclusive) if given."""
     stmt = sa.select(RunRow)
+    if namespaces is not None:
+        stmt = stmt.where(RunRow.namespace.in_(sorted(namespaces)))
     if thread_id:
         stmt = stmt.where(RunRow.thread_id == thread_id)
     if statuses:

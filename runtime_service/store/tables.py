@@ -17,10 +17,16 @@ _ID = sa.String(40)
 _DIGEST = sa.String(71)
 
 
+_NAMESPACE = sa.String(63)
+
+
 class ThreadRow(Base):
     __tablename__ = "runtime_threads"
+    __table_args__ = (sa.Index("ix_runtime_threads_namespace_id", "namespace", "id"),)
 
     id: Mapped[str] = mapped_column(_ID, primary_key=True)
+    # Access control (agentrt_base.access): set at creation, never changed.
+    namespace: Mapped[str] = mapped_column(_NAMESPACE, server_default="default")
     title: Mapped[str] = mapped_column(sa.Text)
     metadata_json: Mapped[str] = mapped_column(sa.Text)
     concurrency_policy: Mapped[str] = mapped_column(sa.String(16))
@@ -58,10 +64,13 @@ class RunRow(Base):
         sa.Index("ix_runtime_runs_queue", "status", "blocked_by_run_id", "priority", "create_time"),
         sa.Index("ix_runtime_runs_thread_id_create_time", "thread_id", "create_time"),
         sa.Index("ix_runtime_runs_deadline_time", "deadline_time"),
+        sa.Index("ix_runtime_runs_namespace_id", "namespace", "id"),
     )
 
     id: Mapped[str] = mapped_column(_ID, primary_key=True)
     thread_id: Mapped[str] = mapped_column(_ID, sa.ForeignKey("runtime_threads.id"))
+    # The thread's, copied: every permission check on a run reads it from the run's row.
+    namespace: Mapped[str] = mapped_column(_NAMESPACE, server_default="default")
     request_id: Mapped[str | None] = mapped_column(sa.String(128), unique=True)
     # The binding: resolved once, at creation, never changed.
     agent_requested_ref: Mapped[str] = mapped_column(sa.String(200))

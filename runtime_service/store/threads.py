@@ -56,6 +56,7 @@ def by_request_id(session: Session, request_id: str) -> ThreadRow | None:
 def create(
     session: Session,
     *,
+    namespace: str,
     title: str,
     metadata: dict[str, str],
     concurrency_policy: str,
@@ -69,6 +70,7 @@ def create(
     """
     thread = ThreadRow(
         id=new_id("thr"),
+        namespace=namespace,
         title=title,
         metadata_json=dumps(metadata),
         concurrency_policy=concurrency_policy,
@@ -117,11 +119,17 @@ def append_event(
 
 
 def page(
-    session: Session, metadata: dict[str, str], after_id: str | None, limit: int
+    session: Session,
+    metadata: dict[str, str],
+    namespaces: frozenset[str] | None,
+    after_id: str | None,
+    limit: int,
 ) -> list[ThreadRow]:
-    """Up to ``limit`` threads whose metadata holds every pair of ``metadata``, newest id first,
-    after ``after_id`` (exclusive) if given."""
+    """Up to ``limit`` threads of ``namespaces`` (None: any) whose metadata holds every pair of
+    ``metadata``, newest id first, after ``after_id`` (exclusive) if given."""
     stmt = sa.select(ThreadRow).order_by(ThreadRow.id.desc())
+    if namespaces is not None:
+        stmt = stmt.where(ThreadRow.namespace.in_(sorted(namespaces)))
     if after_id is not None:
         stmt = stmt.where(ThreadRow.id < after_id)
     found: list[ThreadRow] = []

@@ -66,6 +66,7 @@ class Thread(_message.Message):
     METADATA_FIELD_NUMBER: _builtins.int
     CONCURRENCY_POLICY_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Output only. `thr_...`."""
     title: _builtins.str
@@ -73,6 +74,11 @@ class Thread(_message.Message):
     concurrency_policy: _enum_pb2.ConcurrencyPolicy.ValueType
     """Default policy for a new run while another run of the thread is not yet
     terminal. Never UNSPECIFIED on output (the server default is REJECT).
+    """
+    namespace: _builtins.str
+    """Where the thread, its runs, messages and artifacts live for access control
+    (docs/security.md): a DNS label, `default` when the creator gave none. Set
+    at creation, never changed.
     """
     @_builtins.property
     def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
@@ -90,10 +96,11 @@ class Thread(_message.Message):
         metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         concurrency_policy: _enum_pb2.ConcurrencyPolicy.ValueType = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
+        namespace: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_policy", b"concurrency_policy", "create_time", b"create_time", "id", b"id", "metadata", b"metadata", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_policy", b"concurrency_policy", "create_time", b"create_time", "id", b"id", "metadata", b"metadata", "namespace", b"namespace", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -415,6 +422,7 @@ class Run(_message.Message):
     END_TIME_FIELD_NUMBER: _builtins.int
     UPDATE_TIME_FIELD_NUMBER: _builtins.int
     LAST_EVENT_SEQUENCE_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """`run_...`."""
     thread_id: _builtins.str
@@ -460,6 +468,8 @@ class Run(_message.Message):
     """Sequence of the run's latest event; WatchRun(after_sequence=this) tails
     from here without replaying.
     """
+    namespace: _builtins.str
+    """Output only. The namespace of the run's thread."""
     @_builtins.property
     def agent(self) -> Global___AgentBinding:
         """The agent definition this run executes, resolved at creation."""
@@ -534,10 +544,11 @@ class Run(_message.Message):
         end_time: _timestamp_pb2.Timestamp | None = ...,
         update_time: _timestamp_pb2.Timestamp | None = ...,
         last_event_sequence: _builtins.int = ...,
+        namespace: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "budget", b"budget", "create_time", b"create_time", "deadline_time", b"deadline_time", "end_time", b"end_time", "goal", b"goal", "start_time", b"start_time", "update_time", b"update_time", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "amendments", b"amendments", "attempt_count", b"attempt_count", "budget", b"budget", "cancel_requested", b"cancel_requested", "concurrency_policy", b"concurrency_policy", "create_time", b"create_time", "current_attempt_id", b"current_attempt_id", "deadline_time", b"deadline_time", "derived_from_run_id", b"derived_from_run_id", "end_time", b"end_time", "goal", b"goal", "id", b"id", "input_revision", b"input_revision", "labels", b"labels", "last_event_sequence", b"last_event_sequence", "latest_checkpoint_id", b"latest_checkpoint_id", "max_attempts", b"max_attempts", "output_ref", b"output_ref", "parent_run_id", b"parent_run_id", "pause_requested", b"pause_requested", "permission_ceiling", b"permission_ceiling", "priority", b"priority", "result_summary", b"result_summary", "runtime_version", b"runtime_version", "start_time", b"start_time", "status", b"status", "step_count", b"step_count", "terminal_message", b"terminal_message", "terminal_reason", b"terminal_reason", "thread_id", b"thread_id", "update_time", b"update_time", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "amendments", b"amendments", "attempt_count", b"attempt_count", "budget", b"budget", "cancel_requested", b"cancel_requested", "concurrency_policy", b"concurrency_policy", "create_time", b"create_time", "current_attempt_id", b"current_attempt_id", "deadline_time", b"deadline_time", "derived_from_run_id", b"derived_from_run_id", "end_time", b"end_time", "goal", b"goal", "id", b"id", "input_revision", b"input_revision", "labels", b"labels", "last_event_sequence", b"last_event_sequence", "latest_checkpoint_id", b"latest_checkpoint_id", "max_attempts", b"max_attempts", "namespace", b"namespace", "output_ref", b"output_ref", "parent_run_id", b"parent_run_id", "pause_requested", b"pause_requested", "permission_ceiling", b"permission_ceiling", "priority", b"priority", "result_summary", b"result_summary", "runtime_version", b"runtime_version", "start_time", b"start_time", "status", b"status", "step_count", b"step_count", "terminal_message", b"terminal_message", "terminal_reason", b"terminal_reason", "thread_id", b"thread_id", "update_time", b"update_time", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1649,22 +1660,29 @@ class BlobHeader(_message.Message):
     MEDIA_TYPE_FIELD_NUMBER: _builtins.int
     SIZE_FIELD_NUMBER: _builtins.int
     EXPECTED_DIGEST_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
     media_type: _builtins.str
     """Defaults to `application/octet-stream`."""
     size: _builtins.int
     """Required. Exact total size in bytes of the chunks that follow."""
     expected_digest: _builtins.str
     """Optional `sha256:...`; the upload is refused if the content differs."""
+    namespace: _builtins.str
+    """The namespace the blob is stored for (`default` if empty): GetBlob finds it
+    only in the namespaces it was uploaded to, and it counts against each one's
+    blob quota.
+    """
     def __init__(
         self,
         *,
         media_type: _builtins.str = ...,
         size: _builtins.int = ...,
         expected_digest: _builtins.str = ...,
+        namespace: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["expected_digest", b"expected_digest", "media_type", b"media_type", "size", b"size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expected_digest", b"expected_digest", "media_type", b"media_type", "namespace", b"namespace", "size", b"size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

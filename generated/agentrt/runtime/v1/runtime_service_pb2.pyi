@@ -51,11 +51,16 @@ class CreateThreadRequest(_message.Message):
     TITLE_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
     CONCURRENCY_POLICY_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """Idempotency key (AIP-155), e.g. a UUID. Recommended."""
     title: _builtins.str
     concurrency_policy: _enum_pb2.ConcurrencyPolicy.ValueType
     """Default policy for runs of this thread; UNSPECIFIED means REJECT."""
+    namespace: _builtins.str
+    """The namespace the thread lives in (a DNS label; `default` if empty). The
+    caller needs `threads.create` in it.
+    """
     @_builtins.property
     def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
@@ -65,10 +70,11 @@ class CreateThreadRequest(_message.Message):
         title: _builtins.str = ...,
         metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         concurrency_policy: _enum_pb2.ConcurrencyPolicy.ValueType = ...,
+        namespace: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_policy", b"concurrency_policy", "metadata", b"metadata", "request_id", b"request_id", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_policy", b"concurrency_policy", "metadata", b"metadata", "namespace", b"namespace", "request_id", b"request_id", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -161,8 +167,13 @@ class ListThreadsRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
     page_token: _builtins.str
+    namespace: _builtins.str
+    """Only threads of this namespace. Whatever the filter, a list holds only
+    threads of namespaces the caller may read.
+    """
     @_builtins.property
     def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Only threads whose metadata contains all of these pairs."""
@@ -173,10 +184,11 @@ class ListThreadsRequest(_message.Message):
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
         metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        namespace: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata", "namespace", b"namespace", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -487,12 +499,17 @@ class ListRunsRequest(_message.Message):
     THREAD_ID_FIELD_NUMBER: _builtins.int
     STATUSES_FIELD_NUMBER: _builtins.int
     AGENT_ID_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
     page_token: _builtins.str
     thread_id: _builtins.str
     """Only runs of this thread."""
     agent_id: _builtins.str
     """Only runs bound to this agent id."""
+    namespace: _builtins.str
+    """Only runs of threads in this namespace. Whatever the filters, a list holds
+    only runs of namespaces the caller may read.
+    """
     @_builtins.property
     def statuses(self) -> _containers.RepeatedScalarFieldContainer[_enum_pb2.RunStatus.ValueType]:
         """Only runs in one of these statuses."""
@@ -505,10 +522,11 @@ class ListRunsRequest(_message.Message):
         thread_id: _builtins.str = ...,
         statuses: _abc.Iterable[_enum_pb2.RunStatus.ValueType] | None = ...,
         agent_id: _builtins.str = ...,
+        namespace: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "page_size", b"page_size", "page_token", b"page_token", "statuses", b"statuses", "thread_id", b"thread_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "namespace", b"namespace", "page_size", b"page_size", "page_token", b"page_token", "statuses", b"statuses", "thread_id", b"thread_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1228,16 +1246,20 @@ class GetBlobRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     DIGEST_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
     digest: _builtins.str
     """Required. `sha256:...`."""
+    namespace: _builtins.str
+    """The namespace it was uploaded to (`default` if empty)."""
     def __init__(
         self,
         *,
         digest: _builtins.str = ...,
+        namespace: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "namespace", b"namespace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -391,13 +391,16 @@ class RuntimeServiceServicer:
 
     def PutBlob(self, request_iterator, context):
         """Uploads a content-addressed blob: one header message, then chunks of at most
-        1 MiB each, then half-close. Content is stored once per digest; uploading
-        existing content succeeds with created=false. Used by clients and workers.
+        1 MiB each, then half-close. Content is stored once per digest and held by
+        each namespace it is uploaded to (header.namespace); uploading content the
+        namespace holds already succeeds with created=false. Used by clients and
+        workers.
 
         Errors: INVALID_ARGUMENT (first message not a header, a second header, byte
         count differs from header.size, content does not match expected_digest);
         RESOURCE_EXHAUSTED with ErrorInfo(reason="BLOB_TOO_LARGE") when size exceeds
-        the server limit (default 64 MiB).
+        the server limit (default 64 MiB), "BLOB_QUOTA_EXCEEDED" (all blobs) or
+        "NAMESPACE_BLOB_QUOTA_EXCEEDED" (the namespace's, default 2 GiB).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -405,8 +408,8 @@ class RuntimeServiceServicer:
 
     def GetBlob(self, request, context):
         """Downloads a blob: the first message carries its metadata, the following ones
-        chunks of at most 1 MiB, in order. Errors: NOT_FOUND; INVALID_ARGUMENT
-        (malformed digest).
+        chunks of at most 1 MiB, in order. Errors: NOT_FOUND (also when only another
+        namespace holds the content); INVALID_ARGUMENT (malformed digest).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -174,18 +174,21 @@ class RuntimeServiceStub:
     """
     PutBlob: _grpc.StreamUnaryMultiCallable[_runtime_service_pb2.PutBlobRequest, _runtime_service_pb2.PutBlobResponse]
     """Uploads a content-addressed blob: one header message, then chunks of at most
-    1 MiB each, then half-close. Content is stored once per digest; uploading
-    existing content succeeds with created=false. Used by clients and workers.
+    1 MiB each, then half-close. Content is stored once per digest and held by
+    each namespace it is uploaded to (header.namespace); uploading content the
+    namespace holds already succeeds with created=false. Used by clients and
+    workers.
 
     Errors: INVALID_ARGUMENT (first message not a header, a second header, byte
     count differs from header.size, content does not match expected_digest);
     RESOURCE_EXHAUSTED with ErrorInfo(reason="BLOB_TOO_LARGE") when size exceeds
-    the server limit (default 64 MiB).
+    the server limit (default 64 MiB), "BLOB_QUOTA_EXCEEDED" (all blobs) or
+    "NAMESPACE_BLOB_QUOTA_EXCEEDED" (the namespace's, default 2 GiB).
     """
     GetBlob: _grpc.UnaryStreamMultiCallable[_runtime_service_pb2.GetBlobRequest, _runtime_service_pb2.GetBlobResponse]
     """Downloads a blob: the first message carries its metadata, the following ones
-    chunks of at most 1 MiB, in order. Errors: NOT_FOUND; INVALID_ARGUMENT
-    (malformed digest).
+    chunks of at most 1 MiB, in order. Errors: NOT_FOUND (also when only another
+    namespace holds the content); INVALID_ARGUMENT (malformed digest).
     """
 
 @_typing.type_check_only
@@ -334,18 +337,21 @@ class RuntimeServiceAsyncStub(RuntimeServiceStub):
     """
     PutBlob: _aio.StreamUnaryMultiCallable[_runtime_service_pb2.PutBlobRequest, _runtime_service_pb2.PutBlobResponse]  # type: ignore[assignment]
     """Uploads a content-addressed blob: one header message, then chunks of at most
-    1 MiB each, then half-close. Content is stored once per digest; uploading
-    existing content succeeds with created=false. Used by clients and workers.
+    1 MiB each, then half-close. Content is stored once per digest and held by
+    each namespace it is uploaded to (header.namespace); uploading content the
+    namespace holds already succeeds with created=false. Used by clients and
+    workers.
 
     Errors: INVALID_ARGUMENT (first message not a header, a second header, byte
     count differs from header.size, content does not match expected_digest);
     RESOURCE_EXHAUSTED with ErrorInfo(reason="BLOB_TOO_LARGE") when size exceeds
-    the server limit (default 64 MiB).
+    the server limit (default 64 MiB), "BLOB_QUOTA_EXCEEDED" (all blobs) or
+    "NAMESPACE_BLOB_QUOTA_EXCEEDED" (the namespace's, default 2 GiB).
     """
     GetBlob: _aio.UnaryStreamMultiCallable[_runtime_service_pb2.GetBlobRequest, _runtime_service_pb2.GetBlobResponse]  # type: ignore[assignment]
     """Downloads a blob: the first message carries its metadata, the following ones
-    chunks of at most 1 MiB, in order. Errors: NOT_FOUND; INVALID_ARGUMENT
-    (malformed digest).
+    chunks of at most 1 MiB, in order. Errors: NOT_FOUND (also when only another
+    namespace holds the content); INVALID_ARGUMENT (malformed digest).
     """
 
 class RuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -617,13 +623,16 @@ class RuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_runtime_service_pb2.PutBlobResponse, _abc.Awaitable[_runtime_service_pb2.PutBlobResponse]]:
         """Uploads a content-addressed blob: one header message, then chunks of at most
-        1 MiB each, then half-close. Content is stored once per digest; uploading
-        existing content succeeds with created=false. Used by clients and workers.
+        1 MiB each, then half-close. Content is stored once per digest and held by
+        each namespace it is uploaded to (header.namespace); uploading content the
+        namespace holds already succeeds with created=false. Used by clients and
+        workers.
 
         Errors: INVALID_ARGUMENT (first message not a header, a second header, byte
         count differs from header.size, content does not match expected_digest);
         RESOURCE_EXHAUSTED with ErrorInfo(reason="BLOB_TOO_LARGE") when size exceeds
-        the server limit (default 64 MiB).
+        the server limit (default 64 MiB), "BLOB_QUOTA_EXCEEDED" (all blobs) or
+        "NAMESPACE_BLOB_QUOTA_EXCEEDED" (the namespace's, default 2 GiB).
         """
 
     @_abc_1.abstractmethod
@@ -633,8 +642,8 @@ class RuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_runtime_service_pb2.GetBlobResponse], _abc.AsyncIterator[_runtime_service_pb2.GetBlobResponse]]:
         """Downloads a blob: the first message carries its metadata, the following ones
-        chunks of at most 1 MiB, in order. Errors: NOT_FOUND; INVALID_ARGUMENT
-        (malformed digest).
+        chunks of at most 1 MiB, in order. Errors: NOT_FOUND (also when only another
+        namespace holds the content); INVALID_ARGUMENT (malformed digest).
         """
 
 def add_RuntimeServiceServicer_to_server(servicer: RuntimeServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

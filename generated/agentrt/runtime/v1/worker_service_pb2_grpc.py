@@ -124,6 +124,9 @@ class WorkerServiceServicer:
         thread (ENQUEUE policy) is not offered. If the caller disconnects after the
         server acquired, the lease simply expires and the attempt becomes LOST.
 
+        Only runs the caller may work on are offered: with authentication, those of
+        its namespaces and agent scopes (docs/security.md).
+
         Errors: INVALID_ARGUMENT (empty worker_id, negative durations).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

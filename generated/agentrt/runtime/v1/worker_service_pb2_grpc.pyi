@@ -57,6 +57,9 @@ class WorkerServiceStub:
     thread (ENQUEUE policy) is not offered. If the caller disconnects after the
     server acquired, the lease simply expires and the attempt becomes LOST.
 
+    Only runs the caller may work on are offered: with authentication, those of
+    its namespaces and agent scopes (docs/security.md).
+
     Errors: INVALID_ARGUMENT (empty worker_id, negative durations).
     """
     Heartbeat: _grpc.UnaryUnaryMultiCallable[_worker_service_pb2.HeartbeatRequest, _worker_service_pb2.HeartbeatResponse]
@@ -194,6 +197,9 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     empty response (no run) with OK. A run queued behind an earlier run of its
     thread (ENQUEUE policy) is not offered. If the caller disconnects after the
     server acquired, the lease simply expires and the attempt becomes LOST.
+
+    Only runs the caller may work on are offered: with authentication, those of
+    its namespaces and agent scopes (docs/security.md).
 
     Errors: INVALID_ARGUMENT (empty worker_id, negative durations).
     """
@@ -335,6 +341,9 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         empty response (no run) with OK. A run queued behind an earlier run of its
         thread (ENQUEUE policy) is not offered. If the caller disconnects after the
         server acquired, the lease simply expires and the attempt becomes LOST.
+
+        Only runs the caller may work on are offered: with authentication, those of
+        its namespaces and agent scopes (docs/security.md).
 
         Errors: INVALID_ARGUMENT (empty worker_id, negative durations).
         """

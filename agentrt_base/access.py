@@ -1,0 +1,417 @@
+"""Who may do what: the one permission table the server enforces (issue 16, item 2).
+
+Every RPC of every agentrt service has one :class:`Rule` in :data:`RULES`: the permission it
+needs and how to find, from the request, the resource it touches (a namespace, or a registry
+name, directly or through a thread, run, step, artifact or attempt). Roles grant permissions
+(:data:`ROLE_PERMISSIONS`) and are limited along dimensions (:data:`ROLE_LIMITS`): a
+``client`` only in its namespaces, a ``publisher`` only for its agent scopes (patterns over
+agent ids and component names), a ``worker`` along both. A call is allowed when one of the
+caller's roles grants the permission and admits the resource. :class:`Authorizer` applies
+this before any handler runs (``grpc_errors.ErrorMappingInterceptor``); nothing else decides
+permissions. List RPCs (``Rule.lists``) answer only what the caller may see: the authorizer
+leaves the caller's :class:`Visibility` in :data:`VISIBLE` for the store's query to filter by.
+
+``docs/security.md`` carries :func:`markdown_matrix` of this table (a test keeps them equal),
+and the authorisation matrix test drives every RPC with every role against that document.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from functools import lru_cache
+from typing import Any
+
+from agentrt_base.auth import CALLER, ROLES, Principal
+from agentrt_base.errors import InvalidArgument, PermissionDenied
+
+#: Where a thread (and its runs, messages, blobs and artifacts) lives when nobody says.
+DEFAULT_NAMESPACE = "default"
+_NAMESPACE = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+
+
+def check_namespace(value: str, field_path: str) -> str:
+    """``value``, or the default namespace when empty; a DNS label (RFC 1123: lower-case
+    letters, digits and ``-``, at most 63) otherwise INVALID_ARGUMENT naming ``field_path``."""
+    if not value:
+        return DEFAULT_NAMESPACE
+    if not _NAMESPACE.fullmatch(value):
+        raise InvalidArgument.for_field(
+            field_path, "a namespace is 1-63 lower-case letters, digits or '-' (a DNS label)"
+        )
+    return value
+
+
+class Dimension(Enum):
+    """What a role's grant is limited by."""
+
+    NAMESPACE = "namespace"  # the principal's `namespaces`
+    SCOPE = "scope"  # the principal's `scopes`: patterns over agent ids and component names
+
+
+#: What each permission lets a caller do (the first column of the matrix in the docs).
+PERMISSIONS: Mapping[str, str] = {
+    "registry.read": "read components, agent versions, tags and their history",
+    "registry.publish": "publish components and agent versions",
+    "registry.tag": "move and delete tags",
+    "threads.create": "create threads",
+    "threads.read": "read threads, their messages and events",
+    "messages.append": "append messages to threads",
+    "runs.create": "create runs",
+    "runs.read": "read runs, attempts, steps, artifacts and run events",
+    "runs.control": "cancel, pause, resume and amend runs; send inputs",
+    "approvals.resolve": "approve or deny tool calls",
+    "blobs.read": "read blobs",
+    "blobs.write": "upload blobs",
+    "work.acquire": "acquire runs",
+    "work.record": "heartbeat, record turns, steps, checkpoints and artifacts, finish attempts",
+    "audit.read": "provenance, usages, chain verification and bundles",
+}
+
+_ALL = frozenset(PERMISSIONS)
+ROLE_PERMISSIONS: Mapping[str, frozenset[str]] = {
+    "publisher": frozenset({"registry.read", "registry.publish"}),
+    # Separate from publishing: CI publishes while only release managers move `prod`.
+    "tag-admin": frozenset({"registry.read", "registry.tag"}),
+    "client": frozenset(
+        {
+            "registry.read",
+            "threads.create",
+            "threads.read",
+            "messages.append",
+            "runs.create",
+            "runs.read",
+            "runs.control",
+            "blobs.read",
+            "blobs.write",
+        }
+    ),
+    # An approver reads what it approves (the run, its steps and their blobs).
+    "approver": frozenset({"registry.read", "runs.read", "blobs.read", "approvals.resolve"}),
+    # A worker reads its run's thread, writes the agent's replies and records its work.
+    "worker": frozenset(
+        {
+            "registry.read",
+            "threads.read",
+            "messages.append",
+            "runs.read",
+            "blobs.read",
+            "blobs.write",
+            "work.acquire",
+            "work.record",
+        }
+    ),
+    "auditor": frozenset(
+        {"registry.read", "threads.read", "runs.read", "blobs.read", "audit.read"}
+    ),
+    "admin": _ALL,
+}
+
+ROLE_LIMITS: Mapping[str, frozenset[Dimension]] = {
+    "publisher": frozenset({Dimension.SCOPE}),
+    "tag-admin": frozenset({Dimension.SCOPE}),
+    "client": frozenset({Dimension.NAMESPACE}),
+    "approver": frozenset({Dimension.NAMESPACE}),
+    "worker": frozenset({Dimension.NAMESPACE, Dimension.SCOPE}),
+    "auditor": frozenset({Dimension.NAMESPACE}),
+    "admin": frozenset(),
+}
+assert set(ROLE_PERMISSIONS) == set(ROLES) == set(ROLE_LIMITS)
+
+
+class Kind(Enum):
+    """What a request field names."""
+
+    NAMESPACE = "namespace"
+    NAME = "name"  # an agent id or a component name (a registry scope applies)
+    THREAD = "thread"
+    RUN = "run"
+    STEP = "step"
+    ARTIFACT = "artifact"
+    ATTEMPT = "attempt"
+
+
+@dataclass(frozen=True)
+class Field:
+    kind: Kind
+    path: str  # dotted, from the request message: "fence.attempt_id"
+
+
+@dataclass(frozen=True)
+class Rule:
+    permission: str
+    #: The fields that name the resource, tried in order; the first one set is the resource.
+    #: None of them set (or none declared) means the call touches no one resource.
+    fields: tuple[Field, ...] = ()
+    #: The answer lists resources: filtered to the caller's :class:`Visibility`.
+    lists: bool = False
+
+
+def _r(permission: str, *fields: tuple[Kind, str], lists: bool = False) -> Rule:
+    return Rule(permission, tuple(Field(k, p) for k, p in fields), lists)
+
+
+_REG = "/agentrt.registry.v1.RegistryService/"
+_RUN = "/agentrt.runtime.v1.RuntimeService/"
+_WRK = "/agentrt.runtime.v1.WorkerService/"
+_AUD = "/agentrt.audit.v1.AuditService/"
+_FENCE = (Kind.ATTEMPT, "fence.attempt_id")
+
+#: The permission table: every method of every agentrt service (a test checks none is missing;
+#: a method without a rule is refused).
+RULES: Mapping[str, Rule] = {
+    _REG + "PublishComponent": _r("registry.publish", (Kind.NAME, "component.name")),
+    _REG + "GetComponent": _r("registry.read"),
+    _REG + "ListComponents": _r("registry.read"),
+    _REG + "PublishAgentVersion": _r("registry.publish", (Kind.NAME, "definition.agent_id")),
+    _REG + "GetAgentVersion": _r("registry.read"),
+    _REG + "ListAgentVersions": _r("registry.read"),
+    _REG + "ComputeDigest": _r("registry.read"),
+    _REG + "SetTag": _r("registry.tag", (Kind.NAME, "agent_id")),
+    _REG + "DeleteTag": _r("registry.tag", (Kind.NAME, "agent_id")),
+    _REG + "ListTags": _r("registry.read"),
+    _REG + "ListTagHistory": _r("registry.read"),
+    _REG + "DiffAgentVersions": _r("registry.read"),
+    _RUN + "CreateThread": _r("threads.create", (Kind.NAMESPACE, "namespace")),
+    _RUN + "GetThread": _r("threads.read", (Kind.THREAD, "thread_id")),
+    _RUN + "ListThreads": _r("threads.read", (Kind.NAMESPACE, "namespace"), lists=True),
+    _RUN + "AppendMessage": _r("messages.append", (Kind.THREAD, "thread_id")),
+    _RUN + "ListMessages": _r("threads.read", (Kind.THREAD, "thread_id")),
+    _RUN + "WatchThread": _r("threads.read", (Kind.THREAD, "thread_id")),
+    _RUN + "CreateRun": _r("runs.create", (Kind.THREAD, "thread_id")),
+    _RUN + "GetRun": _r("runs.read", (Kind.RUN, "run_id")),
+    _RUN + "ListRuns": _r(
+        "runs.read", (Kind.THREAD, "thread_id"), (Kind.NAMESPACE, "namespace"), lists=True
+    ),
+    _RUN + "ListAttempts": _r("runs.read", (Kind.RUN, "run_id")),
+    _RUN + "ListSteps": _r("runs.read", (Kind.RUN, "run_id")),
+    _RUN + "GetStep": _r("runs.read", (Kind.STEP, "step_id")),
+    _RUN + "ListArtifacts": _r("runs.read", (Kind.RUN, "run_id"), (Kind.THREAD, "thread_id")),
+    _RUN + "WatchRun": _r("runs.read", (Kind.RUN, "run_id")),
+    _RUN + "CancelRun": _r("runs.control", (Kind.RUN, "run_id")),
+    _RUN + "PauseRun": _r("runs.control", (Kind.RUN, "run_id")),
+    _RUN + "ResumeRun": _r("runs.control", (Kind.RUN, "run_id")),
+    _RUN + "AmendRun": _r("runs.control", (Kind.RUN, "run_id")),
+    _RUN + "SendInput": _r("runs.control", (Kind.RUN, "run_id")),
+    _RUN + "ResolveApproval": _r("approvals.resolve", (Kind.RUN, "run_id")),
+    _RUN + "PutBlob": _r("blobs.write", (Kind.NAMESPACE, "header.namespace")),
+    _RUN + "GetBlob": _r("blobs.read", (Kind.NAMESPACE, "namespace")),
+    _WRK + "AcquireRun": _r("work.acquire", lists=True),
+    _WRK + "Heartbeat": _r("work.record", _FENCE),
+    _WRK + "BeginTurn": _r("work.record", _FENCE),
+    _WRK + "EndTurn": _r("work.record", _FENCE),
+    _WRK + "BeginStep": _r("work.record", _FENCE),
+    _WRK + "EndStep": _r("work.record", _FENCE),
+    _WRK + "WriteCheckpoint": _r("work.record", _FENCE),
+    _WRK + "CreateArtifact": _r("work.record", _FENCE),
+    _WRK + "FinishAttempt": _r("work.record", _FENCE),
+    _AUD + "GetProvenance": _r(
+        "audit.read",
+        (Kind.RUN, "run_id"),
+        (Kind.STEP, "step_id"),
+        (Kind.ARTIFACT, "artifact_id"),
+        lists=True,  # a blob's provenance spans runs: only those the caller may see
+    ),
+    _AUD + "FindUsages": _r("audit.read", lists=True),
+    _AUD + "VerifyRun": _r("audit.read", (Kind.RUN, "run_id")),
+    _AUD + "ExportBundle": _r("audit.read", (Kind.RUN, "run_id")),
+}
+
+
+@dataclass(frozen=True)
+class Resource:
+    """What a request touches, as far as permissions care: None where it has no such facet
+    (a registry name has no namespace; a thread has no agent)."""
+
+    namespace: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class Visibility:
+    """What a caller may see in a list: None means no limit along that dimension."""
+
+    namespaces: frozenset[str] | None = None
+    scopes: tuple[str, ...] | None = None
+
+    def admits(self, resource: Resource) -> bool:
+        namespace, name = resource.namespace, resource.name
+        if self.namespaces is not None and namespace is not None:
+            return namespace in self.namespaces and self._name_admitted(name)
+        return self._name_admitted(name)
+
+    def _name_admitted(self, name: str | None) -> bool:
+        if self.scopes is None or name is None:
+            return True
+        return any(scope_matches(p, name) for p in self.scopes)
+
+
+EVERYTHING = Visibility()
+#: What the caller of the list being served may see (set by :class:`Authorizer`; everything
+#: when nobody is authenticated).
+VISIBLE: contextvars.ContextVar[Visibility] = contextvars.ContextVar(
+    "agentrt_visible", default=EVERYTHING
+)
+
+
+@lru_cache(maxsize=1024)
+def _pattern(pattern: str) -> re.Pattern[str]:
+    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+
+
+def scope_matches(pattern: str, name: str) -> bool:
+    """A scope pattern matches a name: ``*`` stands for any run of characters, nothing else
+    is special (``coding_agent*`` matches ``coding_agent`` and ``coding_agent_v2``)."""
+    return _pattern(pattern).fullmatch(name) is not None
+
+
+def scope_like(pattern: str) -> str:
+    """:func:`scope_matches` as a SQL ``LIKE`` pattern with ``\\`` as its escape, for lists
+    filtered in the database (a unit test holds the two to the same answers)."""
+    escaped = pattern.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped.replace("*", "%")
+
+
+def _granting(principal: Principal, permission: str) -> list[str]:
+    return [r for r in principal.roles if permission in ROLE_PERMISSIONS.get(r, ())]
+
+
+def _role_visibility(principal: Principal, role: str) -> Visibility:
+    limits = ROLE_LIMITS[role]
+    return Visibility(
+        frozenset(principal.namespaces) if Dimension.NAMESPACE in limits else None,
+        principal.scopes if Dimension.SCOPE in limits else None,
+    )
+
+
+def visibility(principal: Principal, permission: str) -> Visibility:
+    """What ``principal`` may see under ``permission``: the union over its granting roles,
+    kept simple — the widest role along each dimension (unlimited if any role is)."""
+    namespaces: set[str] = set()
+    scopes: list[str] = []
+    any_namespace = any_scope = False
+    for role in _granting(principal, permission):
+        v = _role_visibility(principal, role)
+        if v.namespaces is None:
+            any_namespace = True
+        else:
+            namespaces |= v.namespaces
+        if v.scopes is None:
+            any_scope = True
+        else:
+            scopes.extend(v.scopes)
+    return Visibility(
+        None if any_namespace else frozenset(namespaces),
+        None if any_scope else tuple(dict.fromkeys(scopes)),
+    )
+
+
+def decide(principal: Principal, rule: Rule, resource: Resource | None) -> str | None:
+    """None if ``principal`` may make a call under ``rule`` touching ``resource``; else why
+    not (the ErrorInfo reason). The one function that decides."""
+    roles = _granting(principal, rule.permission)
+    if not roles:
+        return "ROLE_MISSING"
+    if resource is None:
+        return None
+    if any(_role_visibility(principal, r).admits(resource) for r in roles):
+        return None
+    return "OUTSIDE_SCOPE"
+
+
+def field_value(request: Any, path: str) -> str:
+    value = request
+    for part in path.split("."):
+        value = getattr(value, part)
+    return str(value)
+
+
+#: Finds what a thread, run, step, artifact or attempt id belongs to (None: no such thing;
+#: the handler then answers NOT_FOUND as it would for anyone).
+Lookup = Callable[[Kind, str], Awaitable[Resource | None]]
+
+
+class Authorizer:
+    """Applies :data:`RULES` to each call, after authentication set :data:`CALLER`."""
+
+    def __init__(self, lookup: Lookup) -> None:
+        self._lookup = lookup
+
+    async def authorize(self, method: str, request: Any) -> None:
+        principal = CALLER.get()
+        if principal is None:  # health and reflection never get here; agentrt calls do
+            return
+        rule = RULES.get(method)
+        if rule is None:
+            raise PermissionDenied(
+                f"{method} has no permission rule", reason="NO_RULE", metadata={"method": method}
+            )
+        resource = await self._resource(rule, request)
+        why = decide(principal, rule, resource)
+        if why is not None:
+            raise _denied(principal, rule.permission, why, resource)
+        if rule.lists:
+            VISIBLE.set(visibility(principal, rule.permission))
+
+    async def _resource(self, rule: Rule, request: Any) -> Resource | None:
+        for f in rule.fields:
+            value = field_value(request, f.path)
+            if f.kind is Kind.NAMESPACE:
+                if value or not rule.lists:  # a list without one filters instead
+                    return Resource(namespace=check_namespace(value, f.path))
+                continue
+            if not value:
+                continue
+            if f.kind is Kind.NAME:
+                return Resource(name=value)
+            return await self._lookup(f.kind, value)
+        return None
+
+
+def _denied(
+    principal: Principal, permission: str, why: str, resource: Resource | None
+) -> PermissionDenied:
+    metadata = {"permission": permission, "principal": principal.name}
+    if why == "ROLE_MISSING":
+        message = f"{principal.name} has no role that grants {permission}"
+    else:
+        where = []
+        if resource is not None and resource.namespace is not None:
+            metadata["namespace"] = resource.namespace
+            where.append(f"namespace {resource.namespace!r}")
+        if resource is not None and resource.name is not None:
+            metadata["name"] = resource.name
+            where.append(f"{resource.name!r}")
+        message = f"{principal.name} may not {permission} for {' '.join(where)}"
+    return PermissionDenied(message, reason=why, metadata=metadata)
+
+
+def markdown_matrix() -> str:
+    """The table ``docs/security.md`` carries: each RPC, its permission, and the roles that
+    have it (with the dimension that limits each)."""
+    roles = list(ROLE_PERMISSIONS)
+    mark = {
+        frozenset(): "yes",
+        frozenset({Dimension.NAMESPACE}): "ns",
+        frozenset({Dimension.SCOPE}): "scope",
+        frozenset({Dimension.NAMESPACE, Dimension.SCOPE}): "ns+scope",
+    }
+    lines = [
+        "| RPC | permission | " + " | ".join(roles) + " |",
+        "|---|---|" + "---|" * len(roles),
+    ]
+    for method, rule in RULES.items():
+        service, name = method.strip("/").split("/")
+        cells = [
+            mark[ROLE_LIMITS[r]] if rule.permission in ROLE_PERMISSIONS[r] else "-" for r in roles
+        ]
+        label = f"{service.split('.')[1]}.{name}"
+        lines.append(f"| {label} | `{rule.permission}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # python -m agentrt_base.access: print the matrix for the docs
+    print(markdown_matrix(), end="")
