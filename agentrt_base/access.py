@@ -146,11 +146,18 @@ class Rule:
     #: The fields that name the resource, tried in order; the first one set is the resource.
     #: None of them set (or none declared) means the call touches no one resource.
     fields: tuple[Field, ...] = ()
-    #: The answer lists resources: filtered to the caller's :class:`Visibility`.
-    lists: bool = False
+    #: The answer lists resources, filtered to the caller's :class:`Visibility` along these
+    #: dimensions (empty: not a list).
+    lists: frozenset[Dimension] = frozenset()
 
 
-def _r(permission: str, *fields: tuple[Kind, str], lists: bool = False) -> Rule:
+_NS = frozenset({Dimension.NAMESPACE})
+_NS_SCOPE = frozenset({Dimension.NAMESPACE, Dimension.SCOPE})
+
+
+def _r(
+    permission: str, *fields: tuple[Kind, str], lists: frozenset[Dimension] = frozenset()
+) -> Rule:
     return Rule(permission, tuple(Field(k, p) for k, p in fields), lists)
 
 
@@ -177,14 +184,14 @@ RULES: Mapping[str, Rule] = {
     _REG + "DiffAgentVersions": _r("registry.read"),
     _RUN + "CreateThread": _r("threads.create", (Kind.NAMESPACE, "namespace")),
     _RUN + "GetThread": _r("threads.read", (Kind.THREAD, "thread_id")),
-    _RUN + "ListThreads": _r("threads.read", (Kind.NAMESPACE, "namespace"), lists=True),
+    _RUN + "ListThreads": _r("threads.read", (Kind.NAMESPACE, "namespace"), lists=_NS),
     _RUN + "AppendMessage": _r("messages.append", (Kind.THREAD, "thread_id")),
     _RUN + "ListMessages": _r("threads.read", (Kind.THREAD, "thread_id")),
     _RUN + "WatchThread": _r("threads.read", (Kind.THREAD, "thread_id")),
     _RUN + "CreateRun": _r("runs.create", (Kind.THREAD, "thread_id")),
     _RUN + "GetRun": _r("runs.read", (Kind.RUN, "run_id")),
     _RUN + "ListRuns": _r(
-        "runs.read", (Kind.THREAD, "thread_id"), (Kind.NAMESPACE, "namespace"), lists=True
+        "runs.read", (Kind.THREAD, "thread_id"), (Kind.NAMESPACE, "namespace"), lists=_NS_SCOPE
     ),
     _RUN + "ListAttempts": _r("runs.read", (Kind.RUN, "run_id")),
     _RUN + "ListSteps": _r("runs.read", (Kind.RUN, "run_id")),
@@ -199,7 +206,7 @@ RULES: Mapping[str, Rule] = {
     _RUN + "ResolveApproval": _r("approvals.resolve", (Kind.RUN, "run_id")),
     _RUN + "PutBlob": _r("blobs.write", (Kind.NAMESPACE, "header.namespace")),
     _RUN + "GetBlob": _r("blobs.read", (Kind.NAMESPACE, "namespace")),
-    _WRK + "AcquireRun": _r("work.acquire", lists=True),
+    _WRK + "AcquireRun": _r("work.acquire", lists=_NS_SCOPE),
     _WRK + "Heartbeat": _r("work.record", _FENCE),
     _WRK + "BeginTurn": _r("work.record", _FENCE),
     _WRK + "EndTurn": _r("work.record", _FENCE),
@@ -213,9 +220,9 @@ RULES: Mapping[str, Rule] = {
         (Kind.RUN, "run_id"),
         (Kind.STEP, "step_id"),
         (Kind.ARTIFACT, "artifact_id"),
-        lists=True,  # a blob's provenance spans runs: only those the caller may see
+        lists=_NS,  # a blob's provenance spans runs: only those the caller may see
     ),
-    _AUD + "FindUsages": _r("audit.read", lists=True),
+    _AUD + "FindUsages": _r("audit.read", lists=_NS),
     _AUD + "VerifyRun": _r("audit.read", (Kind.RUN, "run_id")),
     _AUD + "ExportBundle": _r("audit.read", (Kind.RUN, "run_id")),
 }
@@ -389,26 +396,47 @@ def _denied(
     return PermissionDenied(message, reason=why, metadata=metadata)
 
 
+#: What each kind of field can limit a call by.
+_FACETS: Mapping[Kind, frozenset[Dimension]] = {
+    Kind.NAMESPACE: frozenset({Dimension.NAMESPACE}),
+    Kind.NAME: frozenset({Dimension.SCOPE}),
+    Kind.THREAD: frozenset({Dimension.NAMESPACE}),
+    Kind.RUN: frozenset({Dimension.NAMESPACE, Dimension.SCOPE}),
+    Kind.STEP: frozenset({Dimension.NAMESPACE, Dimension.SCOPE}),
+    Kind.ARTIFACT: frozenset({Dimension.NAMESPACE, Dimension.SCOPE}),
+    Kind.ATTEMPT: frozenset({Dimension.NAMESPACE, Dimension.SCOPE}),
+}
+
+
+def cell(rule: Rule, role: str) -> str:
+    """One cell of the matrix: ``-`` (the role lacks the permission), ``yes`` (anywhere), or
+    what limits the call (``ns``: the principal's namespaces, ``scope``: its agent scopes,
+    ``ns+scope``: both), with ``(list)`` where the answer is filtered to what it may see."""
+    if rule.permission not in ROLE_PERMISSIONS[role]:
+        return "-"
+    facets = frozenset().union(*(_FACETS[f.kind] for f in rule.fields))
+    limits = ROLE_LIMITS[role] & (facets | rule.lists)
+    if not limits:
+        return "yes"
+    text = "+".join(_SHORT[d] for d in Dimension if d in limits)
+    return text + " (list)" if ROLE_LIMITS[role] & rule.lists else text
+
+
+_SHORT = {Dimension.NAMESPACE: "ns", Dimension.SCOPE: "scope"}
+
+
 def markdown_matrix() -> str:
-    """The table ``docs/security.md`` carries: each RPC, its permission, and the roles that
-    have it (with the dimension that limits each)."""
+    """The table ``docs/security.md`` carries: each RPC, its permission, and for each role
+    :func:`cell`."""
     roles = list(ROLE_PERMISSIONS)
-    mark = {
-        frozenset(): "yes",
-        frozenset({Dimension.NAMESPACE}): "ns",
-        frozenset({Dimension.SCOPE}): "scope",
-        frozenset({Dimension.NAMESPACE, Dimension.SCOPE}): "ns+scope",
-    }
     lines = [
         "| RPC | permission | " + " | ".join(roles) + " |",
         "|---|---|" + "---|" * len(roles),
     ]
     for method, rule in RULES.items():
         service, name = method.strip("/").split("/")
-        cells = [
-            mark[ROLE_LIMITS[r]] if rule.permission in ROLE_PERMISSIONS[r] else "-" for r in roles
-        ]
-        label = f"{service.split('.')[1]}.{name}"
+        cells = [cell(rule, r) for r in roles]
+        label = f"{service.rsplit('.', 1)[1]}.{name}"
         lines.append(f"| {label} | `{rule.permission}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -417,6 +417,7 @@ class RunsService:
                 statuses=statuses,
                 agent_id=agent_id,
                 namespaces=namespaces,
+                scopes=visible.scopes,
                 after_id=page.after[0] if page.after is not None else None,
                 limit=page.size + 1,
             )

@@ -11,8 +11,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
-from agentrt_base.access import Visibility, scope_like
+from agentrt_base.access import Visibility
 from runtime_service.lifecycle import TERMINAL, RunStatus
+from runtime_service.store import runs
 from runtime_service.store.tables import AttemptRow, RunRow
 
 
@@ -49,12 +50,7 @@ def lock_next_queued(
     if visible.namespaces is not None:
         stmt = stmt.where(RunRow.namespace.in_(sorted(visible.namespaces)))
     if visible.scopes is not None:
-        stmt = stmt.where(
-            sa.or_(
-                sa.false(),
-                *(RunRow.agent_id.like(scope_like(p), escape="\\") for p in visible.scopes),
-            )
-        )
+        stmt = stmt.where(runs.agent_in_scopes(visible.scopes))
     for key, value in sorted(labels.items()):
         stmt = stmt.where(_label(session, key) == value)
     # SKIP LOCKED: concurrent acquirers on PostgreSQL take different rows instead of

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from agentrt_base.access import scope_like
 from agentrt_base.errors import NotFound
 from runtime_service import events
 from runtime_service.lifecycle import RunStatus
@@ -81,14 +82,18 @@ def page(
     statuses: list[str],
     agent_id: str,
     namespaces: frozenset[str] | None,
+    scopes: tuple[str, ...] | None,
     after_id: str | None,
     limit: int,
 ) -> Sequence[RunRow]:
-    """Up to ``limit`` runs matching every filter given (empty: any) in ``namespaces`` (None:
-    any), newest id first, after ``after_id`` (exclusive) if given."""
+    """Up to ``limit`` runs matching every filter given (empty: any) in ``namespaces`` and
+    of agents ``scopes`` match (None: any), newest id first, after ``after_id`` (exclusive)
+    if given."""
     stmt = sa.select(RunRow)
     if namespaces is not None:
         stmt = stmt.where(RunRow.namespace.in_(sorted(namespaces)))
+    if scopes is not None:
+        stmt = stmt.where(agent_in_scopes(scopes))
     if thread_id:
         stmt = stmt.where(RunRow.thread_id == thread_id)
     if statuses:
@@ -98,6 +103,11 @@ def page(
     if after_id is not None:
         stmt = stmt.where(RunRow.id < after_id)
     return session.scalars(stmt.order_by(RunRow.id.desc()).limit(limit)).all()
+
+
+def agent_in_scopes(scopes: tuple[str, ...]) -> sa.ColumnElement[bool]:
+    """The run's agent matches one of ``scopes`` (``agentrt_base.access.scope_matches``)."""
+    return sa.or_(sa.false(), *(RunRow.agent_id.like(scope_like(p), escape="\\") for p in scopes))
 
 
 def attempts_page(
