@@ -18,7 +18,7 @@ CHUNK_BYTES = 1024 * 1024
 def blob_missing(field: str, digest: str) -> FailedPrecondition:
     """The error for ``field`` naming blob ``digest``, which was never uploaded."""
     return FailedPrecondition(
-        f"{field}: blob {digest} has not been uploaded (PutBlob first)",
+        f"{field}: blob {digest} has not been uploaded to the run's namespace (PutBlob first)",
         reason="BLOB_MISSING",
         metadata={"digest": digest, "field": field},
     )

@@ -165,12 +165,14 @@ def exists(session: Session, digest: str) -> bool:
     return session.get(BlobRow, digest) is not None
 
 
-def require(session: Session, digest: str, field: str) -> None:
-    """Refuse a reference (``field``) to a blob that was never uploaded: INVALID_ARGUMENT for
-    what is not a digest, FAILED_PRECONDITION BLOB_MISSING for one not stored
-    (``runtime_service.blob_rules``)."""
+def require(session: Session, namespace: str, digest: str, field: str) -> None:
+    """Refuse a reference (``field``) to a blob never uploaded to ``namespace`` (the run's):
+    INVALID_ARGUMENT for what is not a digest, FAILED_PRECONDITION BLOB_MISSING for one the
+    namespace does not hold, even if another does (``runtime_service.blob_rules``). A run's
+    records point only at its own namespace's blobs, so its bundle and provenance never
+    carry another tenant's content."""
     check_reference(field, digest)
-    if not exists(session, digest):
+    if held(session, namespace, digest) is None:
         raise blob_missing(field, digest)
 
 

@@ -107,7 +107,8 @@ _PENDING_STEERS = (
 _FROM_ATTEMPT = " FROM runtime_attempts a JOIN runtime_runs r ON r.id = a.run_id"
 _BEGIN_COLUMNS = (
     "SELECT " + _RUN_VIEW.format(steers=_PENDING_STEERS) + ", t.attempt_id, t.status,"
-    " (SELECT count(*) FROM runtime_blobs b WHERE b.digest = :input_ref),"
+    " (SELECT count(*) FROM runtime_blob_namespaces b"
+    " WHERE b.namespace = r.namespace AND b.digest = :input_ref),"
     " (SELECT s.run_id FROM runtime_steps s WHERE s.id = :retry_of)"
 )
 _BEGIN_TURN = " LEFT JOIN runtime_turns t ON t.id = :turn_id"
@@ -197,7 +198,8 @@ def _step_of_row(tx: RawTx, columns: Sequence[Any]) -> Step | None:
 _END = Statement(
     "SELECT "
     + _RUN_VIEW.format(steers="0")
-    + ", (SELECT count(*) FROM runtime_blobs b WHERE b.digest = :output_ref), "
+    + ", (SELECT count(*) FROM runtime_blob_namespaces b"
+    " WHERE b.namespace = r.namespace AND b.digest = :output_ref), "
     + ", ".join("s." + c for c in STEP_COLUMNS)
     + _FROM_ATTEMPT
     + " LEFT JOIN runtime_steps s ON s.id = :step_id"
