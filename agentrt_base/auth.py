@@ -14,6 +14,7 @@ read again on SIGHUP (a file that does not load is logged and the one in use kep
     san = "spiffe://example.org/worker-1"
     principal = "worker-1"
     roles = ["worker"]
+    limits = { long_polls = 32 }    # optional, on any entry: this principal's own limits
 
 Every call to an agentrt service is authenticated by the error-mapping interceptor's gate
 (:class:`Authenticator`), before any domain code: a bearer token in ``authorization``, else
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrt_base.errors import Unauthenticated
+from agentrt_base.limits import LimitOverrides
 
 log = logging.getLogger("agentrt.auth")
 
@@ -54,6 +56,9 @@ class Principal:
     namespaces: tuple[str, ...] = ()
     #: How it proved who it is: "token" or "certificate".
     method: str = ""
+    #: Its own limits (``limits = {...}`` on its entry); None: the server's
+    #: (``agentrt_base.limits``).
+    limits: LimitOverrides | None = None
 
 
 #: The principal of the call being served (set by the gate, read by what records actors).
@@ -132,12 +137,14 @@ def _principal(entry: dict[str, Any], where: str, method: str) -> Principal:
     bad = [r for r in roles if r not in ROLES]
     if bad:
         raise ValueError(f"{where}: unknown role(s) {bad} (roles: {', '.join(ROLES)})")
+    limits = entry.get("limits")
     return Principal(
         _text(entry, "principal", where),
         roles,
         _list(entry, "scopes", where),
         _list(entry, "namespaces", where),
         method,
+        None if limits is None else LimitOverrides.parse(limits, where),
     )
 
 

@@ -14,7 +14,9 @@ answers ``UNAVAILABLE`` or ``ABORTED``, which the caller may retry. Any other ex
 not an ``AgentrtError`` is a bug of ours: it is logged with a fresh error id and answered
 ``INTERNAL`` with that id only — never a traceback on the wire.
 
-Before any handler runs, the interceptor checks the request itself
+Before any handler runs, the interceptor authenticates the caller (the gate), counts the call
+against the caller's limits (:mod:`agentrt_base.limits`: rate, open watches, long polls), then
+checks the request itself
 (:mod:`agentrt_base.wire`): bytes that do not decode, NUL characters, non-finite numbers and
 out-of-range times are refused ``INVALID_ARGUMENT`` here, for every RPC of every service
 (health and reflection included, which get that check only), so no domain code sees them.
@@ -28,12 +30,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from agentrt_base import errors
+from agentrt_base.auth import CALLER
 from agentrt_base.db_failures import database_failure
 from agentrt_base.ids import new_id
+from agentrt_base.limits import METHOD_KINDS, Limiter, Slot, anonymous_key
 from agentrt_base.wire import Undecodable, check_request, guard_deserializer
 
 log = logging.getLogger("agentrt.errors")
@@ -136,6 +140,10 @@ def to_status(error: errors.AgentrtError) -> tuple[grpc.StatusCode, status_pb2.S
                 )
             )
         )
+    if isinstance(error, errors.ResourceExhausted) and error.retry_delay is not None:
+        delay = duration_pb2.Duration()
+        delay.FromNanoseconds(max(0, round(error.retry_delay * 1e9)))
+        details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
     status = status_pb2.Status(
         code=code.value[0], message=_clip(error.message, _MAX_MESSAGE), details=details
     )
@@ -203,15 +211,39 @@ _Resp = TypeVar("_Resp")
 
 #: What every call to an agentrt service passes first (``auth.Authenticator``): raises to refuse.
 Gate = Callable[[grpc.aio.ServicerContext[Any, Any]], None]
+#: What it passes next: the caller's limits (``limits.Limiter``), raising to refuse; returns
+#: the slot a watch or long poll holds until it ends.
+Admission = Callable[[grpc.aio.ServicerContext[Any, Any]], Slot | None]
+
+
+def admission(limiter: Limiter, method: str) -> Admission:
+    """Count a call of ``method`` against its caller: the authenticated principal, or
+    ``anonymous@<peer host>`` when the server authenticates nobody."""
+    kind = METHOD_KINDS.get(method)
+
+    def admit(context: grpc.aio.ServicerContext[Any, Any]) -> Slot | None:
+        principal = CALLER.get()
+        if principal is None:
+            return limiter.admit(anonymous_key(context.peer()), None, kind)
+        return limiter.admit(principal.name, principal.limits, kind)
+
+    return admit
 
 
 def _wrap_unary(
-    method: str, behavior: Handler, streamed_request: bool = False, gate: Gate | None = None
+    method: str,
+    behavior: Handler,
+    streamed_request: bool = False,
+    gate: Gate | None = None,
+    admit: Admission | None = None,
 ) -> Handler:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        slot = None
         try:
             if gate is not None:
                 gate(context)
+            if admit is not None:
+                slot = admit(context)
             if streamed_request:
                 request = _checked_stream(request)
             else:
@@ -221,19 +253,30 @@ def _wrap_unary(
             if _is_control_flow(exc):
                 raise
             await _handle(exc, method, context)
+        finally:
+            # Also when the call is cancelled (the client went away): the slot is freed.
+            if slot is not None:
+                slot.release()
 
     return wrapper
 
 
 def _wrap_stream(
-    method: str, behavior: Handler, streamed_request: bool = False, gate: Gate | None = None
+    method: str,
+    behavior: Handler,
+    streamed_request: bool = False,
+    gate: Gate | None = None,
+    admit: Admission | None = None,
 ) -> Handler:
     async def wrapper(
         request: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
+        slot = None
         try:
             if gate is not None:
                 gate(context)
+            if admit is not None:
+                slot = admit(context)
             if streamed_request:
                 request = _checked_stream(request)
             else:
@@ -244,6 +287,10 @@ def _wrap_stream(
             if _is_control_flow(exc):
                 raise
             await _handle(exc, method, context)
+        finally:
+            # Also when the stream is cancelled or closed by the client: the slot is freed.
+            if slot is not None:
+                slot.release()
 
     return wrapper
 
@@ -354,10 +401,12 @@ def _rebuild(
 class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
     """Applies the mapping above to every RPC of every service mounted on the server."""
 
-    def __init__(self, gate: Gate | None = None) -> None:
+    def __init__(self, gate: Gate | None = None, limiter: Limiter | None = None) -> None:
         #: Run first in every call to an agentrt service (authentication), its refusal
         #: mapped like any other error; health and reflection do not pass it.
         self._gate = gate
+        #: Run next (per-principal limits, ``agentrt_base.limits``); None: no limits.
+        self._limiter = limiter
         # A method's handler is the same object on every call: wrap it once (the server asks
         # on every call, and building a wrapper and a handler each time cost ~2 us a call).
         self._wrapped: dict[
@@ -392,10 +441,11 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
         if not method.startswith("/agentrt."):
             return _guard_only(handler)
         gate = self._gate
+        admit = admission(self._limiter, method) if self._limiter is not None else None
         return _rebuild(
             handler,
-            unary=lambda b: _wrap_unary(method, b, gate=gate),
-            server_streaming=lambda b: _wrap_stream(method, b, gate=gate),
-            client_streaming=lambda b: _wrap_unary(method, b, True, gate),
-            bidi=lambda b: _wrap_stream(method, b, True, gate),
+            unary=lambda b: _wrap_unary(method, b, gate=gate, admit=admit),
+            server_streaming=lambda b: _wrap_stream(method, b, gate=gate, admit=admit),
+            client_streaming=lambda b: _wrap_unary(method, b, True, gate, admit),
+            bidi=lambda b: _wrap_stream(method, b, True, gate, admit),
         )
