@@ -15,8 +15,8 @@ from agentrt_base.grpc_errors import to_status
 from agentrt_base.limits import (
     METHOD_KINDS,
     Kind,
-    LimitOverrides,
     Limiter,
+    LimitOverrides,
     Limits,
     TokenBucket,
     anonymous_key,
