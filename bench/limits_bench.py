@@ -28,9 +28,9 @@ from grpc_health.v1 import health_pb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentrt_base.grpc_errors import ErrorMappingInterceptor  # noqa: E402
-from agentrt_base.limits import Kind, Limiter, Limits  # noqa: E402
-from bench.common import closed_loop  # noqa: E402
+from agentrt_base.grpc_errors import ErrorMappingInterceptor
+from agentrt_base.limits import Kind, Limiter, Limits
+from bench.common import closed_loop
 
 SERVICE = "agentrt.bench.v1.Bench"
 METHOD = f"/{SERVICE}/Ping"

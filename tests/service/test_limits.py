@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,7 +26,9 @@ from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_base.auth import token_hash
 from agentrt_base.limits import Kind, Limits
+from agentrt_base.settings import ServerSettings, default_max_connections
 from agentrt_base.tls import client_channel
+from runtime_service.server import transport_options
 from tests.runtime_support import PLAIN, Stubs
 from tests.support import ServerThread, error_details
 
@@ -207,3 +210,44 @@ def test_without_auth_callers_are_limited_by_their_host(database_url: str) -> No
             waiting.cancel()
             _until(lambda: limiter.held(Kind.LONG_POLL, anonymous) == 0)
             assert not _acquire(other, 0).result().HasField("run")
+
+
+def test_connections_past_the_cap_are_closed_at_once(sqlite_url: str) -> None:
+    """The issue's "3,000 raw connections accepted": past --max-connections a socket is closed
+    before it can hold anything, raw sockets that never speak HTTP/2 count, and a slot freed
+    serves a real client again."""
+    with _serving(sqlite_url, max_connections=2) as thread:
+        address = ("127.0.0.1", thread.server.port)
+        held = [socket.create_connection(address, timeout=PATIENCE) for _ in range(2)]
+        for sock in held:
+            assert sock.recv(9)  # the server's HTTP/2 SETTINGS: accepted
+        with socket.create_connection(address, timeout=PATIENCE) as extra:
+            assert extra.recv(9) == b""  # closed without a word
+        held.pop().close()
+
+        def served() -> bool:
+            with _stubs(thread) as stubs:
+                try:
+                    stubs.runtime.ListThreads(pb.ListThreadsRequest(), timeout=5)
+                except grpc.RpcError as error:
+                    assert error.code() == grpc.StatusCode.UNAVAILABLE, error
+                    return False
+                return True
+
+        _until(served)
+        for sock in held:
+            sock.close()
+
+
+def test_transport_options_follow_the_settings() -> None:
+    default = dict(transport_options(ServerSettings()))
+    assert default["grpc.max_concurrent_streams"] == 2_000
+    assert 16 <= default["grpc.max_allowed_incoming_connections"] <= 10_000
+    assert default["grpc.server_handshake_timeout_ms"] == 20_000
+    unlimited = dict(
+        transport_options(ServerSettings(max_streams_per_connection=0, max_connections=0))
+    )
+    assert "grpc.max_concurrent_streams" not in unlimited
+    assert "grpc.max_allowed_incoming_connections" not in unlimited
+    assert default_max_connections(1024) == 512
+    assert default_max_connections(10**7) == 10_000
