@@ -14,6 +14,7 @@ read again on SIGHUP (a file that does not load is logged and the one in use kep
     san = "spiffe://example.org/worker-1"
     principal = "worker-1"
     roles = ["worker"]
+    limits = { long_polls = 32 }    # optional, on any entry: this principal's own limits
 
 Every call to an agentrt service is authenticated by the error-mapping interceptor's gate
 (:class:`Authenticator`), before any domain code: a bearer token in ``authorization``, else
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrt_base.errors import Unauthenticated
+from agentrt_base.limits import LimitOverrides
 
 log = logging.getLogger("agentrt.auth")
 
@@ -57,6 +59,9 @@ class Principal:
     namespaces: tuple[str, ...] = ()
     #: How it proved who it is: "token" or "certificate".
     method: str = ""
+    #: Its own limits (``limits = {...}`` on its entry); None: the server's
+    #: (``agentrt_base.limits``).
+    limits: LimitOverrides | None = None
 
 
 #: The principal of the call being served (set by the gate, read by what records actors).
@@ -142,12 +147,14 @@ def _principal(entry: dict[str, Any], where: str, method: str) -> Principal:
             f"{where}: scope(s) {bad} are not name patterns (lower-case letters, digits,"
             " '_', '-', '.', and '*' for any run of characters)"
         )
+    limits = entry.get("limits")
     return Principal(
         _text(entry, "principal", where),
         roles,
         scopes,
         _list(entry, "namespaces", where),
         method,
+        None if limits is None else LimitOverrides.parse(limits, where),
     )
 
 

@@ -146,9 +146,25 @@ class LeaseLost(Aborted):
 
 
 class ResourceExhausted(AgentrtError):
-    """A budget or a size limit would be exceeded."""
+    """A budget or a size limit would be exceeded, or a caller is over one of its limits.
+
+    ``retry_delay`` (seconds), when known, is how long the caller should wait before trying
+    again (sent as ``google.rpc.RetryInfo``): a rate limit knows when its next token comes; a
+    budget that will never grow back leaves it None.
+    """
 
     reason = "RESOURCE_EXHAUSTED"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        retry_delay: float | None = None,
+    ) -> None:
+        super().__init__(message, reason=reason, metadata=metadata)
+        self.retry_delay = retry_delay
 
 
 class PermissionDenied(AgentrtError):

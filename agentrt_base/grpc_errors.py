@@ -14,7 +14,9 @@ answers ``UNAVAILABLE`` or ``ABORTED``, which the caller may retry. Any other ex
 not an ``AgentrtError`` is a bug of ours: it is logged with a fresh error id and answered
 ``INTERNAL`` with that id only — never a traceback on the wire.
 
-Before any handler runs, the interceptor checks the request itself
+Before any handler runs, the interceptor authenticates the caller (the gate), counts the call
+against the caller's limits (:mod:`agentrt_base.limits`: rate, open watches, long polls), then
+checks the request itself
 (:mod:`agentrt_base.wire`): bytes that do not decode, NUL characters, non-finite numbers and
 out-of-range times are refused ``INVALID_ARGUMENT`` here, for every RPC of every service
 (health and reflection included, which get that check only), so no domain code sees them.
@@ -28,12 +30,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from agentrt_base import errors
+from agentrt_base.auth import CALLER
 from agentrt_base.db_failures import database_failure
 from agentrt_base.ids import new_id
+from agentrt_base.limits import METHOD_KINDS, Limiter, Slot, anonymous_key
 from agentrt_base.wire import Undecodable, check_request, guard_deserializer
 
 log = logging.getLogger("agentrt.errors")
@@ -136,6 +140,10 @@ def to_status(error: errors.AgentrtError) -> tuple[grpc.StatusCode, status_pb2.S
                 )
             )
         )
+    if isinstance(error, errors.ResourceExhausted) and error.retry_delay is not None:
+        delay = duration_pb2.Duration()
+        delay.FromNanoseconds(max(0, round(error.retry_delay * 1e9)))
+        details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
     status = status_pb2.Status(
         code=code.value[0], message=_clip(error.message, _MAX_MESSAGE), details=details
     )
@@ -207,6 +215,23 @@ Gate = Callable[[grpc.aio.ServicerContext[Any, Any]], None]
 #: table, ``access.Authorizer``): the method's full name and the request; raises to refuse.
 #: A client stream is judged by its first message (the one that names what it touches).
 Authorize = Callable[[str, Any], Awaitable[None]]
+#: What it passes next: the caller's limits (``limits.Limiter``), raising to refuse; returns
+#: the slot a watch or long poll holds until it ends.
+Admission = Callable[[grpc.aio.ServicerContext[Any, Any]], Slot | None]
+
+
+def admission(limiter: Limiter, method: str) -> Admission:
+    """Count a call of ``method`` against its caller: the authenticated principal, or
+    ``anonymous@<peer host>`` when the server authenticates nobody."""
+    kind = METHOD_KINDS.get(method)
+
+    def admit(context: grpc.aio.ServicerContext[Any, Any]) -> Slot | None:
+        principal = CALLER.get()
+        if principal is None:
+            return limiter.admit(anonymous_key(context.peer()), None, kind)
+        return limiter.admit(principal.name, principal.limits, kind)
+
+    return admit
 
 
 def _wrap_unary(
@@ -214,12 +239,16 @@ def _wrap_unary(
     behavior: Handler,
     streamed_request: bool = False,
     gate: Gate | None = None,
+    admit: Admission | None = None,
     authorize: Authorize | None = None,
 ) -> Handler:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        slot = None
         try:
             if gate is not None:
                 gate(context)
+            if admit is not None:
+                slot = admit(context)
             if streamed_request:
                 request = _checked_stream(request, method, authorize)
             else:
@@ -231,6 +260,10 @@ def _wrap_unary(
             if _is_control_flow(exc):
                 raise
             await _handle(exc, method, context)
+        finally:
+            # Also when the call is cancelled (the client went away): the slot is freed.
+            if slot is not None:
+                slot.release()
 
     return wrapper
 
@@ -240,14 +273,18 @@ def _wrap_stream(
     behavior: Handler,
     streamed_request: bool = False,
     gate: Gate | None = None,
+    admit: Admission | None = None,
     authorize: Authorize | None = None,
 ) -> Handler:
     async def wrapper(
         request: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
+        slot = None
         try:
             if gate is not None:
                 gate(context)
+            if admit is not None:
+                slot = admit(context)
             if streamed_request:
                 request = _checked_stream(request, method, authorize)
             else:
@@ -260,6 +297,10 @@ def _wrap_stream(
             if _is_control_flow(exc):
                 raise
             await _handle(exc, method, context)
+        finally:
+            # Also when the stream is cancelled or closed by the client: the slot is freed.
+            if slot is not None:
+                slot.release()
 
     return wrapper
 
@@ -377,11 +418,18 @@ def _rebuild(
 class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
     """Applies the mapping above to every RPC of every service mounted on the server."""
 
-    def __init__(self, gate: Gate | None = None, authorize: Authorize | None = None) -> None:
+    def __init__(
+        self,
+        gate: Gate | None = None,
+        limiter: Limiter | None = None,
+        authorize: Authorize | None = None,
+    ) -> None:
         #: Run first in every call to an agentrt service (authentication), its refusal
         #: mapped like any other error; health and reflection do not pass it.
         self._gate = gate
-        #: Run on every agentrt request once read (authorisation).
+        #: Run next (per-principal limits, ``agentrt_base.limits``); None: no limits.
+        self._limiter = limiter
+        #: Run on every agentrt request once read (authorisation, ``agentrt_base.access``).
         self._authorize = authorize
         # A method's handler is the same object on every call: wrap it once (the server asks
         # on every call, and building a wrapper and a handler each time cost ~2 us a call).
@@ -417,10 +465,11 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
         if not method.startswith("/agentrt."):
             return _guard_only(handler)
         gate, authorize = self._gate, self._authorize
+        admit = admission(self._limiter, method) if self._limiter is not None else None
         return _rebuild(
             handler,
-            unary=lambda b: _wrap_unary(method, b, False, gate, authorize),
-            server_streaming=lambda b: _wrap_stream(method, b, False, gate, authorize),
-            client_streaming=lambda b: _wrap_unary(method, b, True, gate, authorize),
-            bidi=lambda b: _wrap_stream(method, b, True, gate, authorize),
+            unary=lambda b: _wrap_unary(method, b, False, gate, admit, authorize),
+            server_streaming=lambda b: _wrap_stream(method, b, False, gate, admit, authorize),
+            client_streaming=lambda b: _wrap_unary(method, b, True, gate, admit, authorize),
+            bidi=lambda b: _wrap_stream(method, b, True, gate, admit, authorize),
         )

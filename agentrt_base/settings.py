@@ -9,6 +9,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from agentrt_base.limits import Limits
 from agentrt_base.tls import ServerTls
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
@@ -33,6 +34,27 @@ ENV_MAX_BLOB_BYTES = "AGENTRT_MAX_BLOB_BYTES"
 ENV_BLOB_QUOTA_BYTES = "AGENTRT_BLOB_QUOTA_BYTES"
 ENV_NAMESPACE_BLOB_QUOTA_BYTES = "AGENTRT_NAMESPACE_BLOB_QUOTA_BYTES"
 ENV_BLOB_UPLOAD_RATE = "AGENTRT_BLOB_UPLOAD_BYTES_PER_SECOND"
+# Per-principal limits (agentrt_base.limits) and the transport's caps (docs/security.md).
+ENV_RATE_LIMIT = "AGENTRT_RATE_LIMIT"
+ENV_RATE_BURST = "AGENTRT_RATE_BURST"
+ENV_MAX_WATCHES = "AGENTRT_MAX_WATCHES"
+ENV_MAX_LONG_POLLS = "AGENTRT_MAX_LONG_POLLS"
+ENV_MAX_STREAMS_PER_CONNECTION = "AGENTRT_MAX_STREAMS_PER_CONNECTION"
+ENV_MAX_CONNECTIONS = "AGENTRT_MAX_CONNECTIONS"
+
+#: HTTP/2 streams one connection may have open at once (``grpc.max_concurrent_streams``):
+#: above one principal's watches plus long polls, so a client that keeps them all on one
+#: channel still can (past it, a client's new calls queue until a stream ends).
+DEFAULT_MAX_STREAMS_PER_CONNECTION = 2_000
+#: The most connections the server holds, whatever their state; and the share of the
+#: process's open-file limit taken when none is set.
+MAX_CONNECTIONS_CEILING = 10_000
+
+
+def default_max_connections(open_file_limit: int) -> int:
+    """Half the open-file limit (at most :data:`MAX_CONNECTIONS_CEILING`), so connections can
+    never take the descriptors the database and the blob files need."""
+    return max(16, min(open_file_limit // 2, MAX_CONNECTIONS_CEILING))
 
 
 @dataclass(frozen=True)
@@ -110,6 +132,13 @@ class ServerSettings:
     insecure: bool = False
     #: The principals' file (``agentrt_base.auth``); None: callers are not authenticated.
     auth_config: str | None = None
+    #: Every principal's limits, unless its entry in the auth file sets its own.
+    limits: Limits = field(default_factory=Limits)
+    #: HTTP/2 streams per connection (0: gRPC's own, unlimited).
+    max_streams_per_connection: int = DEFAULT_MAX_STREAMS_PER_CONNECTION
+    #: Connections the server accepts at once (0: unlimited); None: from the open-file limit
+    #: (:func:`default_max_connections`).
+    max_connections: int | None = None
 
     @classmethod
     def resolve(
@@ -127,6 +156,12 @@ class ServerSettings:
         client_ca: str | None = None,
         insecure: bool = False,
         auth_config: str | None = None,
+        rate_limit: float | None = None,
+        rate_burst: int | None = None,
+        max_watches: int | None = None,
+        max_long_polls: int | None = None,
+        max_streams_per_connection: int | None = None,
+        max_connections: int | None = None,
     ) -> ServerSettings:
         """Combine flags (which win) with the environment and the defaults; raises
         ValueError (one line) for a malformed value."""
@@ -147,6 +182,18 @@ class ServerSettings:
             insecure=insecure
             or env.get(ENV_INSECURE, "").strip().lower() in ("1", "true", "yes", "on"),
             auth_config=auth_config or env.get(ENV_AUTH_CONFIG) or None,
+            limits=_limits(
+                env,
+                rate_limit=rate_limit,
+                rate_burst=rate_burst,
+                max_watches=max_watches,
+                max_long_polls=max_long_polls,
+            ),
+            max_streams_per_connection=_or(
+                _count(max_streams_per_connection, env, ENV_MAX_STREAMS_PER_CONNECTION),
+                DEFAULT_MAX_STREAMS_PER_CONNECTION,
+            ),
+            max_connections=_count(max_connections, env, ENV_MAX_CONNECTIONS),
         )
 
 
@@ -161,6 +208,59 @@ def _bytes(flag: int | None, env: Mapping[str, str], name: str) -> int | None:
     if value is not None and value < 0:
         raise ValueError(f"{name}: a size in bytes may not be negative ({value})")
     return value
+
+
+def _count(flag: int | None, env: Mapping[str, str], name: str) -> int | None:
+    """A whole number, 0 or more, from its flag or environment variable (None when neither
+    is set)."""
+    value: int | None = flag
+    if value is None and env.get(name, "").strip():
+        try:
+            value = int(env[name].strip())
+        except ValueError:
+            raise ValueError(f"{name}={env[name]!r} is not a whole number") from None
+    if value is not None and value < 0:
+        raise ValueError(f"{name}: may not be negative ({value}); 0 means unlimited")
+    return value
+
+
+def _rate(flag: float | None, env: Mapping[str, str], name: str) -> float | None:
+    value: float | None = flag
+    if value is None and env.get(name, "").strip():
+        try:
+            value = float(env[name].strip())
+        except ValueError:
+            raise ValueError(f"{name}={env[name]!r} is not a number of calls a second") from None
+    if value is not None and not 0 <= value < float("inf"):
+        raise ValueError(f"{name}: must be a finite number, 0 or more ({value}); 0: unlimited")
+    return value
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+def _limits(
+    env: Mapping[str, str],
+    *,
+    rate_limit: float | None,
+    rate_burst: int | None,
+    max_watches: int | None,
+    max_long_polls: int | None,
+) -> Limits:
+    """Every principal's limits: flags, then the environment, then :class:`Limits`'s
+    defaults."""
+    default = Limits()
+    rate = _rate(rate_limit, env, ENV_RATE_LIMIT)
+    burst = _count(rate_burst, env, ENV_RATE_BURST)
+    if burst == 0:
+        raise ValueError(f"{ENV_RATE_BURST}: must be 1 or more (a bucket must hold one call)")
+    return Limits(
+        requests_per_second=default.requests_per_second if rate is None else rate,
+        burst=_or(burst, default.burst),
+        watches=_or(_count(max_watches, env, ENV_MAX_WATCHES), default.watches),
+        long_polls=_or(_count(max_long_polls, env, ENV_MAX_LONG_POLLS), default.long_polls),
+    )
 
 
 def resolve_target(target: str | None, environ: Mapping[str, str] | None = None) -> str:

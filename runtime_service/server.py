@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import resource
 import signal
 import socket
 from dataclasses import dataclass, field
@@ -33,7 +34,8 @@ from agentrt_base.auth import Authenticator
 from agentrt_base.db import Database
 from agentrt_base.db_engines import normalise_url, writer_lock_path
 from agentrt_base.grpc_errors import ErrorMappingInterceptor
-from agentrt_base.settings import ServerSettings
+from agentrt_base.limits import Limiter
+from agentrt_base.settings import MAX_CONNECTIONS_CEILING, ServerSettings, default_max_connections
 from agentrt_base.tls import is_loopback, server_credentials
 from registry.servicer import RegistryServicer
 from runtime_service import migrate
@@ -58,6 +60,43 @@ SERVICE_NAMES = (
 )
 
 _MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+#: A connection must finish its TLS and HTTP/2 handshake within this (gRPC's own default is
+#: 120 s): a socket opened and left silent holds one of the bounded connections only briefly.
+_HANDSHAKE_TIMEOUT_MS = 20_000
+#: A connection with no call for this long is closed (GOAWAY; a client reconnects on its next
+#: call without error), so idle connections do not hold the server's connection slots.
+_MAX_CONNECTION_IDLE_MS = 5 * 60 * 1000
+
+
+def _open_file_limit() -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return MAX_CONNECTIONS_CEILING * 2 if soft == resource.RLIM_INFINITY else soft
+
+
+def transport_options(settings: ServerSettings) -> list[tuple[str, int]]:
+    """gRPC's own caps on connections and streams (``docs/security.md``, "Limits"): what the
+    per-principal limits cannot see, since they count calls, not sockets."""
+    options = [
+        # gRPC enables SO_REUSEPORT by default: a second server would then share the
+        # port silently instead of failing. Refuse, so "port in use" is an error.
+        ("grpc.so_reuseport", 0),
+        ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+        ("grpc.server_handshake_timeout_ms", _HANDSHAKE_TIMEOUT_MS),
+        ("grpc.max_connection_idle_ms", _MAX_CONNECTION_IDLE_MS),
+    ]
+    if settings.max_streams_per_connection:
+        # Past it a client's further calls on that connection wait (HTTP/2 flow control),
+        # they are not failed.
+        options.append(("grpc.max_concurrent_streams", settings.max_streams_per_connection))
+    connections = settings.max_connections
+    if connections is None:
+        connections = default_max_connections(_open_file_limit())
+    if connections:
+        # Counted from accept, before any handshake; past it a new connection is closed at
+        # once (measured on grpcio 1.85: raw sockets count too).
+        options.append(("grpc.max_allowed_incoming_connections", connections))
+    return options
 
 
 class StartupError(Exception):
@@ -138,6 +177,8 @@ class AgentrtServer:
     #: Who is calling (``agentrt_base.auth``); read from ``settings.auth_config`` here, so a
     #: file that does not load stops the start with its one-line error (ValueError).
     authenticator: Authenticator = field(init=False)
+    #: Every principal's rate, watches and long polls (``agentrt_base.limits``).
+    limiter: Limiter = field(init=False)
     _notifier: Notifier | None = field(default=None, repr=False)
     _reaper: asyncio.Task[None] | None = field(default=None, repr=False)
     _stop_background: asyncio.Event | None = field(default=None, repr=False)
@@ -146,6 +187,7 @@ class AgentrtServer:
 
     def __post_init__(self) -> None:
         self.authenticator = Authenticator(self.settings.auth_config)
+        self.limiter = Limiter(self.settings.limits)
 
     async def start(self) -> int:
         """Open and migrate the database, bind, start serving; return the bound port."""
@@ -196,15 +238,12 @@ class AgentrtServer:
         authorize = (
             Authorizer(ResourceLookup(runtime)).authorize if authenticator.configured else None
         )
+        # No maximum_concurrent_rpcs: it is one count for the whole server, so a single
+        # caller could fill it and have everybody else refused; the per-principal limits
+        # (self.limiter) bound what each caller holds instead.
         server = grpc.aio.server(
-            interceptors=[ErrorMappingInterceptor(gate, authorize)],
-            options=[
-                # gRPC enables SO_REUSEPORT by default: a second server would then share the
-                # port silently instead of failing. Refuse, so "port in use" is an error.
-                ("grpc.so_reuseport", 0),
-                ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
-            ],
+            interceptors=[ErrorMappingInterceptor(gate, self.limiter, authorize)],
+            options=transport_options(self.settings),
         )
         registry_service_pb2_grpc.add_RegistryServiceServicer_to_server(
             RegistryServicer(database),

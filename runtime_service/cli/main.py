@@ -18,9 +18,11 @@ from typing import Any
 from agentrt_base import auth, tls
 from agentrt_base.db import Database
 from agentrt_base.db_failures import DatabaseUnavailable
+from agentrt_base.limits import Limits
 from agentrt_base.settings import (
     DEFAULT_DATABASE_URL,
     DEFAULT_LISTEN,
+    DEFAULT_MAX_STREAMS_PER_CONNECTION,
     ENV_AUTH_CONFIG,
     ENV_BLOB_QUOTA_BYTES,
     ENV_BLOB_UPLOAD_RATE,
@@ -29,8 +31,15 @@ from agentrt_base.settings import (
     ENV_INSECURE,
     ENV_LISTEN,
     ENV_MAX_BLOB_BYTES,
+    ENV_MAX_CONNECTIONS,
+    ENV_MAX_LONG_POLLS,
+    ENV_MAX_STREAMS_PER_CONNECTION,
+    ENV_MAX_WATCHES,
     ENV_NAMESPACE_BLOB_QUOTA_BYTES,
+    ENV_RATE_BURST,
+    ENV_RATE_LIMIT,
     ENV_TARGET,
+    MAX_CONNECTIONS_CEILING,
     ServerSettings,
     resolve_target,
 )
@@ -84,6 +93,12 @@ def _settings(args: argparse.Namespace, listen: str | None) -> ServerSettings:
         client_ca=getattr(args, "client_ca", None),
         insecure=getattr(args, "insecure", False),
         auth_config=getattr(args, "auth_config", None),
+        rate_limit=getattr(args, "rate_limit", None),
+        rate_burst=getattr(args, "rate_burst", None),
+        max_watches=getattr(args, "max_watches", None),
+        max_long_polls=getattr(args, "max_long_polls", None),
+        max_streams_per_connection=getattr(args, "max_streams_per_connection", None),
+        max_connections=getattr(args, "max_connections", None),
     )
     path = database_url.password_file(args.database_password_file)
     if path is None:
@@ -238,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the principals file (tokens, client certificates); read again on SIGHUP (env"
         f" {ENV_AUTH_CONFIG}; docs/security.md)",
     )
+    _add_limit_arguments(serve)
     serve.add_argument(
         "--insecure",
         action="store_true",
@@ -277,6 +293,54 @@ def build_parser() -> argparse.ArgumentParser:
     registry_cli.add_commands(commands, add_target_argument)
     audit_cli.add_commands(commands, add_target_argument)
     return parser
+
+
+def _add_limit_arguments(serve: argparse.ArgumentParser) -> None:
+    """Every principal's limits and the transport's caps (docs/security.md, "Limits"); 0 is
+    unlimited for each. A principal's entry in the auth config may set its own."""
+    default = Limits()
+    limits = serve.add_argument_group("limits (0 = unlimited)")
+    limits.add_argument(
+        "--rate-limit",
+        type=float,
+        metavar="CALLS_PER_S",
+        help=f"sustained calls a second (env {ENV_RATE_LIMIT}; default"
+        f" {default.requests_per_second:g})",
+    )
+    limits.add_argument(
+        "--rate-burst",
+        type=int,
+        metavar="N",
+        help=f"calls allowed at once above the rate (env {ENV_RATE_BURST}; default"
+        f" {default.burst})",
+    )
+    limits.add_argument(
+        "--max-watches",
+        type=int,
+        metavar="N",
+        help=f"open WatchRun/WatchThread streams (env {ENV_MAX_WATCHES}; default"
+        f" {default.watches})",
+    )
+    limits.add_argument(
+        "--max-long-polls",
+        type=int,
+        metavar="N",
+        help=f"AcquireRun calls in flight (env {ENV_MAX_LONG_POLLS}; default {default.long_polls})",
+    )
+    limits.add_argument(
+        "--max-streams-per-connection",
+        type=int,
+        metavar="N",
+        help=f"HTTP/2 streams open on one connection, for everybody (env"
+        f" {ENV_MAX_STREAMS_PER_CONNECTION}; default {DEFAULT_MAX_STREAMS_PER_CONNECTION})",
+    )
+    limits.add_argument(
+        "--max-connections",
+        type=int,
+        metavar="N",
+        help=f"connections held at once, for everybody (env {ENV_MAX_CONNECTIONS}; default"
+        f" half the open-file limit, at most {MAX_CONNECTIONS_CEILING})",
+    )
 
 
 def add_target_argument(parser: argparse.ArgumentParser) -> None:

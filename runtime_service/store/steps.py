@@ -196,9 +196,7 @@ def _step_of_row(tx: RawTx, columns: Sequence[Any]) -> Step | None:
 
 
 _END = Statement(
-    "SELECT "
-    + _RUN_VIEW.format(steers="0")
-    + ", (SELECT count(*) FROM runtime_blob_namespaces b"
+    "SELECT " + _RUN_VIEW.format(steers="0") + ", (SELECT count(*) FROM runtime_blob_namespaces b"
     " WHERE b.namespace = r.namespace AND b.digest = :output_ref), "
     + ", ".join("s." + c for c in STEP_COLUMNS)
     + _FROM_ATTEMPT
