@@ -202,7 +202,8 @@ _Resp = TypeVar("_Resp")
 
 
 #: What every call to an agentrt service passes first (``auth.Authenticator``): raises to refuse.
-Gate = Callable[[grpc.aio.ServicerContext[Any, Any]], None]
+#: Awaited, so verifying a JWT can wait for its issuer's keys without blocking the loop.
+Gate = Callable[[grpc.aio.ServicerContext[Any, Any]], Awaitable[None]]
 
 
 def _wrap_unary(
@@ -211,7 +212,7 @@ def _wrap_unary(
     async def wrapper(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         try:
             if gate is not None:
-                gate(context)
+                await gate(context)
             if streamed_request:
                 request = _checked_stream(request)
             else:
@@ -233,7 +234,7 @@ def _wrap_stream(
     ) -> AsyncIterator[Any]:
         try:
             if gate is not None:
-                gate(context)
+                await gate(context)
             if streamed_request:
                 request = _checked_stream(request)
             else:

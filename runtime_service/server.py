@@ -14,6 +14,7 @@ import logging
 import signal
 import socket
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2_grpc
@@ -183,11 +184,12 @@ class AgentrtServer:
         self._step_process = step_process
 
         authenticator = self.authenticator
-        gate = (
-            (lambda c: authenticator.authenticate(c.invocation_metadata(), c.auth_context()))
-            if authenticator.configured
-            else None
-        )
+
+        async def authenticate(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+            metadata = context.invocation_metadata() or ()
+            await authenticator.authenticate(metadata, context.auth_context())
+
+        gate = authenticate if authenticator.configured else None
         server = grpc.aio.server(
             interceptors=[ErrorMappingInterceptor(gate)],
             options=[
