@@ -201,7 +201,7 @@ class AgentrtServer:
             ],
         )
         registry_service_pb2_grpc.add_RegistryServiceServicer_to_server(
-            RegistryServicer(database),
+            RegistryServicer(database, self.authenticator.tag_policies),
             server,
         )
         runtime = Runtime(database, notifier, self.runtime_settings)
