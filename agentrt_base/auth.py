@@ -1,4 +1,5 @@
-"""Who is calling: principals from static API tokens and from mTLS client certificates.
+"""Who is calling: principals from static API tokens, OIDC/JWT bearer tokens and mTLS client
+certificates; and the registry's tag policies, configured beside them.
 
 Configured in one TOML file (``agentrt serve --auth-config PATH``, env ``AGENTRT_AUTH_CONFIG``),
 read again on SIGHUP (a file that does not load is logged and the one in use kept)::
@@ -16,9 +17,28 @@ read again on SIGHUP (a file that does not load is logged and the one in use kep
     roles = ["worker"]
     limits = { long_polls = 32 }    # optional, on any entry: this principal's own limits
 
+    [[oidc]]                        # OIDC/JWT bearer tokens of one issuer (agentrt_base.oidc)
+    issuer = "https://token.actions.githubusercontent.com"
+    audiences = ["agentrt"]
+    jwks_url = "https://token.actions.githubusercontent.com/.well-known/jwks"  # or jwks_file
+    principal = "{repository}@{ref}"    # template over the claims; default "{sub}"
+    [[oidc.rules]]                  # claims (glob patterns) -> roles; rules that match add up
+    claims = { repository = "acme/agents", ref = "refs/heads/main" }
+    roles = ["publisher"]
+    scopes = ["coding_agent*"]
+
+    [[tag_policies]]                # registry: which versions a tag may point at
+    name = "prod-from-main"
+    tags = ["prod", "release-*"]
+    claims = { repository = "acme/agents", ref = "refs/heads/main" }
+
 Every call to an agentrt service is authenticated by the error-mapping interceptor's gate
-(:class:`Authenticator`), before any domain code: a bearer token in ``authorization``, else
-the client certificate's SAN; none, or one not configured, is ``UNAUTHENTICATED``. Health is
+(:class:`Authenticator`), before any domain code: a bearer token in ``authorization`` (a JWT
+is verified as one; anything else is looked up as an API token), else the client
+certificate's SAN; none, or one not configured, is ``UNAUTHENTICATED``. A JWT is mapped to a
+principal in the spirit of Temporal's ClaimMapper: the name from a template over its claims,
+roles, scopes and namespaces from every rule whose claims match; a token no rule matches is
+refused, since an issuer such as GitHub's signs tokens for every repository it hosts. Health is
 open (load balancers probe it); reflection describes only the public contract. With no file
 configured, nobody is authenticated and the server listens on loopback only
 (``docs/security.md``). Roles and scopes are carried on the principal for the authorisation
@@ -28,17 +48,20 @@ that is still to come (issue 16, item 2).
 from __future__ import annotations
 
 import contextvars
+import fnmatch
 import hashlib
 import json
 import logging
 import re
 import secrets
+import string
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentrt_base import oidc
 from agentrt_base.errors import Unauthenticated
 from agentrt_base.limits import LimitOverrides
 
@@ -57,11 +80,17 @@ class Principal:
     roles: tuple[str, ...] = ()
     scopes: tuple[str, ...] = ()
     namespaces: tuple[str, ...] = ()
-    #: How it proved who it is: "token" or "certificate".
+    #: How it proved who it is: "token", "certificate" or "oidc".
     method: str = ""
     #: Its own limits (``limits = {...}`` on its entry); None: the server's
     #: (``agentrt_base.limits``).
     limits: LimitOverrides | None = None
+    #: For "oidc": the token's verified claims as text, sorted by name (pairs, so a principal
+    #: stays immutable and hashable; :meth:`claim_map` reads them as a mapping).
+    claims: tuple[tuple[str, str], ...] = ()
+
+    def claim_map(self) -> dict[str, str]:
+        return dict(self.claims)
 
 
 #: The principal of the call being served (set by the gate, read by what records actors).
@@ -92,10 +121,85 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
+def claims_match(constraints: Sequence[tuple[str, str]], claims: Mapping[str, str]) -> bool:
+    """Whether every constraint ``(claim, pattern)`` holds: the claim is present and matches
+    the glob pattern (``fnmatch``, case-sensitive; ``*`` also spans ``/``). The one rule for
+    OIDC rules and tag policies."""
+    return all(
+        name in claims and fnmatch.fnmatchcase(claims[name], pattern)
+        for name, pattern in constraints
+    )
+
+
+@dataclass(frozen=True)
+class ClaimRule:
+    """Claims to match -> what a matching token's principal may do."""
+
+    claims: tuple[tuple[str, str], ...]
+    roles: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ()
+    namespaces: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClaimMapping:
+    """How an issuer's verified claims become a principal."""
+
+    #: ``{claim}`` fields and literal text, e.g. ``{sub}`` or ``{repository}@{ref}``.
+    principal: str
+    rules: tuple[ClaimRule, ...]
+
+    def principal_for(self, claims: Mapping[str, str]) -> Principal:
+        """The principal, or UNAUTHENTICATED when no rule matches or a named claim is absent."""
+        matched = [rule for rule in self.rules if claims_match(rule.claims, claims)]
+        if not matched:
+            raise oidc.refuse("no_rule", "no rule of this server admits its claims")
+        name = ""
+        for literal, claim, _, _ in string.Formatter().parse(self.principal):
+            name += literal
+            if claim is not None:
+                if not claims.get(claim):
+                    raise oidc.refuse("claims", f"claim {claim!r} is missing")
+                name += claims[claim]
+
+        def union(values: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
+            return tuple(dict.fromkeys(v for group in values for v in group))
+
+        return Principal(
+            name,
+            union([r.roles for r in matched]),
+            union([r.scopes for r in matched]),
+            union([r.namespaces for r in matched]),
+            "oidc",
+            claims=tuple(sorted(claims.items())),
+        )
+
+
+@dataclass(frozen=True)
+class TagPolicy:
+    """A registry rule: tags matching ``tags`` (of agents matching ``agents``) may only point
+    at versions published with verified provenance whose claims match ``claims``
+    (``registry.tag_policy`` applies it)."""
+
+    name: str
+    tags: tuple[str, ...]
+    agents: tuple[str, ...] = ("*",)
+    claims: tuple[tuple[str, str], ...] = ()
+
+    def covers(self, agent_id: str, tag: str) -> bool:
+        return any(fnmatch.fnmatchcase(agent_id, p) for p in self.agents) and any(
+            fnmatch.fnmatchcase(tag, p) for p in self.tags
+        )
+
+
 @dataclass(frozen=True)
 class AuthConfig:
     by_token_hash: dict[str, Principal]
     by_san: dict[str, Principal]
+    #: By ``iss``: how to verify its tokens, and how their claims become a principal.
+    issuers: dict[str, oidc.OidcIssuer]
+    mappings: dict[str, ClaimMapping]
+    tag_policies: tuple[TagPolicy, ...] = ()
 
     @classmethod
     def load(cls, path: str) -> AuthConfig:
@@ -115,10 +219,22 @@ class AuthConfig:
         for i, entry in enumerate(document.get("certificates", [])):
             where = f"auth config {path}: certificates[{i}]"
             by_san[_text(entry, "san", where)] = _principal(entry, where, "certificate")
-        unknown = set(document) - {"tokens", "certificates"}
+        issuers: dict[str, oidc.OidcIssuer] = {}
+        mappings: dict[str, ClaimMapping] = {}
+        for i, entry in enumerate(document.get("oidc", [])):
+            where = f"auth config {path}: oidc[{i}]"
+            issuer, mapping = _issuer(entry, where, Path(path).parent)
+            if issuer.issuer in issuers:
+                raise ValueError(f"{where}: issuer {issuer.issuer!r} is configured twice")
+            issuers[issuer.issuer], mappings[issuer.issuer] = issuer, mapping
+        policies = tuple(
+            _tag_policy(entry, f"auth config {path}: tag_policies[{i}]")
+            for i, entry in enumerate(document.get("tag_policies", []))
+        )
+        unknown = set(document) - {"tokens", "certificates", "oidc", "tag_policies"}
         if unknown:
             raise ValueError(f"auth config {path}: unknown table(s) {sorted(unknown)}")
-        return cls(by_hash, by_san)
+        return cls(by_hash, by_san, issuers, mappings, policies)
 
 
 def _text(entry: Any, key: str, where: str) -> str:
@@ -135,11 +251,130 @@ def _list(entry: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _principal(entry: dict[str, Any], where: str, method: str) -> Principal:
+def _roles(entry: dict[str, Any], where: str) -> tuple[str, ...]:
     roles = _list(entry, "roles", where)
     bad = [r for r in roles if r not in ROLES]
     if bad:
         raise ValueError(f"{where}: unknown role(s) {bad} (roles: {', '.join(ROLES)})")
+    return roles
+
+
+def _number(entry: dict[str, Any], key: str, default: float, where: str) -> float:
+    value = entry.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValueError(f"{where}: {key} must be a number >= 0")
+    return float(value)
+
+
+def _claims(entry: dict[str, Any], where: str, *, required: bool) -> tuple[tuple[str, str], ...]:
+    value = entry.get("claims", {})
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v for k, v in value.items()
+    ):
+        raise ValueError(f'{where}: claims must be a table of claim = "pattern"')
+    if required and not value:
+        raise ValueError(f"{where}: claims is required (at least one claim to match)")
+    return tuple(sorted(value.items()))
+
+
+def _issuer(entry: Any, where: str, relative_to: Path) -> tuple[oidc.OidcIssuer, ClaimMapping]:
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where}: must be a table")
+    known = {
+        "issuer",
+        "audiences",
+        "jwks_url",
+        "jwks_file",
+        "algorithms",
+        "principal",
+        "rules",
+        "leeway_seconds",
+        "jwks_cache_seconds",
+        "jwks_refetch_seconds",
+    }
+    if set(entry) - known:
+        raise ValueError(f"{where}: unknown key(s) {sorted(set(entry) - known)}")
+    audiences = _list(entry, "audiences", where)
+    if not audiences:
+        raise ValueError(f"{where}: audiences is required (what this server is called in aud)")
+    algorithms = _list(entry, "algorithms", where) or oidc.DEFAULT_ALGORITHMS
+    bad = [a for a in algorithms if a not in oidc.ASYMMETRIC_ALGORITHMS]
+    if bad:
+        raise ValueError(
+            f"{where}: algorithm(s) {bad} not allowed (asymmetric only: "
+            f"{', '.join(oidc.ASYMMETRIC_ALGORITHMS)})"
+        )
+    if ("jwks_url" in entry) == ("jwks_file" in entry):
+        raise ValueError(f"{where}: exactly one of jwks_url and jwks_file is required")
+    is_url = "jwks_url" in entry
+    if is_url:
+        source = _text(entry, "jwks_url", where)
+        oidc.check_jwks_url(source)
+    else:
+        # A relative path is relative to the configuration file.
+        source = str(relative_to / _text(entry, "jwks_file", where))
+    keys = oidc.JwksKeys(
+        source,
+        is_url=is_url,
+        cache_seconds=_number(entry, "jwks_cache_seconds", 3600, where),
+        refetch_seconds=_number(entry, "jwks_refetch_seconds", 60, where),
+    )
+    template = entry.get("principal", "{sub}")
+    try:
+        fields = list(string.Formatter().parse(template)) if isinstance(template, str) else None
+    except ValueError:
+        fields = None
+    if (
+        not template
+        or fields is None
+        or any(
+            claim is not None and (not claim or spec or conversion)
+            for _, claim, spec, conversion in fields
+        )
+    ):
+        raise ValueError(f"{where}: principal must be a template of {{claim}} fields and text")
+    rules = []
+    for j, rule in enumerate(entry.get("rules", [])):
+        at = f"{where}.rules[{j}]"
+        if not isinstance(rule, dict) or set(rule) - {"claims", "roles", "scopes", "namespaces"}:
+            raise ValueError(f"{at}: a table of claims, roles, scopes, namespaces")
+        rules.append(
+            ClaimRule(
+                _claims(rule, at, required=False),
+                _roles(rule, at),
+                _scopes(rule, at),
+                _list(rule, "namespaces", at),
+            )
+        )
+    if not rules:
+        raise ValueError(
+            f"{where}: at least one [[oidc.rules]] (a token no rule admits is refused)"
+        )
+    issuer = oidc.OidcIssuer(
+        _text(entry, "issuer", where),
+        audiences,
+        algorithms,
+        keys,
+        _number(entry, "leeway_seconds", 30, where),
+    )
+    return issuer, ClaimMapping(template, tuple(rules))
+
+
+def _tag_policy(entry: Any, where: str) -> TagPolicy:
+    if not isinstance(entry, dict) or set(entry) - {"name", "tags", "agents", "claims"}:
+        raise ValueError(f"{where}: a table of name, tags, agents, claims")
+    tags = _list(entry, "tags", where)
+    if not tags:
+        raise ValueError(f"{where}: tags is required (tag name patterns)")
+    return TagPolicy(
+        _text(entry, "name", where),
+        tags,
+        _list(entry, "agents", where) or ("*",),
+        _claims(entry, where, required=False),
+    )
+
+
+def _scopes(entry: dict[str, Any], where: str) -> tuple[str, ...]:
     scopes = _list(entry, "scopes", where)
     bad = [s for s in scopes if not _SCOPE.fullmatch(s)]
     if bad:
@@ -147,6 +382,12 @@ def _principal(entry: dict[str, Any], where: str, method: str) -> Principal:
             f"{where}: scope(s) {bad} are not name patterns (lower-case letters, digits,"
             " '_', '-', '.', and '*' for any run of characters)"
         )
+    return scopes
+
+
+def _principal(entry: dict[str, Any], where: str, method: str) -> Principal:
+    roles = _roles(entry, where)
+    scopes = _scopes(entry, where)
     limits = entry.get("limits")
     return Principal(
         _text(entry, "principal", where),
@@ -169,25 +410,44 @@ class Authenticator:
     def configured(self) -> bool:
         return self._config is not None
 
+    def tag_policies(self) -> tuple[TagPolicy, ...]:
+        """The tag policies in force now (the registry asks on every SetTag)."""
+        config = self._config
+        return config.tag_policies if config is not None else ()
+
     def reload(self) -> bool:
         """Read the file again (SIGHUP); keep the configuration in use if it does not load."""
         if not self.path:
             return False
         try:
-            self._config = AuthConfig.load(self.path)
+            config = AuthConfig.load(self.path)
         except ValueError as exc:
             log.error("%s; keeping the configuration in use", exc)
             return False
+        previous = self._config
+        if previous is not None:
+            # An issuer whose JWKS URL did not change keeps the keys already fetched.
+            for name, issuer in config.issuers.items():
+                old = previous.issuers.get(name)
+                if old is not None and old.keys.same_source(issuer.keys):
+                    issuer.keys.adopt(old.keys)
+        self._config = config
         log.info("auth config %s read again", self.path)
         return True
 
-    def authenticate(self, metadata: Sequence[tuple[str, Any]], auth_context: Any) -> None:
+    async def authenticate(self, metadata: Iterable[tuple[str, Any]], auth_context: Any) -> None:
         """Set :data:`CALLER` for this call, or raise UNAUTHENTICATED (a no-op without a
-        configuration)."""
+        configuration). Awaits only to verify a JWT whose issuer keys must be fetched, which
+        happens on a worker thread (``oidc.JwksKeys``)."""
         config = self._config
         if config is None:
             return
-        principal = _from_token(config, metadata)
+        token = _bearer(metadata)
+        if token is not None and oidc.looks_like_jwt(token):
+            claims = await oidc.verify(token, config.issuers)
+            CALLER.set(config.mappings[claims["iss"]].principal_for(claims))
+            return
+        principal = config.by_token_hash.get(token_hash(token)) if token is not None else None
         if principal is None:
             principal = _from_certificate(config, auth_context)
         if principal is None:
@@ -199,12 +459,13 @@ class Authenticator:
         CALLER.set(principal)
 
 
-def _from_token(config: AuthConfig, metadata: Sequence[tuple[str, Any]]) -> Principal | None:
+def _bearer(metadata: Iterable[tuple[str, Any]]) -> str | None:
+    """The token of ``authorization: Bearer <token>``, if the call sends one."""
     for key, value in metadata:
         if key == "authorization" and isinstance(value, str):
             scheme, _, token = value.partition(" ")
-            if scheme.lower() == "bearer" and token:
-                return config.by_token_hash.get(token_hash(token.strip()))
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
     return None
 
 

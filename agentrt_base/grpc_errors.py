@@ -210,7 +210,8 @@ _Resp = TypeVar("_Resp")
 
 
 #: What every call to an agentrt service passes first (``auth.Authenticator``): raises to refuse.
-Gate = Callable[[grpc.aio.ServicerContext[Any, Any]], None]
+#: Awaited, so verifying a JWT can wait for its issuer's keys without blocking the loop.
+Gate = Callable[[grpc.aio.ServicerContext[Any, Any]], Awaitable[None]]
 #: What every request of an agentrt call passes once it is read and checked (the permission
 #: table, ``access.Authorizer``): the method's full name and the request; raises to refuse.
 #: A client stream is judged by its first message (the one that names what it touches).
@@ -246,7 +247,7 @@ def _wrap_unary(
         slot = None
         try:
             if gate is not None:
-                gate(context)
+                await gate(context)
             if admit is not None:
                 slot = admit(context)
             if streamed_request:
@@ -282,7 +283,7 @@ def _wrap_stream(
         slot = None
         try:
             if gate is not None:
-                gate(context)
+                await gate(context)
             if admit is not None:
                 slot = admit(context)
             if streamed_request:

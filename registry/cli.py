@@ -149,7 +149,12 @@ def add_commands(
         help="sha256:…, or a reference to resolve first (agent_v8, coding_agent:canary)",
     )
     _add_expectation(tag, "")
-    tag.add_argument("--actor", metavar="X", help="who moves it (default: the publisher identity)")
+    tag.add_argument(
+        "--actor",
+        metavar="X",
+        help="a display label for who moves it (default: the publisher identity); the history "
+        "records the authenticated principal beside it",
+    )
     tag.add_argument("--reason", metavar="Y", default="", help="why, for the tag history")
 
     diff = client("diff", "compare two agent versions component by component", _diff)
@@ -160,6 +165,13 @@ def add_commands(
     versions = client("versions", "list an agent's versions, newest first", _versions)
     versions.add_argument("agent", metavar="AGENT")
     versions.add_argument("--json", action="store_true", help="the full response as JSON")
+
+    history = client(
+        "tag-history", "list the moves and deletions of an agent's tags, newest first", _history
+    )
+    history.add_argument("agent", metavar="AGENT")
+    history.add_argument("--tag", default="", help="only this tag's history")
+    history.add_argument("--json", action="store_true", help="the full response as JSON")
 
 
 def _add_timeout(parser: argparse.ArgumentParser) -> None:
@@ -510,13 +522,15 @@ def _show(args: argparse.Namespace) -> int:
     if resolution.kind == enum_pb2.REFERENCE_KIND_TAG:
         how += f" {resolution.tag}, event {resolution.tag_event_sequence}"
     provenance = version.publish.provenance
+    verified = version.publish.verified_provenance
     rows = [
         ("agent", version.agent_id),
         ("label", version.version_label),
         ("digest", version.digest),
         ("resolved", f"{resolution.requested_ref} ({how}) at {_time(resolution.resolve_time)}"),
         ("tags", ", ".join(version.tags) or "-"),
-        ("published", f"{_time(version.publish.publish_time)} by {provenance.publisher or '-'}"),
+        ("published", f"{_time(version.publish.publish_time)} by {published_by(version.publish)}"),
+        ("verified", verified_text(verified)),
         ("source", provenance.source_repo),
         ("commit", provenance.commit),
         ("pipeline", provenance.pipeline_url),
@@ -655,10 +669,72 @@ def _versions(args: argparse.Namespace) -> int:
         print(f"no versions of {args.agent!r}", file=sys.stderr)
         return 0
     rows = [
-        (v.version_label, v.digest, _time(v.publish.publish_time), ",".join(v.tags) or "-")
+        (
+            v.version_label,
+            v.digest,
+            _time(v.publish.publish_time),
+            ",".join(v.tags) or "-",
+            v.publish.principal or "-",
+            "verified" if v.publish.verified_provenance.verified else "unverified",
+        )
         for v in everything.agent_versions
     ]
     width = max(len(r[0]) for r in rows)
-    for label, digest, time, tags in rows:
-        print(f"{label:<{width}}  {digest}  {time}  {tags}")
+    by_width = max(len(r[4]) for r in rows)
+    for label, digest, time, tags, by, verified in rows:
+        print(f"{label:<{width}}  {digest}  {time}  {by:<{by_width}}  {verified}  {tags}")
+    return 0
+
+
+def published_by(publish: message_pb2.PublishRecord) -> str:
+    """``principal`` and, when it differs, the name the publisher gave: ``ci@acme (says
+    "alice")``. The principal is who the server authenticated; the name is a label."""
+    principal = publish.principal or "(not recorded)"
+    said = publish.provenance.publisher
+    return f"{principal} (says {json.dumps(said)})" if said and said != principal else principal
+
+
+def verified_text(verified: message_pb2.VerifiedProvenance) -> str:
+    """One line for a publish's verified provenance (an OIDC token's claims), or says it has
+    none: the source, commit and pipeline rows beside it are what the publisher stated."""
+    if not verified.verified:
+        return "no (self-declared provenance only)"
+    parts = [verified.repository or verified.subject]
+    if verified.ref:
+        parts.append(f"ref {verified.ref}")
+    if verified.commit_sha:
+        parts.append(f"commit {verified.commit_sha}")
+    if verified.workflow:
+        parts.append(f"workflow {verified.workflow}")
+    return f"yes: {', '.join(parts)} (issuer {verified.issuer})"
+
+
+def _history(args: argparse.Namespace) -> int:
+    everything = pb.ListTagHistoryResponse()
+    token = ""
+    with _registry(args) as stub:
+        while True:
+            page = stub.ListTagHistory(
+                pb.ListTagHistoryRequest(
+                    agent_id=args.agent, tag=args.tag, page_size=1000, page_token=token
+                ),
+                timeout=args.timeout,
+            )
+            everything.events.extend(page.events)
+            token = page.next_page_token
+            if not token:
+                break
+    if args.json:
+        print(json_format.MessageToJson(everything, preserving_proto_field_name=True))
+        return 0
+    for e in everything.events:
+        kind = enum_pb2.TagEventType.Name(e.type).removeprefix("TAG_EVENT_TYPE_")
+        target = e.to_digest if e.to_digest else f"(was {e.from_digest})"
+        by = e.actor or "(not recorded)"
+        if e.actor_label and e.actor_label != e.actor:
+            by += f" (says {json.dumps(e.actor_label)})"
+        reason = f"  {json.dumps(e.reason)}" if e.reason else ""
+        print(
+            f"{e.sequence:>4}  {_time(e.event_time)}  {kind:<6}  {e.tag}  {target}  by {by}{reason}"
+        )
     return 0

@@ -26,6 +26,7 @@ __all__ = [
     "Resolution",
     "Tag",
     "TagEvent",
+    "VerifiedProvenance",
 ]
 
 
@@ -60,6 +61,55 @@ class Provenance:
 
 
 @dataclass(frozen=True)
+class VerifiedProvenance:
+    """Where a publish came from, as the verified claims of the OIDC token it was made with
+    (``agentrt_base.auth.Principal.claims``); stored beside the self-declared
+    :class:`Provenance`, never digested."""
+
+    #: Every scalar claim as text, sorted by name (pairs: immutable and hashable).
+    claims: tuple[tuple[str, str], ...]
+
+    def claim_map(self) -> dict[str, str]:
+        return dict(self.claims)
+
+    def _first(self, *names: str) -> str:
+        claims = self.claim_map()
+        return next((claims[n] for n in names if claims.get(n)), "")
+
+    # The CI claims a reader asks for most, under GitHub's names then GitLab's.
+    @property
+    def issuer(self) -> str:
+        return self._first("iss")
+
+    @property
+    def subject(self) -> str:
+        return self._first("sub")
+
+    @property
+    def repository(self) -> str:
+        return self._first("repository", "project_path")
+
+    @property
+    def ref(self) -> str:
+        return self._first("ref")
+
+    @property
+    def commit_sha(self) -> str:
+        return self._first("sha")
+
+    @property
+    def workflow(self) -> str:
+        return self._first("workflow", "ci_config_ref_uri")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"claims": dict(self.claims)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> VerifiedProvenance:
+        return cls(tuple(sorted((str(k), str(v)) for k, v in data.get("claims", {}).items())))
+
+
+@dataclass(frozen=True)
 class ComponentDraft:
     """A component as its publisher writes it: everything its digest covers."""
 
@@ -84,6 +134,10 @@ class Component:
     publish_time: dt.datetime
     provenance: Provenance
     anonymous: bool = False
+    #: Who published it: the authenticated principal ('' if recorded before it was kept).
+    principal: str = ""
+    #: The verified claims of the OIDC token it was published with, if it was.
+    verified: VerifiedProvenance | None = None
 
     @property
     def ref(self) -> str:
@@ -199,6 +253,10 @@ class AgentVersion:
     publish_time: dt.datetime
     provenance: Provenance
     tags: tuple[str, ...] = ()
+    #: Who published it: the authenticated principal ('' if recorded before it was kept).
+    principal: str = ""
+    #: The verified claims of the OIDC token it was published with, if it was.
+    verified: VerifiedProvenance | None = None
 
     def slot(self, slot: str) -> ClosureEntry | None:
         return next((e for e in self.closure if e.slot == slot), None)
@@ -228,8 +286,11 @@ class Tag:
     name: str
     digest: str
     update_time: dt.datetime
+    #: The authenticated principal of the move that set the target.
     updated_by: str
     event_sequence: int
+    #: The display label that move's caller gave.
+    updated_by_label: str = ""
 
 
 @dataclass(frozen=True)
@@ -240,10 +301,13 @@ class TagEvent:
     type: str  # "SET" or "DELETE"
     from_digest: str
     to_digest: str
+    #: The authenticated principal that made the move.
     actor: str
     reason: str
     provenance: Provenance
     event_time: dt.datetime
+    #: The display label the caller gave (the request's actor field).
+    actor_label: str = ""
 
 
 @dataclass(frozen=True)

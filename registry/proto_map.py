@@ -29,6 +29,7 @@ from registry.model import (
     Resolution,
     Tag,
     TagEvent,
+    VerifiedProvenance,
 )
 
 _MAX_SAFE_INTEGER = 2**53 - 1
@@ -256,9 +257,32 @@ def provenance_to_proto(p: Provenance) -> message_pb2.Provenance:
     )
 
 
-def _publish_record(time: dt.datetime, provenance: Provenance) -> message_pb2.PublishRecord:
+def verified_provenance_to_proto(v: VerifiedProvenance | None) -> message_pb2.VerifiedProvenance:
+    if v is None:
+        return message_pb2.VerifiedProvenance(verified=False)
+    return message_pb2.VerifiedProvenance(
+        verified=True,
+        issuer=v.issuer,
+        subject=v.subject,
+        repository=v.repository,
+        ref=v.ref,
+        commit_sha=v.commit_sha,
+        workflow=v.workflow,
+        claims=v.claim_map(),
+    )
+
+
+def _publish_record(
+    time: dt.datetime,
+    provenance: Provenance,
+    principal: str,
+    verified: VerifiedProvenance | None,
+) -> message_pb2.PublishRecord:
     return message_pb2.PublishRecord(
-        publish_time=to_timestamp(time), provenance=provenance_to_proto(provenance)
+        publish_time=to_timestamp(time),
+        provenance=provenance_to_proto(provenance),
+        principal=principal,
+        verified_provenance=verified_provenance_to_proto(verified),
     )
 
 
@@ -271,7 +295,7 @@ def component_to_proto(c: Component) -> message_pb2.Component:
         description=c.description,
         spec=spec_to_proto(c.kind, c.spec),
         schema_digest=c.schema_digest or "",
-        publish=_publish_record(c.publish_time, c.provenance),
+        publish=_publish_record(c.publish_time, c.provenance, c.principal, c.verified),
     )
 
 
@@ -338,7 +362,7 @@ def agent_version_to_proto(v: AgentVersion) -> message_pb2.AgentVersion:
         digest=v.digest,
         definition=definition_to_proto(v.definition),
         closure=closure_to_proto(v.closure),
-        publish=_publish_record(v.publish_time, v.provenance),
+        publish=_publish_record(v.publish_time, v.provenance, v.principal, v.verified),
         tags=list(v.tags),
     )
 
@@ -369,6 +393,7 @@ def tag_to_proto(t: Tag) -> message_pb2.Tag:
         update_time=to_timestamp(t.update_time),
         updated_by=t.updated_by,
         event_sequence=t.event_sequence,
+        updated_by_label=t.updated_by_label,
     )
 
 
@@ -384,6 +409,7 @@ def tag_event_to_proto(e: TagEvent) -> message_pb2.TagEvent:
         reason=e.reason,
         provenance=provenance_to_proto(e.provenance),
         event_time=to_timestamp(e.event_time),
+        actor_label=e.actor_label,
     )
 
 

@@ -16,6 +16,7 @@ from typing import Generic, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from agentrt_base.auth import CALLER, TagPolicy, caller_name
 from agentrt_base.db import Database, utcnow
 from agentrt_base.errors import (
     Aborted,
@@ -41,6 +42,7 @@ from registry.model import (
     Resolution,
     Tag,
     TagEvent,
+    VerifiedProvenance,
 )
 from registry.publishing import (
     ComponentSource,
@@ -50,6 +52,7 @@ from registry.publishing import (
     digest_agent,
     digest_component,
 )
+from registry.tag_policy import check_tag_policies
 
 T = TypeVar("T")
 
@@ -70,6 +73,37 @@ class ComputedDigest:
     existing_digest: str = ""
 
 
+# -- who publishes ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Publisher:
+    """Who a publish is recorded as: the authenticated principal, and what its OIDC token
+    proved (None unless it authenticated with one)."""
+
+    principal: str
+    verified: VerifiedProvenance | None
+
+    @classmethod
+    def of_caller(cls) -> Publisher:
+        """The caller of the call being served; read on the loop, before the write runs on
+        the writer's thread (which does not see the call's context)."""
+        caller = CALLER.get()
+        verified = (
+            VerifiedProvenance(caller.claims)
+            if caller is not None and caller.method == "oidc"
+            else None
+        )
+        return cls(caller_name(), verified)
+
+    def verified_json(self) -> str | None:
+        return store.dumps(self.verified.to_json()) if self.verified is not None else None
+
+
+def _verified(text: str | None) -> VerifiedProvenance | None:
+    return VerifiedProvenance.from_json(store.loads(text)) if text else None
+
+
 # -- row -> domain ---------------------------------------------------------------------------
 
 
@@ -85,6 +119,8 @@ def component_from_row(row: store.ComponentRow) -> Component:
         publish_time=row.publish_time,
         provenance=Provenance.from_json(store.loads(row.provenance_json)),
         anonymous=row.anonymous,
+        principal=row.principal,
+        verified=_verified(row.verified_provenance_json),
     )
 
 
@@ -98,12 +134,20 @@ def agent_version_from_row(session: Session, row: store.AgentVersionRow) -> Agen
         publish_time=row.publish_time,
         provenance=Provenance.from_json(store.loads(row.provenance_json)),
         tags=tuple(store.tags_pointing_at(session, row.digest)),
+        principal=row.principal,
+        verified=_verified(row.verified_provenance_json),
     )
 
 
 def _tag_from_row(row: store.TagRow) -> Tag:
     return Tag(
-        row.agent_id, row.name, row.digest, row.update_time, row.updated_by, row.event_sequence
+        row.agent_id,
+        row.name,
+        row.digest,
+        row.update_time,
+        row.updated_by_principal,
+        row.event_sequence,
+        updated_by_label=row.updated_by,
     )
 
 
@@ -115,10 +159,11 @@ def _tag_event_from_row(row: store.TagEventRow) -> TagEvent:
         type=row.type,
         from_digest=row.from_digest,
         to_digest=row.to_digest,
-        actor=row.actor,
+        actor=row.principal,
         reason=row.reason,
         provenance=Provenance.from_json(store.loads(row.provenance_json)),
         event_time=row.event_time,
+        actor_label=row.actor,
     )
 
 
@@ -333,8 +378,14 @@ def diff_versions(base: AgentVersion, target: AgentVersion) -> list[FieldChange]
 class RegistryService:
     """The registry's use cases over one database."""
 
-    def __init__(self, database: Database) -> None:
+    def __init__(
+        self,
+        database: Database,
+        tag_policies: Callable[[], Sequence[TagPolicy]] = lambda: (),
+    ) -> None:
         self._db = database
+        #: The tag policies in force (read again on every SetTag: a SIGHUP changes them).
+        self._tag_policies = tag_policies
         # Immutable by digest, so caching them is always coherent, across replicas too.
         self._components: LruCache[str, Component] = LruCache(4096)
         self._versions: LruCache[str, AgentVersion] = LruCache(1024)
@@ -354,10 +405,17 @@ class RegistryService:
         _check_request_id(request_id, problems)
         problems.raise_if_any()
         digested = digest_component(draft)
-        return await self._write_retrying(lambda s: self._store_component(s, digested, provenance))
+        publisher = Publisher.of_caller()
+        return await self._write_retrying(
+            lambda s: self._store_component(s, digested, provenance, publisher)
+        )
 
     def _store_component(
-        self, session: Session, digested: DigestedComponent, provenance: Provenance
+        self,
+        session: Session,
+        digested: DigestedComponent,
+        provenance: Provenance,
+        publisher: Publisher,
     ) -> tuple[Component, bool]:
         draft = digested.draft
         existing = store.component_by_version(session, draft.name, draft.version)
@@ -386,13 +444,15 @@ class RegistryService:
                     f"{draft.name!r} uses {scheme} versions; all versions of a name use one scheme",
                     reason="VERSION_SCHEME_MISMATCH",
                 )
-        row = self._component_row(digested, provenance)
+        row = self._component_row(digested, provenance, publisher)
         session.add(row)
         session.flush()
         return component_from_row(row), True
 
     @staticmethod
-    def _component_row(digested: DigestedComponent, provenance: Provenance) -> store.ComponentRow:
+    def _component_row(
+        digested: DigestedComponent, provenance: Provenance, publisher: Publisher
+    ) -> store.ComponentRow:
         draft = digested.draft
         return store.ComponentRow(
             digest=digested.digest,
@@ -405,6 +465,8 @@ class RegistryService:
             schema_digest=digested.schema_digest,
             publish_time=utcnow(),
             provenance_json=store.dumps(provenance.to_json()),
+            principal=publisher.principal,
+            verified_provenance_json=publisher.verified_json(),
         )
 
     async def get_component(self, ref: str) -> Component:
@@ -485,12 +547,17 @@ class RegistryService:
         _check_request_id(request_id, problems)
         problems.raise_if_any()
         check_definition(definition)
+        publisher = Publisher.of_caller()
         return await self._write_retrying(
-            lambda s: self._store_agent_version(s, definition, provenance)
+            lambda s: self._store_agent_version(s, definition, provenance, publisher)
         )
 
     def _store_agent_version(
-        self, session: Session, definition: AgentDefinition, provenance: Provenance
+        self,
+        session: Session,
+        definition: AgentDefinition,
+        provenance: Provenance,
+        publisher: Publisher,
     ) -> tuple[AgentVersion, bool]:
         source = StoreSource(session, self._components)
         source.prefetch(definition)
@@ -518,7 +585,7 @@ class RegistryService:
         if digested.inline_prompt is not None and (
             store.component_by_digest(session, digested.inline_prompt.digest) is None
         ):
-            session.add(self._component_row(digested.inline_prompt, provenance))
+            session.add(self._component_row(digested.inline_prompt, provenance, publisher))
         stored_definition = _sorted_definition(definition)
         session.add(
             store.AgentVersionRow(
@@ -530,6 +597,8 @@ class RegistryService:
                 closure_json=store.dumps([e.to_json() for e in digested.closure]),
                 publish_time=now,
                 provenance_json=store.dumps(provenance.to_json()),
+                principal=publisher.principal,
+                verified_provenance_json=publisher.verified_json(),
             )
         )
         session.flush()
@@ -558,6 +627,8 @@ class RegistryService:
             closure=digested.closure,
             publish_time=now,
             provenance=provenance,
+            principal=publisher.principal,
+            verified=publisher.verified,
         )
         return version, True
 
@@ -666,6 +737,8 @@ class RegistryService:
         if expected_digest is not None:
             _digest_field(expected_digest, "expected_digest", problems)
         problems.raise_if_any()
+        principal = caller_name()
+        policies = tuple(self._tag_policies())
 
         def write(session: Session) -> tuple[Tag, TagEvent | None]:
             agent = self._locked_agent(session, agent_id)
@@ -675,6 +748,13 @@ class RegistryService:
             current = store.tag(session, agent_id, tag_name, for_update=True)
             if current is not None and current.digest == digest:
                 return _tag_from_row(current), None
+            check_tag_policies(
+                policies,
+                agent_id,
+                tag_name,
+                digest,
+                _verified(version.verified_provenance_json),
+            )
             self._check_expectation(current, expected_digest, expect_absent)
             event = self._append_tag_event(
                 session,
@@ -683,6 +763,7 @@ class RegistryService:
                 "SET",
                 current.digest if current else "",
                 digest,
+                principal,
                 actor,
                 reason,
                 provenance,
@@ -693,6 +774,7 @@ class RegistryService:
             current.digest = digest
             current.update_time = event.event_time
             current.updated_by = actor
+            current.updated_by_principal = principal
             current.event_sequence = event.sequence
             session.flush()
             return _tag_from_row(current), event
@@ -714,6 +796,7 @@ class RegistryService:
         if expected_digest:
             _digest_field(expected_digest, "expected_digest", problems)
         problems.raise_if_any()
+        principal = caller_name()
 
         def write(session: Session) -> TagEvent:
             agent = self._locked_agent(session, agent_id)
@@ -723,7 +806,16 @@ class RegistryService:
             if expected_digest:
                 self._check_expectation(current, expected_digest, False)
             event = self._append_tag_event(
-                session, agent, tag_name, "DELETE", current.digest, "", actor, reason, provenance
+                session,
+                agent,
+                tag_name,
+                "DELETE",
+                current.digest,
+                "",
+                principal,
+                actor,
+                reason,
+                provenance,
             )
             session.delete(current)
             session.flush()
@@ -860,6 +952,7 @@ class RegistryService:
         kind: str,
         from_digest: str,
         to_digest: str,
+        principal: str,
         actor: str,
         reason: str,
         provenance: Provenance,
@@ -872,6 +965,7 @@ class RegistryService:
             type=kind,
             from_digest=from_digest,
             to_digest=to_digest,
+            principal=principal,
             actor=actor,
             reason=reason,
             provenance_json=store.dumps(provenance.to_json()),

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from agentrt.registry.v1 import message_pb2, registry_service_pb2_grpc
 from agentrt.registry.v1 import registry_service_pb2 as pb
+from agentrt_base.auth import TagPolicy
 from agentrt_base.db import Database
 from agentrt_base.errors import InvalidArgument
 from agentrt_base.lru import LruCache
@@ -20,8 +22,10 @@ Context = Any  # grpc.aio.ServicerContext; the handlers never touch it (errors a
 class RegistryServicer(registry_service_pb2_grpc.RegistryServiceServicer):
     """``agentrt.registry.v1.RegistryService``."""
 
-    def __init__(self, database: Database) -> None:
-        self._service = RegistryService(database)
+    def __init__(
+        self, database: Database, tag_policies: Callable[[], Sequence[TagPolicy]] = lambda: ()
+    ) -> None:
+        self._service = RegistryService(database, tag_policies)
         # Serialised AgentVersion messages without their (mutable) tags, by digest: the
         # version itself never changes, and rebuilding ~60 closure entries per call was most
         # of GetAgentVersion's cost.

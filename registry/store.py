@@ -59,7 +59,13 @@ class ComponentRow(Base):
     spec_json: Mapped[str] = mapped_column(sa.Text)
     schema_digest: Mapped[str | None] = mapped_column(sa.String(71), index=True)
     publish_time: Mapped[dt.datetime]
+    #: What the publisher said (Provenance: a display label, never verified).
     provenance_json: Mapped[str] = mapped_column(sa.Text)
+    #: Who published: the authenticated principal ('' for rows written before it was kept).
+    principal: Mapped[str] = mapped_column(sa.String(200), server_default="")
+    #: The verified claims of the OIDC token it was published with (VerifiedProvenance), or
+    #: NULL when it was published otherwise.
+    verified_provenance_json: Mapped[str | None] = mapped_column(sa.Text)
 
 
 class AgentRow(Base):
@@ -88,7 +94,13 @@ class AgentVersionRow(Base):
     definition_json: Mapped[str] = mapped_column(sa.Text)
     closure_json: Mapped[str] = mapped_column(sa.Text)
     publish_time: Mapped[dt.datetime]
+    #: What the publisher said (Provenance: a display label, never verified).
     provenance_json: Mapped[str] = mapped_column(sa.Text)
+    #: Who published: the authenticated principal ('' for rows written before it was kept).
+    principal: Mapped[str] = mapped_column(sa.String(200), server_default="")
+    #: The verified claims of the OIDC token it was published with (VerifiedProvenance), or
+    #: NULL when it was published otherwise.
+    verified_provenance_json: Mapped[str | None] = mapped_column(sa.Text)
 
 
 class ClosureEntryRow(Base):
@@ -125,7 +137,10 @@ class TagRow(Base):
         sa.String(71), sa.ForeignKey("registry_agent_versions.digest"), index=True
     )
     update_time: Mapped[dt.datetime]
+    #: The display label the mover gave (SetTagRequest.actor).
     updated_by: Mapped[str] = mapped_column(sa.String(200))
+    #: The authenticated principal that moved it ('' for moves before it was kept).
+    updated_by_principal: Mapped[str] = mapped_column(sa.String(200), server_default="")
     event_sequence: Mapped[int] = mapped_column(sa.BigInteger)
 
 
@@ -143,7 +158,10 @@ class TagEventRow(Base):
     type: Mapped[str] = mapped_column(sa.String(16))
     from_digest: Mapped[str] = mapped_column(sa.String(71))
     to_digest: Mapped[str] = mapped_column(sa.String(71))
+    #: The display label the caller gave (SetTagRequest.actor / DeleteTagRequest.actor).
     actor: Mapped[str] = mapped_column(sa.String(200))
+    #: The authenticated principal that made the move ('' for moves before it was kept).
+    principal: Mapped[str] = mapped_column(sa.String(200), server_default="")
     reason: Mapped[str] = mapped_column(sa.Text)
     provenance_json: Mapped[str] = mapped_column(sa.Text)
     event_time: Mapped[dt.datetime]

@@ -15,6 +15,7 @@ import resource
 import signal
 import socket
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2_grpc
@@ -228,11 +229,12 @@ class AgentrtServer:
 
         runtime = Runtime(database, notifier, self.runtime_settings)
         authenticator = self.authenticator
-        gate = (
-            (lambda c: authenticator.authenticate(c.invocation_metadata(), c.auth_context()))
-            if authenticator.configured
-            else None
-        )
+
+        async def authenticate(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+            metadata = context.invocation_metadata() or ()
+            await authenticator.authenticate(metadata, context.auth_context())
+
+        gate = authenticate if authenticator.configured else None
         # Who may do what is decided only for authenticated callers: without an auth config
         # the server listens on loopback only and every local caller may do everything.
         authorize = (
@@ -246,7 +248,7 @@ class AgentrtServer:
             options=transport_options(self.settings),
         )
         registry_service_pb2_grpc.add_RegistryServiceServicer_to_server(
-            RegistryServicer(database),
+            RegistryServicer(database, self.authenticator.tag_policies),
             server,
         )
         bound = BoundAgents()

@@ -35,6 +35,7 @@ from agentrt_base.ids import has_prefix
 from agentrt_base.settings import resolve_target
 from agentrt_base.tls import client_channel
 from registry.canonical import digest_bytes
+from registry.cli import published_by, verified_text
 from runtime_service import audit_bundle
 
 __all__ = ["EXIT_FAILED", "EXIT_USAGE", "add_commands", "normalise_argv"]
@@ -266,7 +267,7 @@ def _agent_lines(record: apb.ProvenanceRecord) -> list[str]:
         return [f"agent {record.run.agent.agent_digest} (not in this registry)"]
     publish = version.publish
     source = publish.provenance
-    published = f"published {_when(publish.publish_time)} by {source.publisher or '-'}"
+    published = f"published {_when(publish.publish_time)} by {published_by(publish)}"
     if source.source_repo or source.commit:
         published += f", {source.source_repo or '-'} at {source.commit or '-'}"
     if source.pipeline_url:
@@ -278,6 +279,7 @@ def _agent_lines(record: apb.ProvenanceRecord) -> list[str]:
     return [
         f"agent {version.agent_id}@{version.version_label} {version.digest}",
         f"  {published}",
+        f"  verified provenance: {verified_text(publish.verified_provenance)}",
         f"  tags at run creation: {at_creation or 'none'}; "
         f"now: {', '.join(version.tags) or 'none'}",
     ]

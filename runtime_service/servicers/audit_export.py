@@ -79,6 +79,14 @@ def _agent_json(row: registry_store.AgentVersionRow, tags: list[TagAtTime]) -> d
         "closure": registry_store.loads(row.closure_json),
         "publish_time": format_time(row.publish_time),
         "provenance": registry_store.loads(row.provenance_json),
+        # Who published (the authenticated principal) and, for a publish made with an OIDC
+        # token, its verified claims: beside the self-declared provenance, never digested.
+        "principal": row.principal,
+        "verified_provenance": (
+            registry_store.loads(row.verified_provenance_json)
+            if row.verified_provenance_json
+            else None
+        ),
         "tags_at_run_creation": [
             {
                 "tag": t.tag,

@@ -164,7 +164,10 @@ def test_show_diff_and_versions(server_address: str) -> None:
     shown = ok(server_address, "show", "coding_agent:prod").stdout
     assert f"digest       {v7}" in shown
     assert "resolved     coding_agent:prod (tag prod, event 1)" in shown
-    assert "published" in shown and "by release-bot" in shown
+    # Nobody is authenticated (no auth config): the principal is anonymous, and the name the
+    # publisher gave is shown as what it is, a label.
+    assert "published" in shown and 'by anonymous (says "release-bot")' in shown
+    assert "verified     no (self-declared provenance only)" in shown
     assert "source       https://github.com/acme/agents" in shown
     assert "pipeline     https://github.com/acme/agents/actions/runs/99" in shown
     assert "labels       build=17" in shown

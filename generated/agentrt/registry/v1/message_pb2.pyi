@@ -510,8 +510,10 @@ Global___CompletionCheck: _TypeAlias = CompletionCheck  # noqa: Y015
 
 @_typing.final
 class Provenance(_message.Message):
-    """What a publisher supplies about where a publish came from. Stored and
-    returned; never covered by any digest.
+    """What a publisher (or a tag mover) says about where a publish came from.
+    Stored and returned; never covered by any digest. Self-declared and never
+    verified: who actually published is PublishRecord.principal, and what an OIDC
+    token proved is PublishRecord.verified_provenance.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -542,7 +544,9 @@ class Provenance(_message.Message):
     PIPELINE_URL_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
     publisher: _builtins.str
-    """Identity of the publisher (a CI service account, a person)."""
+    """Identity the publisher gives (a CI service account, a person): a display
+    label, not the authenticated principal.
+    """
     source_repo: _builtins.str
     """Source repository URL."""
     commit: _builtins.str
@@ -578,27 +582,122 @@ class PublishRecord(_message.Message):
 
     PUBLISH_TIME_FIELD_NUMBER: _builtins.int
     PROVENANCE_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    VERIFIED_PROVENANCE_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    """The authenticated principal that made that first publish (`anonymous` on a
+    server that authenticates nobody; empty for publishes recorded before
+    principals were kept).
+    """
     @_builtins.property
     def publish_time(self) -> _timestamp_pb2.Timestamp:
         """When the first successful publish of this content was committed."""
 
     @_builtins.property
     def provenance(self) -> Global___Provenance:
-        """As supplied by that first publish; later identical re-publishes do not change it."""
+        """As supplied by that first publish; later identical re-publishes do not change it.
+        Self-declared: unverified.
+        """
+
+    @_builtins.property
+    def verified_provenance(self) -> Global___VerifiedProvenance:
+        """What the OIDC token of that first publish proved: verified is true and the
+        token's claims are set when it was published with one; otherwise verified
+        is false and nothing else is set. Not covered by any digest.
+        """
 
     def __init__(
         self,
         *,
         publish_time: _timestamp_pb2.Timestamp | None = ...,
         provenance: Global___Provenance | None = ...,
+        principal: _builtins.str = ...,
+        verified_provenance: Global___VerifiedProvenance | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["provenance", b"provenance", "publish_time", b"publish_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["provenance", b"provenance", "publish_time", b"publish_time", "verified_provenance", b"verified_provenance"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["provenance", b"provenance", "publish_time", b"publish_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "provenance", b"provenance", "publish_time", b"publish_time", "verified_provenance", b"verified_provenance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PublishRecord: _TypeAlias = PublishRecord  # noqa: Y015
+
+@_typing.final
+class VerifiedProvenance(_message.Message):
+    """Where a publish came from, as the verified claims of the OIDC token it was
+    made with (a CI job's token: GitHub Actions, GitLab CI, ...). The named
+    fields are read from the claims for convenience; claims holds them all.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ClaimsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    VERIFIED_FIELD_NUMBER: _builtins.int
+    ISSUER_FIELD_NUMBER: _builtins.int
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    REPOSITORY_FIELD_NUMBER: _builtins.int
+    REF_FIELD_NUMBER: _builtins.int
+    COMMIT_SHA_FIELD_NUMBER: _builtins.int
+    WORKFLOW_FIELD_NUMBER: _builtins.int
+    CLAIMS_FIELD_NUMBER: _builtins.int
+    verified: _builtins.bool
+    """True when the publish was authenticated by an OIDC token whose signature,
+    issuer, audience and lifetime the server verified.
+    """
+    issuer: _builtins.str
+    """The token's `iss`."""
+    subject: _builtins.str
+    """The token's `sub`."""
+    repository: _builtins.str
+    """`repository` (GitHub) or `project_path` (GitLab)."""
+    ref: _builtins.str
+    """`ref` as the issuer writes it (`refs/heads/main` on GitHub, `main` on GitLab)."""
+    commit_sha: _builtins.str
+    """`sha`: the commit the job ran on."""
+    workflow: _builtins.str
+    """`workflow` (GitHub) or `ci_config_ref_uri` (GitLab)."""
+    @_builtins.property
+    def claims(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Every scalar claim of the token, as text (lists of strings joined by spaces)."""
+
+    def __init__(
+        self,
+        *,
+        verified: _builtins.bool = ...,
+        issuer: _builtins.str = ...,
+        subject: _builtins.str = ...,
+        repository: _builtins.str = ...,
+        ref: _builtins.str = ...,
+        commit_sha: _builtins.str = ...,
+        workflow: _builtins.str = ...,
+        claims: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claims", b"claims", "commit_sha", b"commit_sha", "issuer", b"issuer", "ref", b"ref", "repository", b"repository", "subject", b"subject", "verified", b"verified", "workflow", b"workflow"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VerifiedProvenance: _TypeAlias = VerifiedProvenance  # noqa: Y015
 
 @_typing.final
 class AgentDefinition(_message.Message):
@@ -901,6 +1000,7 @@ class Tag(_message.Message):
     UPDATE_TIME_FIELD_NUMBER: _builtins.int
     UPDATED_BY_FIELD_NUMBER: _builtins.int
     EVENT_SEQUENCE_FIELD_NUMBER: _builtins.int
+    UPDATED_BY_LABEL_FIELD_NUMBER: _builtins.int
     agent_id: _builtins.str
     name: _builtins.str
     """The tag name: 1-128 characters of `A-Z a-z 0-9 . _ -`, not starting with
@@ -909,9 +1009,13 @@ class Tag(_message.Message):
     digest: _builtins.str
     """The digest of the agent version it points at."""
     updated_by: _builtins.str
-    """Actor of the move that set the current target."""
+    """The authenticated principal of the move that set the current target
+    (TagEvent.actor of that move).
+    """
     event_sequence: _builtins.int
     """TagEvent.sequence of the move that set the current target."""
+    updated_by_label: _builtins.str
+    """The display label that move's caller gave (TagEvent.actor_label)."""
     @_builtins.property
     def update_time(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -923,10 +1027,11 @@ class Tag(_message.Message):
         update_time: _timestamp_pb2.Timestamp | None = ...,
         updated_by: _builtins.str = ...,
         event_sequence: _builtins.int = ...,
+        updated_by_label: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["update_time", b"update_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "digest", b"digest", "event_sequence", b"event_sequence", "name", b"name", "update_time", b"update_time", "updated_by", b"updated_by"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "digest", b"digest", "event_sequence", b"event_sequence", "name", b"name", "update_time", b"update_time", "updated_by", b"updated_by", "updated_by_label", b"updated_by_label"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -950,6 +1055,7 @@ class TagEvent(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     PROVENANCE_FIELD_NUMBER: _builtins.int
     EVENT_TIME_FIELD_NUMBER: _builtins.int
+    ACTOR_LABEL_FIELD_NUMBER: _builtins.int
     sequence: _builtins.int
     """Strictly increasing per agent_id, starting at 1."""
     agent_id: _builtins.str
@@ -960,9 +1066,19 @@ class TagEvent(_message.Message):
     to_digest: _builtins.str
     """Target after the event; empty when the tag was deleted."""
     actor: _builtins.str
+    """The authenticated principal that made the move (`anonymous` on a server
+    that authenticates nobody; empty for moves recorded before principals were
+    kept).
+    """
     reason: _builtins.str
+    actor_label: _builtins.str
+    """The name the caller gave (SetTagRequest.actor, DeleteTagRequest.actor): a
+    display label stored beside actor, never instead of it.
+    """
     @_builtins.property
-    def provenance(self) -> Global___Provenance: ...
+    def provenance(self) -> Global___Provenance:
+        """As the caller gave it: self-declared, unverified."""
+
     @_builtins.property
     def event_time(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -978,10 +1094,11 @@ class TagEvent(_message.Message):
         reason: _builtins.str = ...,
         provenance: Global___Provenance | None = ...,
         event_time: _timestamp_pb2.Timestamp | None = ...,
+        actor_label: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["event_time", b"event_time", "provenance", b"provenance"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "agent_id", b"agent_id", "event_time", b"event_time", "from_digest", b"from_digest", "provenance", b"provenance", "reason", b"reason", "sequence", b"sequence", "tag", b"tag", "to_digest", b"to_digest", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "actor_label", b"actor_label", "agent_id", b"agent_id", "event_time", b"event_time", "from_digest", b"from_digest", "provenance", b"provenance", "reason", b"reason", "sequence", b"sequence", "tag", b"tag", "to_digest", b"to_digest", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -430,8 +430,9 @@ class SetTagRequest(_message.Message):
     expect_absent: _builtins.bool
     """Must be true if set: the tag must not exist yet."""
     actor: _builtins.str
-    """Required. Who moves the tag (a person or a deploy system); recorded as
-    TagEvent.actor and Tag.updated_by.
+    """Optional. A display label for who moves the tag (a person, a deploy
+    system), recorded as TagEvent.actor_label beside the authenticated
+    principal (TagEvent.actor), never instead of it.
     """
     reason: _builtins.str
     """Why; recorded in the history."""
@@ -508,7 +509,9 @@ class DeleteTagRequest(_message.Message):
     this digest. Empty: unconditional.
     """
     actor: _builtins.str
-    """Required. Who deletes the tag; recorded as TagEvent.actor."""
+    """Optional. A display label for who deletes the tag, recorded as
+    TagEvent.actor_label beside the authenticated principal (TagEvent.actor).
+    """
     reason: _builtins.str
     """Why; recorded in the history."""
     @_builtins.property

@@ -206,6 +206,11 @@ class RegistryServiceServicer:
         metadata "current_digest", empty if absent) when the expectation does not
         hold; ABORTED when a concurrent move won the race (re-read and retry);
         NOT_FOUND when the digest is not a version of agent_id.
+        FAILED_PRECONDITION with ErrorInfo(reason="TAG_POLICY", metadata "policy",
+        "tag") and a PreconditionFailure violation per unmet requirement when a tag
+        policy of the server covers the tag and the version was not published with
+        verified provenance matching it (docs/security.md, "Tag policies").
+        The move is recorded as made by the authenticated principal.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

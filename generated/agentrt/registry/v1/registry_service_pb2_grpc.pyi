@@ -99,6 +99,11 @@ class RegistryServiceStub:
     metadata "current_digest", empty if absent) when the expectation does not
     hold; ABORTED when a concurrent move won the race (re-read and retry);
     NOT_FOUND when the digest is not a version of agent_id.
+    FAILED_PRECONDITION with ErrorInfo(reason="TAG_POLICY", metadata "policy",
+    "tag") and a PreconditionFailure violation per unmet requirement when a tag
+    policy of the server covers the tag and the version was not published with
+    verified provenance matching it (docs/security.md, "Tag policies").
+    The move is recorded as made by the authenticated principal.
     """
     DeleteTag: _grpc.UnaryUnaryMultiCallable[_registry_service_pb2.DeleteTagRequest, _registry_service_pb2.DeleteTagResponse]
     """DeleteTag removes a tag and records the deletion in the tag's history.
@@ -193,6 +198,11 @@ class RegistryServiceAsyncStub(RegistryServiceStub):
     metadata "current_digest", empty if absent) when the expectation does not
     hold; ABORTED when a concurrent move won the race (re-read and retry);
     NOT_FOUND when the digest is not a version of agent_id.
+    FAILED_PRECONDITION with ErrorInfo(reason="TAG_POLICY", metadata "policy",
+    "tag") and a PreconditionFailure violation per unmet requirement when a tag
+    policy of the server covers the tag and the version was not published with
+    verified provenance matching it (docs/security.md, "Tag policies").
+    The move is recorded as made by the authenticated principal.
     """
     DeleteTag: _aio.UnaryUnaryMultiCallable[_registry_service_pb2.DeleteTagRequest, _registry_service_pb2.DeleteTagResponse]  # type: ignore[assignment]
     """DeleteTag removes a tag and records the deletion in the tag's history.
@@ -332,6 +342,11 @@ class RegistryServiceServicer(metaclass=_abc_1.ABCMeta):
         metadata "current_digest", empty if absent) when the expectation does not
         hold; ABORTED when a concurrent move won the race (re-read and retry);
         NOT_FOUND when the digest is not a version of agent_id.
+        FAILED_PRECONDITION with ErrorInfo(reason="TAG_POLICY", metadata "policy",
+        "tag") and a PreconditionFailure violation per unmet requirement when a tag
+        policy of the server covers the tag and the version was not published with
+        verified provenance matching it (docs/security.md, "Tag policies").
+        The move is recorded as made by the authenticated principal.
         """
 
     @_abc_1.abstractmethod
