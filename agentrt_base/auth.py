@@ -112,6 +112,18 @@ def caller_name() -> str:
     return principal.name if principal is not None else ANONYMOUS
 
 
+def display_actor(principal: str, label: str) -> str:
+    """How a recorded actor reads in a message or a listing: the principal, with the label
+    the caller gave beside it when the label says something else (a label is never taken
+    for the identity). A record from before principals were recorded has only its label,
+    and says so."""
+    if not principal:
+        return f"{label or '-'} (label only, no principal recorded)"
+    if label and label != principal:
+        return f"{principal} (label {label!r})"
+    return principal
+
+
 def token_hash(token: str) -> str:
     return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
 

@@ -148,6 +148,7 @@ def run(row: RunRow) -> message_pb2.Run:
         end_time=timestamp(row.end_time),
         update_time=timestamp(row.update_time),
         last_event_sequence=row.last_event_sequence,
+        creator_principal=row.creator_principal,
     )
 
 
@@ -169,6 +170,7 @@ def attempt(row: AttemptRow) -> message_pb2.Attempt:
         ),
         result_summary=row.result_summary,
         output_ref=row.output_ref,
+        worker_principal=row.worker_principal,
     )
     if row.error_class or row.error_message:
         out.error.CopyFrom(
@@ -362,6 +364,7 @@ def step(record: Step) -> message_pb2.Step:
                 approver=v["approver"],
                 comment=v["approval_comment"],
                 resolve_time=timestamp(v["approval_time"]),
+                approver_principal=v["approver_principal"],
             )
         )
     return out
@@ -449,6 +452,7 @@ def input_(row: InputRow | Input) -> message_pb2.Input:
         kind=_enum(enum_pb2.InputKind, "INPUT_KIND_", row.kind),
         content=row.content,
         sender=row.sender,
+        sender_principal=row.sender_principal,
         create_time=timestamp(row.create_time),
         status=_enum(enum_pb2.InputStatus, "INPUT_STATUS_", row.status),
         delivered_step_id=row.delivered_step_id,

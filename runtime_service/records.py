@@ -51,7 +51,11 @@ class Step:
     tool_name: str
     tool_arguments_json: str
     approval_decision: str
+    #: The approver's display label, as the caller gave it.
     approver: str
+    #: The authenticated principal that resolved the approval (set by ResolveApproval, in
+    #: the server process; a step's own writer is its attempt's worker_principal).
+    approver_principal: str
     approval_comment: str
     approval_time: dt.datetime | None
     approval_step_id: str
@@ -126,6 +130,7 @@ BLANK_STEP: dict[str, Any] = {
     "tool_arguments_json": "{}",
     "approval_decision": "",
     "approver": "",
+    "approver_principal": "",
     "approval_comment": "",
     "approval_time": None,
     "approval_step_id": "",
@@ -159,6 +164,8 @@ class Input:
     delivered_step_id: str
     delivered_turn_id: str
     deliver_time: dt.datetime | None
+    #: The authenticated principal that sent it (``sender`` is the caller's label).
+    sender_principal: str
 
     @staticmethod
     def of(row: Any) -> Input:

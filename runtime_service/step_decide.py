@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from agentrt_base.auth import display_actor
 from agentrt_base.errors import (
     AgentrtError,
     FailedPrecondition,
@@ -311,7 +312,8 @@ def _after_approval(new: _NewStep, bound: BoundDefinition, approval: Step) -> Be
         fields["side_effect"] = bool(tool and tool.spec.get("side_effects"))
         return Record(new.step("STARTED", type_="TOOL_CALL", **fields))
     fields["error_class"] = "PERMISSION_DENIED"
-    fields["error_message"] = f"denied by {approval.approver}: {approval.approval_comment}".strip()
+    who = display_actor(approval.approver_principal, approval.approver)
+    fields["error_message"] = f"denied by {who}: {approval.approval_comment}".strip()
     return Record(new.step("DENIED", type_="TOOL_CALL", **fields))
 
 

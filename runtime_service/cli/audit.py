@@ -31,6 +31,7 @@ from agentrt.audit.v1 import message_pb2 as apb
 from agentrt.registry.v1 import message_pb2 as rpb
 from agentrt.runtime.v1 import enum_pb2
 from agentrt.runtime.v1 import message_pb2 as mpb
+from agentrt_base.auth import display_actor
 from agentrt_base.ids import has_prefix
 from agentrt_base.settings import resolve_target
 from agentrt_base.tls import client_channel
@@ -305,14 +306,21 @@ def _run_lines(run: mpb.Run, indent: str) -> list[str]:
         if value
     )
     usage = run.usage
+    creator = run.creator_principal or "- (no principal recorded)"
     return [
         f"{indent}run {run.id} {status}",
         f"{indent}  agent ref {agent.requested_ref} -> {agent.version_label} {how} "
         f"at {_when(agent.resolve_time)}",
         f"{indent}  goal {goal}; input revision {run.input_revision}",
+        *(
+            f"{indent}  amended to revision {a.input_revision} at {_when(a.create_time)} by "
+            f"{display_actor(a.actor_principal, a.actor)}"
+            + (f": {json.dumps(a.note)}" if a.note else "")
+            for a in run.amendments
+        ),
         f"{indent}  budget {limits or 'unlimited'}; used {run.step_count} steps, "
         f"{usage.input_tokens + usage.output_tokens} tokens, ${usage.cost_usd:.4f}",
-        f"{indent}  created {_when(run.create_time)}, ended {_when(run.end_time)}"
+        f"{indent}  created {_when(run.create_time)} by {creator}, ended {_when(run.end_time)}"
         + (f": {run.terminal_message}" if run.terminal_message else ""),
     ]
 
@@ -321,7 +329,8 @@ def _attempt_line(attempt: mpb.Attempt, indent: str) -> str:
     status = _name(enum_pb2.AttemptStatus, attempt.status, "ATTEMPT_STATUS_")
     reason = _name(enum_pb2.AttemptReason, attempt.reason, "ATTEMPT_REASON_")
     line = (
-        f"{indent}attempt {attempt.number} {attempt.id} {reason} worker {attempt.worker_id} "
+        f"{indent}attempt {attempt.number} {attempt.id} {reason} "
+        f"worker {display_actor(attempt.worker_principal, attempt.worker_id)} "
         f"epoch {attempt.lease_epoch} {status} {_when(attempt.start_time)}"
         f"..{_when(attempt.end_time)}"
     )
@@ -375,7 +384,8 @@ def step_lines(step: mpb.Step, names: dict[str, str], indent: str) -> list[str]:
         lines.append(f"{indent}   {'; '.join(refs)}")
     if step.approval.decision:
         decision = _name(enum_pb2.ApprovalDecision, step.approval.decision, "APPROVAL_DECISION_")
-        lines.append(f"{indent}   approval {decision} by {step.approval.approver}")
+        approver = display_actor(step.approval.approver_principal, step.approval.approver)
+        lines.append(f"{indent}   approval {decision} by {approver}")
     if step.error_message:
         lines.append(f"{indent}   error: {' '.join(step.error_message.split())}")
     return lines

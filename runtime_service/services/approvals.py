@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from agentrt_base.auth import caller_name, display_actor
 from agentrt_base.db import utcnow
 from agentrt_base.errors import FailedPrecondition, InvalidArgument, NotFound, ViolationCollector
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
@@ -31,6 +32,8 @@ class ApprovalsService:
         if len(comment.encode()) > MAX_TEXT:
             problems.add("comment", f"larger than {MAX_TEXT} bytes")
         problems.raise_if_any("invalid approval")
+        # The decision is the call's principal's; ``approver`` is only the label it gave.
+        principal = caller_name()
 
         def write(session: Session) -> tuple[StepRow, RunRow]:
             run = run_for_update(session, run_id)
@@ -59,7 +62,7 @@ class ApprovalsService:
                     metadata={"current_status": run.status},
                 )
             now = utcnow()
-            approvals.resolve(session, run, step, decision, approver, comment, now)
+            approvals.resolve(session, run, step, decision, approver, principal, comment, now)
             if run.status == RunStatus.WAITING_APPROVAL.value:
                 transitions.apply(
                     session,
@@ -67,7 +70,8 @@ class ApprovalsService:
                     Trigger.RESOLVE_APPROVAL,
                     Actor.CLIENT,
                     now,
-                    message=f"approval {decision.lower()} by {approver}",
+                    message=f"approval {decision.lower()} by {display_actor(principal, approver)}",
+                    principal=principal,
                 )
             return step, run
 

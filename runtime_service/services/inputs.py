@@ -6,6 +6,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from agentrt_base.auth import caller_name
 from agentrt_base.db import utcnow
 from agentrt_base.errors import FailedPrecondition, ResourceExhausted, ViolationCollector
 from runtime_service.lifecycle import RunStatus
@@ -48,6 +49,7 @@ class InputsService:
                 metadata={"limit": str(MAX_INPUT_BYTES)},
             )
         key = scoped_request_id(run_id, request_id)
+        principal = caller_name()
 
         def write(session: Session) -> InputRow:
             if key:
@@ -61,6 +63,8 @@ class InputsService:
                     reason="RUN_ENDED",
                     metadata={"current_status": run.status},
                 )
-            return inputs.receive(session, run, kind, content, data_json, sender, key, utcnow())
+            return inputs.receive(
+                session, run, kind, content, data_json, sender, principal, key, utcnow()
+            )
 
         return await self._rt.write(write)

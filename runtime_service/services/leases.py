@@ -19,6 +19,7 @@ from functools import partial
 from sqlalchemy.orm import Session
 
 from agentrt_base.access import Visibility
+from agentrt_base.auth import caller_name
 from agentrt_base.db import utcnow
 from agentrt_base.db_failures import database_failure
 from agentrt_base.errors import FailedPrecondition, InvalidArgument
@@ -108,6 +109,8 @@ class LeasesService:
         if wait is None or wait < dt.timedelta(0):
             wait = s.default_wait
         wait = min(wait, s.max_wait)
+        # The attempt's worker is the call's principal; worker_id is only its label.
+        principal = caller_name()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait.total_seconds()
         while True:
@@ -115,7 +118,7 @@ class LeasesService:
             with self._rt.notifier.subscribe([notify.WORK]) as woken:
                 acquired = await self._rt.write(
                     lambda session: self._try_acquire(
-                        session, worker_id, agent_ids, labels, visible, ttl
+                        session, worker_id, principal, agent_ids, labels, visible, ttl
                     )
                 )
                 if acquired is not None:
@@ -128,6 +131,7 @@ class LeasesService:
         self,
         session: Session,
         worker_id: str,
+        principal: str,
         agent_ids: list[str],
         labels: dict[str, str],
         visible: Visibility,
@@ -140,9 +144,15 @@ class LeasesService:
         # run's end (ENQUEUE) must not appear to start before that run ended.
         now = utcnow()
         token, stored_hash = new_lease_token()
-        attempt = attempts.start(session, run, worker_id, ttl, now, stored_hash)
+        attempt = attempts.start(session, run, worker_id, principal, ttl, now, stored_hash)
         transitions.apply(
-            session, run, Trigger.ACQUIRE, Actor.WORKER, now, message=f"acquired by {worker_id}"
+            session,
+            run,
+            Trigger.ACQUIRE,
+            Actor.WORKER,
+            now,
+            message=f"acquired by {worker_id}",
+            principal=principal,
         )
         attempts.record_started(session, run, attempt, now)
         # Other acquirers may have skipped the rows this transaction locked and gone to
@@ -188,6 +198,7 @@ class LeasesService:
             raise InvalidArgument.for_field("outcome", "required: one of " + ", ".join(OUTCOMES))
         if len(result_summary.encode()) > 64 * 1024:
             raise InvalidArgument.for_field("result_summary", "larger than 65536 bytes")
+        principal = caller_name()
 
         def write(session: Session) -> tuple[RunRow, AttemptRow]:
             attempt = attempts.get(session, fence.attempt_id)
@@ -236,6 +247,7 @@ class LeasesService:
                 error_class=error_class,
                 error_message=error_message,
                 retryable=outcome == "FAILED_RETRYABLE",
+                principal=principal,
             )
             return run, attempt
 

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from agentrt_base.access import Visibility, check_namespace
+from agentrt_base.auth import caller_name
 from agentrt_base.db import utcnow
 from agentrt_base.errors import (
     Aborted,
@@ -265,6 +266,8 @@ class RunsService:
 
     async def create_run(self, spec: RunSpec) -> RunRow:
         check_run_spec(spec, utcnow())
+        # Read here, on the call's task: the write runs on another thread, outside its context.
+        principal = caller_name()
 
         def write(session: Session) -> RunRow:
             # Lock order (fix: CreateRun deadlocked with AcquireRun/FinishAttempt on
@@ -319,6 +322,7 @@ class RunsService:
                     concurrency_policy=policy,
                     labels=spec.labels,
                     blocked_by_run_id=blocked_by,
+                    creator_principal=principal,
                 ),
                 now,
             )
@@ -353,6 +357,7 @@ class RunsService:
                     now,
                     interrupt=True,
                     actor="runtime",
+                    principal="",
                     reason="interrupted by a new run in the thread",
                 )
                 waiting_for = run.id
@@ -375,6 +380,7 @@ class RunsService:
         *,
         interrupt: bool,
         actor: str,
+        principal: str,
         reason: str,
     ) -> None:
         run_requests.request_stop(
@@ -384,6 +390,7 @@ class RunsService:
             stop_reason="INTERRUPTED_BY_NEW_RUN" if interrupt else "CANCELLED_BY_USER",
             deadline=now + self._rt.settings.stop_grace,
             actor=actor,
+            principal=principal,
             reason=reason,
         )
 
@@ -426,6 +433,9 @@ class RunsService:
         return await self._rt.read(read)
 
     async def cancel_run(self, run_id: str, reason: str, actor: str) -> RunRow:
+        """Cancel as the call's principal (``actor``: the caller's display label)."""
+        principal = caller_name()
+
         def write(session: Session) -> RunRow:
             run = runs.run_for_update(session, run_id)
             now = utcnow()
@@ -435,15 +445,25 @@ class RunsService:
             if status is RunStatus.RUNNING:
                 if not run.cancel_requested:
                     self._request_stop(
-                        session, run, now, interrupt=False, actor=actor or "client", reason=reason
+                        session,
+                        run,
+                        now,
+                        interrupt=False,
+                        actor=actor or "client",
+                        principal=principal,
+                        reason=reason,
                     )
                 return run
-            transitions.apply(session, run, Trigger.CANCEL, Actor.CLIENT, now, message=reason)
+            transitions.apply(
+                session, run, Trigger.CANCEL, Actor.CLIENT, now, message=reason, principal=principal
+            )
             return run
 
         return await self._rt.write(write)
 
     async def pause_run(self, run_id: str, reason: str, actor: str) -> RunRow:
+        principal = caller_name()
+
         def write(session: Session) -> RunRow:
             run = runs.run_for_update(session, run_id)
             now = utcnow()
@@ -463,25 +483,32 @@ class RunsService:
                     now,
                     deadline=now + self._rt.settings.stop_grace,
                     actor=actor or "client",
+                    principal=principal,
                     reason=reason,
                 )
                 return run
-            transitions.apply(session, run, Trigger.PAUSE, Actor.CLIENT, now, message=reason)
+            transitions.apply(
+                session, run, Trigger.PAUSE, Actor.CLIENT, now, message=reason, principal=principal
+            )
             return run
 
         return await self._rt.write(write)
 
     async def resume_run(self, run_id: str, reason: str, actor: str) -> RunRow:
+        principal = caller_name()
+
         def write(session: Session) -> RunRow:
             run = runs.run_for_update(session, run_id)
             now = utcnow()
             if run.status == RunStatus.RUNNING.value and run.pause_requested:
                 # Not yet paused: withdrawing the request is the resume.
                 run_requests.withdraw_pause(
-                    session, run, now, actor=actor or "client", reason=reason
+                    session, run, now, actor=actor or "client", principal=principal, reason=reason
                 )
                 return run
-            transitions.apply(session, run, Trigger.RESUME, Actor.CLIENT, now, message=reason)
+            transitions.apply(
+                session, run, Trigger.RESUME, Actor.CLIENT, now, message=reason, principal=principal
+            )
             return run
 
         return await self._rt.write(write)
@@ -507,6 +534,7 @@ class RunsService:
         if expected_revision < 0:
             problems.add("expected_input_revision", "must not be negative")
         problems.raise_if_any("invalid amendment")
+        principal = caller_name()
 
         def write(session: Session) -> RunRow:
             run = runs.run_for_update(session, run_id)
@@ -526,7 +554,13 @@ class RunsService:
                     metadata={"input_revision": str(run.input_revision)},
                 )
             run_requests.amend(
-                session, run, amendment, actor=actor, request_id=request_id, now=utcnow()
+                session,
+                run,
+                amendment,
+                actor=actor,
+                principal=principal,
+                request_id=request_id,
+                now=utcnow(),
             )
             return run
 

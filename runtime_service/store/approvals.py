@@ -18,12 +18,15 @@ def resolve(
     step: StepRow,
     decision: str,
     approver: str,
+    principal: str,
     comment: str,
     now: dt.datetime,
 ) -> None:
     """Record ``decision`` (APPROVE or DENY) on the approval ``step``, which ends with it
-    (SUCCEEDED or DENIED), and append ``approval.resolved``."""
+    (SUCCEEDED or DENIED), and append ``approval.resolved``: ``principal`` decided,
+    ``approver`` is the label the caller gave."""
     step.approval_decision, step.approver = decision, approver[:200]
+    step.approver_principal = principal
     step.approval_comment, step.approval_time = comment, now
     step.status = "SUCCEEDED" if decision == "APPROVE" else "DENIED"
     step.end_time = now
@@ -35,6 +38,7 @@ def resolve(
             decision=enum_pb2.ApprovalDecision.Value(f"APPROVAL_DECISION_{decision}"),
             approver=step.approver,
             comment=comment,
+            approver_principal=principal,
         ),
         now,
     )

@@ -19,13 +19,15 @@ def start(
     session: Session,
     run: RunRow,
     worker_id: str,
+    worker_principal: str,
     ttl: dt.timedelta,
     now: dt.datetime,
     lease_token_hash: str,
 ) -> AttemptRow:
-    """A new ACTIVE attempt of ``run`` (locked by the caller) for ``worker_id``, leased for
-    ``ttl`` from ``now``; it becomes the run's current attempt under a new lease epoch. Only
-    the hash of its lease token is stored."""
+    """A new ACTIVE attempt of ``run`` (locked by the caller) for the worker labelled
+    ``worker_id``, authenticated as ``worker_principal``, leased for ``ttl`` from ``now``; it
+    becomes the run's current attempt under a new lease epoch. Only the hash of its lease
+    token is stored."""
     run.attempt_count += 1
     run.lease_epoch += 1
     attempt = AttemptRow(
@@ -50,6 +52,7 @@ def start(
         result_summary="",
         output_ref="",
         lease_token_hash=lease_token_hash,
+        worker_principal=worker_principal,
     )
     session.add(attempt)
     run.current_attempt_id = attempt.id
@@ -69,6 +72,7 @@ def record_started(session: Session, run: RunRow, attempt: AttemptRow, now: dt.d
             worker_id=attempt.worker_id,
             lease_epoch=attempt.lease_epoch,
             resume_from_checkpoint_id=attempt.resume_from_checkpoint_id,
+            worker_principal=attempt.worker_principal,
         ),
         now,
     )

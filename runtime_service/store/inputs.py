@@ -36,11 +36,13 @@ def receive(
     content: str,
     data_json: str,
     sender: str,
+    principal: str,
     request_key: str | None,
     now: dt.datetime,
 ) -> InputRow:
     """Store a new PENDING input of ``run`` (locked by the caller; ``data_json`` is its
-    structured data, serialised) and record ``input.received``."""
+    structured data, serialised) sent by ``principal`` (``sender``: the caller's label), and
+    record ``input.received``."""
     item = InputRow(
         id=new_id("inp"),
         run_id=run.id,
@@ -48,6 +50,7 @@ def receive(
         content=content,
         data_json=data_json,
         sender=sender[:200],
+        sender_principal=principal,
         create_time=now,
         status="PENDING",
         delivered_step_id="",
@@ -64,6 +67,7 @@ def receive(
             input_id=item.id,
             kind=enum_pb2.InputKind.Value(f"INPUT_KIND_{kind}"),
             sender=item.sender,
+            sender_principal=principal,
         ),
         now,
     )

@@ -82,7 +82,10 @@ class StepRow(Base):
     tool_name: Mapped[str] = mapped_column(sa.String(64))
     tool_arguments_json: Mapped[str] = mapped_column(sa.Text)
     approval_decision: Mapped[str] = mapped_column(sa.String(16))
+    # The approver's display label (ResolveApprovalRequest.approver) and, beside it, the
+    # authenticated principal that decided (empty before migration 0012).
     approver: Mapped[str] = mapped_column(sa.String(200))
+    approver_principal: Mapped[str] = mapped_column(sa.String(200), server_default="")
     approval_comment: Mapped[str] = mapped_column(sa.Text)
     approval_time: Mapped[dt.datetime | None]
     approval_step_id: Mapped[str] = mapped_column(_ID)
@@ -157,7 +160,10 @@ class InputRow(Base):
     kind: Mapped[str] = mapped_column(sa.String(16))
     content: Mapped[str] = mapped_column(sa.Text)
     data_json: Mapped[str] = mapped_column(sa.Text)
+    # The sender's display label (SendInputRequest.sender) and, beside it, the authenticated
+    # principal that sent it (empty before migration 0012).
     sender: Mapped[str] = mapped_column(sa.String(200))
+    sender_principal: Mapped[str] = mapped_column(sa.String(200), server_default="")
     create_time: Mapped[dt.datetime]
     status: Mapped[str] = mapped_column(sa.String(16))
     delivered_step_id: Mapped[str] = mapped_column(_ID)

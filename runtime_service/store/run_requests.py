@@ -49,6 +49,8 @@ class NewRun:
     concurrency_policy: str
     labels: dict[str, str]
     blocked_by_run_id: str
+    #: The authenticated principal of the CreateRun call.
+    creator_principal: str
 
 
 def create(session: Session, new: NewRun, now: dt.datetime) -> RunRow:
@@ -108,6 +110,7 @@ def create(session: Session, new: NewRun, now: dt.datetime) -> RunRow:
         update_time=now,
         last_event_sequence=0,
         last_event_hash="",
+        creator_principal=new.creator_principal,
     )
     session.add(run)
     session.flush()
@@ -130,6 +133,7 @@ def create(session: Session, new: NewRun, now: dt.datetime) -> RunRow:
             parent_run_id=run.parent_run_id,
             derived_from_run_id=run.derived_from_run_id,
             runtime_version=run.runtime_version,
+            creator_principal=run.creator_principal,
         ),
         now,
     )
@@ -146,17 +150,24 @@ def request_stop(
     stop_reason: str,
     deadline: dt.datetime,
     actor: str,
+    principal: str,
     reason: str,
 ) -> None:
     """Ask the worker of a RUNNING run (locked) to stop by ``deadline``, and record
-    ``run.cancel_requested``."""
+    ``run.cancel_requested`` (``actor``: the caller's label; ``principal``: who asked, empty
+    when the runtime did)."""
     run.cancel_requested = True
     run.pause_requested = False  # a cancel overrides a pause not yet acknowledged
     run.stop_reason = stop_reason
     run.stop_deadline_time = deadline
     run.update_time = now
     transitions.append_run_event(
-        session, run, event_pb2.RunCancelRequestedAttributes(actor=actor, reason=reason), now
+        session,
+        run,
+        event_pb2.RunCancelRequestedAttributes(
+            actor=actor, reason=reason, actor_principal=principal
+        ),
+        now,
     )
 
 
@@ -167,6 +178,7 @@ def request_pause(
     *,
     deadline: dt.datetime,
     actor: str,
+    principal: str,
     reason: str,
 ) -> None:
     """Ask the worker of a RUNNING run (locked) to pause by ``deadline``, and record
@@ -175,12 +187,17 @@ def request_pause(
     run.stop_deadline_time = deadline
     run.update_time = now
     transitions.append_run_event(
-        session, run, event_pb2.RunPauseRequestedAttributes(actor=actor, reason=reason), now
+        session,
+        run,
+        event_pb2.RunPauseRequestedAttributes(
+            actor=actor, reason=reason, actor_principal=principal
+        ),
+        now,
     )
 
 
 def withdraw_pause(
-    session: Session, run: RunRow, now: dt.datetime, *, actor: str, reason: str
+    session: Session, run: RunRow, now: dt.datetime, *, actor: str, principal: str, reason: str
 ) -> None:
     """Withdraw a pause asked of a RUNNING run (locked) not yet paused, and record
     ``run.resume_requested``."""
@@ -188,7 +205,12 @@ def withdraw_pause(
     run.stop_deadline_time = None
     run.update_time = now
     transitions.append_run_event(
-        session, run, event_pb2.RunResumeRequestedAttributes(actor=actor, reason=reason), now
+        session,
+        run,
+        event_pb2.RunResumeRequestedAttributes(
+            actor=actor, reason=reason, actor_principal=principal
+        ),
+        now,
     )
 
 
@@ -203,6 +225,7 @@ def amend(
     amendment: dict[str, Any],
     *,
     actor: str,
+    principal: str,
     request_id: str,
     now: dt.datetime,
 ) -> None:
@@ -214,6 +237,7 @@ def amend(
         "input_revision": run.input_revision,
         "actor": actor,
         "create_time": events.format_time(now),
+        "actor_principal": principal,
     }
     # The request id is kept in the amendment's stored record (the proto mapping ignores
     # it), so a retry of the AmendRun is recognised (has_amendment).

@@ -131,6 +131,9 @@ class RunRow(Base):
     update_time: Mapped[dt.datetime]
     last_event_sequence: Mapped[int] = mapped_column(sa.BigInteger)
     last_event_hash: Mapped[str] = mapped_column(_DIGEST)
+    # The authenticated principal that created the run (``agentrt_base.auth.caller_name``);
+    # empty for runs created before principals were recorded (migration 0012).
+    creator_principal: Mapped[str] = mapped_column(sa.String(200), server_default="")
 
 
 class AttemptRow(Base):
@@ -144,6 +147,7 @@ class AttemptRow(Base):
     run_id: Mapped[str] = mapped_column(_ID, sa.ForeignKey("runtime_runs.id"))
     number: Mapped[int]
     reason: Mapped[str] = mapped_column(sa.String(32))
+    # The label the worker gave itself (AcquireRunRequest.worker_id): not an identity.
     worker_id: Mapped[str] = mapped_column(sa.String(200))
     lease_epoch: Mapped[int] = mapped_column(sa.BigInteger)
     resume_from_checkpoint_id: Mapped[str] = mapped_column(_ID)
@@ -165,6 +169,10 @@ class AttemptRow(Base):
     # token: its worker presents it with every fenced write. Empty for attempts started
     # before tokens existed (migration 0009).
     lease_token_hash: Mapped[str] = mapped_column(sa.String(71), server_default="")
+    # The authenticated principal that acquired the run: the worker's identity, and that of
+    # every step the attempt records (the step writer process records no principal of its
+    # own). Empty for attempts started before principals were recorded (migration 0012).
+    worker_principal: Mapped[str] = mapped_column(sa.String(200), server_default="")
 
 
 class EventRow(Base):

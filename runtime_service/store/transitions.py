@@ -133,13 +133,18 @@ def apply(
     error_message: str = "",
     retryable: bool = False,
     attempt_status: str | None = None,
+    principal: str = "",
 ) -> lifecycle.Transition:
     """Move ``run`` (loaded FOR UPDATE by the caller) by ``trigger``; refuse if illegal.
 
     ``attempt`` is the run's active attempt, required when the transition ends one;
     ``attempt_status`` overrides the status the table gives it (a lease lost on the last
-    attempt fails the run, but the attempt itself was LOST, not FAILED).
+    attempt fails the run, but the attempt itself was LOST, not FAILED). ``principal`` is
+    the authenticated principal whose call moves the run, recorded in the event; a client's
+    or a worker's move must name one, the runtime's own moves have none.
     """
+    if (actor is Actor.RUNTIME) == bool(principal):
+        raise AssertionError(f"{actor.value} move with principal {principal!r}")
     current = RunStatus(run.status)
     if current.terminal:
         # Fix: the contract names this refusal RUN_ENDED ("an operation needs a non-terminal
@@ -191,6 +196,7 @@ def apply(
                 terminal_message=message,
                 usage=usage_of(run),
                 output_ref=run.output_ref,
+                actor_principal=principal,
             ),
             now,
         )
@@ -211,6 +217,7 @@ def apply(
                 status=enum_pb2.RunStatus.Value(f"RUN_STATUS_{t.target.value}"),
                 actor=actor.value,
                 reason=message or t.description,
+                actor_principal=principal,
             ),
             now,
         )

@@ -65,7 +65,11 @@ def test_run_tree_artifact_chain_and_json(server_address: str, history: History)
     assert "4f2c9e1" in tree  # publish provenance: the commit
     assert f"run {h.run_a} COMPLETED" in tree
     assert "agent ref coding_agent:prod -> agent_v7 via tag prod" in tree
-    assert "attempt 1 " in tree and "worker w1 epoch 1" in tree
+    # The server authenticates nobody: every actor is "anonymous", the caller's label beside it.
+    assert "attempt 1 " in tree and "worker anonymous (label 'w1') epoch 1" in tree
+    assert " by anonymous, ended " in tree
+    approved = ok(server_address, "audit", h.run_b)
+    assert "approval APPROVE by anonymous (label 'alice')" in approved
     assert f"#1 MODEL_CALL FAILED (RATE_LIMITED)  {h.a_model}" in tree
     assert "model claude-sonnet-4 via primary/anthropic" in tree
     assert "model gpt-4.1 -> reported gpt-4.1-2025" in tree

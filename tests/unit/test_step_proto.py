@@ -88,6 +88,7 @@ SHAPES: list[dict[str, Any]] = [
         "tool_arguments_json": json.dumps({"path": "b"}),
         "approval_decision": "APPROVE",
         "approver": "alice",
+        "approver_principal": "alice@example.org",
         "approval_comment": "fine",
         "approval_time": LATER,
     },
@@ -180,6 +181,7 @@ def reference(row: Step) -> message_pb2.Step:
                 approver=row.approver,
                 comment=row.approval_comment,
                 resolve_time=stamp(row.approval_time),
+                approver_principal=row.approver_principal,
             )
         )
     return out

@@ -334,11 +334,16 @@ def test_a_repeated_key_of_an_approval_request() -> None:
         tool_name="apply_patch",
         approval_decision="DENY",
         approver="sec",
+        approver_principal="alice",
         approval_comment="no",
     )
     refused = begin(view(keyed=denied), req)
     assert isinstance(refused, Record) and refused.error is None
-    assert (refused.step.status, refused.step.error_message) == ("DENIED", "denied by sec: no")
+    # The principal decided; the caller's label is shown beside it, never instead of it.
+    assert (refused.step.status, refused.step.error_message) == (
+        "DENIED",
+        "denied by alice (label 'sec'): no",
+    )
 
 
 def test_the_budget_stops_the_run_before_the_step() -> None:

@@ -238,6 +238,7 @@ class RunCreatedAttributes(_message.Message):
     PARENT_RUN_ID_FIELD_NUMBER: _builtins.int
     DERIVED_FROM_RUN_ID_FIELD_NUMBER: _builtins.int
     RUNTIME_VERSION_FIELD_NUMBER: _builtins.int
+    CREATOR_PRINCIPAL_FIELD_NUMBER: _builtins.int
     priority: _builtins.int
     max_attempts: _builtins.int
     permission_ceiling: _enum_pb2.PermissionCeiling.ValueType
@@ -245,6 +246,8 @@ class RunCreatedAttributes(_message.Message):
     parent_run_id: _builtins.str
     derived_from_run_id: _builtins.str
     runtime_version: _builtins.str
+    creator_principal: _builtins.str
+    """The authenticated principal that created the run (Run.creator_principal)."""
     @_builtins.property
     def agent(self) -> _message_pb2.AgentBinding: ...
     @_builtins.property
@@ -267,10 +270,11 @@ class RunCreatedAttributes(_message.Message):
         parent_run_id: _builtins.str = ...,
         derived_from_run_id: _builtins.str = ...,
         runtime_version: _builtins.str = ...,
+        creator_principal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "budget", b"budget", "deadline_time", b"deadline_time", "goal", b"goal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "budget", b"budget", "concurrency_policy", b"concurrency_policy", "deadline_time", b"deadline_time", "derived_from_run_id", b"derived_from_run_id", "goal", b"goal", "max_attempts", b"max_attempts", "parent_run_id", b"parent_run_id", "permission_ceiling", b"permission_ceiling", "priority", b"priority", "runtime_version", b"runtime_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "budget", b"budget", "concurrency_policy", b"concurrency_policy", "creator_principal", b"creator_principal", "deadline_time", b"deadline_time", "derived_from_run_id", b"derived_from_run_id", "goal", b"goal", "max_attempts", b"max_attempts", "parent_run_id", b"parent_run_id", "permission_ceiling", b"permission_ceiling", "priority", b"priority", "runtime_version", b"runtime_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -286,12 +290,17 @@ class RunStatusChangedAttributes(_message.Message):
     STATUS_FIELD_NUMBER: _builtins.int
     ACTOR_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    ACTOR_PRINCIPAL_FIELD_NUMBER: _builtins.int
     previous_status: _enum_pb2.RunStatus.ValueType
     status: _enum_pb2.RunStatus.ValueType
     actor: _builtins.str
-    """Who caused it (a user for ResumeRun, empty for the runtime itself)."""
+    """Who caused it: "client", "worker", or "runtime" for the runtime itself."""
     reason: _builtins.str
     """Why, in a few words (e.g. "approval resolved", "retry after error")."""
+    actor_principal: _builtins.str
+    """The authenticated principal whose call caused it ("anonymous" when the
+    server authenticates nobody); empty when the runtime itself moved the run.
+    """
     def __init__(
         self,
         *,
@@ -299,10 +308,11 @@ class RunStatusChangedAttributes(_message.Message):
         status: _enum_pb2.RunStatus.ValueType = ...,
         actor: _builtins.str = ...,
         reason: _builtins.str = ...,
+        actor_principal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "previous_status", b"previous_status", "reason", b"reason", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "actor_principal", b"actor_principal", "previous_status", b"previous_status", "reason", b"reason", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -340,17 +350,26 @@ class RunCancelRequestedAttributes(_message.Message):
 
     ACTOR_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    ACTOR_PRINCIPAL_FIELD_NUMBER: _builtins.int
     actor: _builtins.str
+    """The caller's display label (RunCancelRequest.actor), as given: not an
+    identity. "runtime" when the runtime asked (a new run interrupting).
+    """
     reason: _builtins.str
+    actor_principal: _builtins.str
+    """The authenticated principal that asked ("anonymous" when the server
+    authenticates nobody); empty when the runtime asked.
+    """
     def __init__(
         self,
         *,
         actor: _builtins.str = ...,
         reason: _builtins.str = ...,
+        actor_principal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "actor_principal", b"actor_principal", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -364,17 +383,26 @@ class RunPauseRequestedAttributes(_message.Message):
 
     ACTOR_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    ACTOR_PRINCIPAL_FIELD_NUMBER: _builtins.int
     actor: _builtins.str
+    """The caller's display label (RunPauseRequest.actor), as given: not an
+    identity. "runtime" when the runtime asked (a new run interrupting).
+    """
     reason: _builtins.str
+    actor_principal: _builtins.str
+    """The authenticated principal that asked ("anonymous" when the server
+    authenticates nobody); empty when the runtime asked.
+    """
     def __init__(
         self,
         *,
         actor: _builtins.str = ...,
         reason: _builtins.str = ...,
+        actor_principal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "actor_principal", b"actor_principal", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -388,17 +416,26 @@ class RunResumeRequestedAttributes(_message.Message):
 
     ACTOR_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    ACTOR_PRINCIPAL_FIELD_NUMBER: _builtins.int
     actor: _builtins.str
+    """The caller's display label (RunResumeRequest.actor), as given: not an
+    identity. "runtime" when the runtime asked (a new run interrupting).
+    """
     reason: _builtins.str
+    actor_principal: _builtins.str
+    """The authenticated principal that asked ("anonymous" when the server
+    authenticates nobody); empty when the runtime asked.
+    """
     def __init__(
         self,
         *,
         actor: _builtins.str = ...,
         reason: _builtins.str = ...,
+        actor_principal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "actor_principal", b"actor_principal", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -415,10 +452,16 @@ class RunEndedAttributes(_message.Message):
     TERMINAL_MESSAGE_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     OUTPUT_REF_FIELD_NUMBER: _builtins.int
+    ACTOR_PRINCIPAL_FIELD_NUMBER: _builtins.int
     status: _enum_pb2.RunStatus.ValueType
     terminal_reason: _enum_pb2.TerminalReason.ValueType
     terminal_message: _builtins.str
     output_ref: _builtins.str
+    actor_principal: _builtins.str
+    """The authenticated principal whose call ended the run (CancelRun of a run
+    without an active attempt, a worker's FinishAttempt); empty when the
+    runtime ended it (deadline, lost lease, a forced stop).
+    """
     @_builtins.property
     def usage(self) -> _message_pb2.Usage:
         """The run's total usage."""
@@ -431,10 +474,11 @@ class RunEndedAttributes(_message.Message):
         terminal_message: _builtins.str = ...,
         usage: _message_pb2.Usage | None = ...,
         output_ref: _builtins.str = ...,
+        actor_principal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["output_ref", b"output_ref", "status", b"status", "terminal_message", b"terminal_message", "terminal_reason", b"terminal_reason", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor_principal", b"actor_principal", "output_ref", b"output_ref", "status", b"status", "terminal_message", b"terminal_message", "terminal_reason", b"terminal_reason", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -452,12 +496,16 @@ class AttemptStartedAttributes(_message.Message):
     WORKER_ID_FIELD_NUMBER: _builtins.int
     LEASE_EPOCH_FIELD_NUMBER: _builtins.int
     RESUME_FROM_CHECKPOINT_ID_FIELD_NUMBER: _builtins.int
+    WORKER_PRINCIPAL_FIELD_NUMBER: _builtins.int
     attempt_id: _builtins.str
     number: _builtins.int
     reason: _enum_pb2.AttemptReason.ValueType
     worker_id: _builtins.str
+    """The worker's display label (AcquireRunRequest.worker_id)."""
     lease_epoch: _builtins.int
     resume_from_checkpoint_id: _builtins.str
+    worker_principal: _builtins.str
+    """The authenticated principal that acquired the run (Attempt.worker_principal)."""
     def __init__(
         self,
         *,
@@ -467,10 +515,11 @@ class AttemptStartedAttributes(_message.Message):
         worker_id: _builtins.str = ...,
         lease_epoch: _builtins.int = ...,
         resume_from_checkpoint_id: _builtins.str = ...,
+        worker_principal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_id", b"attempt_id", "lease_epoch", b"lease_epoch", "number", b"number", "reason", b"reason", "resume_from_checkpoint_id", b"resume_from_checkpoint_id", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_id", b"attempt_id", "lease_epoch", b"lease_epoch", "number", b"number", "reason", b"reason", "resume_from_checkpoint_id", b"resume_from_checkpoint_id", "worker_id", b"worker_id", "worker_principal", b"worker_principal"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -681,19 +730,24 @@ class InputReceivedAttributes(_message.Message):
     INPUT_ID_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
     SENDER_FIELD_NUMBER: _builtins.int
+    SENDER_PRINCIPAL_FIELD_NUMBER: _builtins.int
     input_id: _builtins.str
     kind: _enum_pb2.InputKind.ValueType
     sender: _builtins.str
+    """The caller's display label (SendInputRequest.sender)."""
+    sender_principal: _builtins.str
+    """The authenticated principal that sent it (Input.sender_principal)."""
     def __init__(
         self,
         *,
         input_id: _builtins.str = ...,
         kind: _enum_pb2.InputKind.ValueType = ...,
         sender: _builtins.str = ...,
+        sender_principal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["input_id", b"input_id", "kind", b"kind", "sender", b"sender"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input_id", b"input_id", "kind", b"kind", "sender", b"sender", "sender_principal", b"sender_principal"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -765,11 +819,15 @@ class ApprovalResolvedAttributes(_message.Message):
     DECISION_FIELD_NUMBER: _builtins.int
     APPROVER_FIELD_NUMBER: _builtins.int
     COMMENT_FIELD_NUMBER: _builtins.int
+    APPROVER_PRINCIPAL_FIELD_NUMBER: _builtins.int
     step_id: _builtins.str
     """The APPROVAL_REQUEST step."""
     decision: _enum_pb2.ApprovalDecision.ValueType
     approver: _builtins.str
+    """The caller's display label (ResolveApprovalRequest.approver)."""
     comment: _builtins.str
+    approver_principal: _builtins.str
+    """The authenticated principal that decided (Approval.approver_principal)."""
     def __init__(
         self,
         *,
@@ -777,10 +835,11 @@ class ApprovalResolvedAttributes(_message.Message):
         decision: _enum_pb2.ApprovalDecision.ValueType = ...,
         approver: _builtins.str = ...,
         comment: _builtins.str = ...,
+        approver_principal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approver", b"approver", "comment", b"comment", "decision", b"decision", "step_id", b"step_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approver", b"approver", "approver_principal", b"approver_principal", "comment", b"comment", "decision", b"decision", "step_id", b"step_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -327,12 +327,19 @@ class Amendment(_message.Message):
     INPUT_REVISION_FIELD_NUMBER: _builtins.int
     ACTOR_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
+    ACTOR_PRINCIPAL_FIELD_NUMBER: _builtins.int
     note: _builtins.str
     """Free-text explanation for the agent and for auditors."""
     input_revision: _builtins.int
     """Output only. The run's input_revision this amendment produced (2, 3, ...)."""
     actor: _builtins.str
-    """Output only. Copied from AmendRunRequest.actor."""
+    """Output only. Copied from AmendRunRequest.actor: the caller's display
+    label, not an identity (see actor_principal).
+    """
+    actor_principal: _builtins.str
+    """Output only. The authenticated principal that amended the run
+    ("anonymous" when the server authenticates nobody).
+    """
     @_builtins.property
     def added_constraints(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Constraints the agent must now also respect."""
@@ -354,10 +361,11 @@ class Amendment(_message.Message):
         input_revision: _builtins.int = ...,
         actor: _builtins.str = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
+        actor_principal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "added_acceptance_criteria", b"added_acceptance_criteria", "added_constraints", b"added_constraints", "create_time", b"create_time", "input_revision", b"input_revision", "note", b"note"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "actor_principal", b"actor_principal", "added_acceptance_criteria", b"added_acceptance_criteria", "added_constraints", b"added_constraints", "create_time", b"create_time", "input_revision", b"input_revision", "note", b"note"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -423,6 +431,7 @@ class Run(_message.Message):
     UPDATE_TIME_FIELD_NUMBER: _builtins.int
     LAST_EVENT_SEQUENCE_FIELD_NUMBER: _builtins.int
     NAMESPACE_FIELD_NUMBER: _builtins.int
+    CREATOR_PRINCIPAL_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """`run_...`."""
     thread_id: _builtins.str
@@ -470,6 +479,11 @@ class Run(_message.Message):
     """
     namespace: _builtins.str
     """Output only. The namespace of the run's thread."""
+    creator_principal: _builtins.str
+    """The authenticated principal that created the run ("anonymous" when the
+    server authenticates nobody; empty for runs created before principals
+    were recorded).
+    """
     @_builtins.property
     def agent(self) -> Global___AgentBinding:
         """The agent definition this run executes, resolved at creation."""
@@ -545,10 +559,11 @@ class Run(_message.Message):
         update_time: _timestamp_pb2.Timestamp | None = ...,
         last_event_sequence: _builtins.int = ...,
         namespace: _builtins.str = ...,
+        creator_principal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "budget", b"budget", "create_time", b"create_time", "deadline_time", b"deadline_time", "end_time", b"end_time", "goal", b"goal", "start_time", b"start_time", "update_time", b"update_time", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "amendments", b"amendments", "attempt_count", b"attempt_count", "budget", b"budget", "cancel_requested", b"cancel_requested", "concurrency_policy", b"concurrency_policy", "create_time", b"create_time", "current_attempt_id", b"current_attempt_id", "deadline_time", b"deadline_time", "derived_from_run_id", b"derived_from_run_id", "end_time", b"end_time", "goal", b"goal", "id", b"id", "input_revision", b"input_revision", "labels", b"labels", "last_event_sequence", b"last_event_sequence", "latest_checkpoint_id", b"latest_checkpoint_id", "max_attempts", b"max_attempts", "namespace", b"namespace", "output_ref", b"output_ref", "parent_run_id", b"parent_run_id", "pause_requested", b"pause_requested", "permission_ceiling", b"permission_ceiling", "priority", b"priority", "result_summary", b"result_summary", "runtime_version", b"runtime_version", "start_time", b"start_time", "status", b"status", "step_count", b"step_count", "terminal_message", b"terminal_message", "terminal_reason", b"terminal_reason", "thread_id", b"thread_id", "update_time", b"update_time", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "amendments", b"amendments", "attempt_count", b"attempt_count", "budget", b"budget", "cancel_requested", b"cancel_requested", "concurrency_policy", b"concurrency_policy", "create_time", b"create_time", "creator_principal", b"creator_principal", "current_attempt_id", b"current_attempt_id", "deadline_time", b"deadline_time", "derived_from_run_id", b"derived_from_run_id", "end_time", b"end_time", "goal", b"goal", "id", b"id", "input_revision", b"input_revision", "labels", b"labels", "last_event_sequence", b"last_event_sequence", "latest_checkpoint_id", b"latest_checkpoint_id", "max_attempts", b"max_attempts", "namespace", b"namespace", "output_ref", b"output_ref", "parent_run_id", b"parent_run_id", "pause_requested", b"pause_requested", "permission_ceiling", b"permission_ceiling", "priority", b"priority", "result_summary", b"result_summary", "runtime_version", b"runtime_version", "start_time", b"start_time", "status", b"status", "step_count", b"step_count", "terminal_message", b"terminal_message", "terminal_reason", b"terminal_reason", "thread_id", b"thread_id", "update_time", b"update_time", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -577,6 +592,7 @@ class Attempt(_message.Message):
     USAGE_FIELD_NUMBER: _builtins.int
     RESULT_SUMMARY_FIELD_NUMBER: _builtins.int
     OUTPUT_REF_FIELD_NUMBER: _builtins.int
+    WORKER_PRINCIPAL_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """`att_...`."""
     run_id: _builtins.str
@@ -584,7 +600,9 @@ class Attempt(_message.Message):
     """1, 2, ... within the run."""
     reason: _enum_pb2.AttemptReason.ValueType
     worker_id: _builtins.str
-    """The worker that acquired it (AcquireRunRequest.worker_id)."""
+    """The worker's display label (AcquireRunRequest.worker_id), as the worker
+    gave it: not an identity (see worker_principal).
+    """
     lease_epoch: _builtins.int
     """Fencing token: increases with every attempt of the run. Workers send it in
     every write (Fence).
@@ -596,6 +614,12 @@ class Attempt(_message.Message):
     """From FinishAttemptRequest."""
     output_ref: _builtins.str
     """From FinishAttemptRequest: blob digest of the attempt's output, if any."""
+    worker_principal: _builtins.str
+    """The authenticated principal that acquired the run: the identity of the
+    attempt's worker, and of every step it recorded ("anonymous" when the
+    server authenticates nobody; empty for attempts started before
+    principals were recorded).
+    """
     @_builtins.property
     def start_time(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -630,10 +654,11 @@ class Attempt(_message.Message):
         usage: Global___Usage | None = ...,
         result_summary: _builtins.str = ...,
         output_ref: _builtins.str = ...,
+        worker_principal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "error", b"error", "lease_expire_time", b"lease_expire_time", "start_time", b"start_time", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "error", b"error", "id", b"id", "lease_epoch", b"lease_epoch", "lease_expire_time", b"lease_expire_time", "number", b"number", "output_ref", b"output_ref", "reason", b"reason", "result_summary", b"result_summary", "resume_from_checkpoint_id", b"resume_from_checkpoint_id", "run_id", b"run_id", "start_time", b"start_time", "status", b"status", "usage", b"usage", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "error", b"error", "id", b"id", "lease_epoch", b"lease_epoch", "lease_expire_time", b"lease_expire_time", "number", b"number", "output_ref", b"output_ref", "reason", b"reason", "result_summary", b"result_summary", "resume_from_checkpoint_id", b"resume_from_checkpoint_id", "run_id", b"run_id", "start_time", b"start_time", "status", b"status", "usage", b"usage", "worker_id", b"worker_id", "worker_principal", b"worker_principal"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1111,10 +1136,17 @@ class Approval(_message.Message):
     APPROVER_FIELD_NUMBER: _builtins.int
     COMMENT_FIELD_NUMBER: _builtins.int
     RESOLVE_TIME_FIELD_NUMBER: _builtins.int
+    APPROVER_PRINCIPAL_FIELD_NUMBER: _builtins.int
     decision: _enum_pb2.ApprovalDecision.ValueType
     approver: _builtins.str
-    """Who decided (user id, e-mail ...)."""
+    """The caller's display label (ResolveApprovalRequest.approver): not an
+    identity (see approver_principal).
+    """
     comment: _builtins.str
+    approver_principal: _builtins.str
+    """The authenticated principal that decided ("anonymous" when the server
+    authenticates nobody; empty for decisions recorded before principals were).
+    """
     @_builtins.property
     def resolve_time(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -1124,10 +1156,11 @@ class Approval(_message.Message):
         approver: _builtins.str = ...,
         comment: _builtins.str = ...,
         resolve_time: _timestamp_pb2.Timestamp | None = ...,
+        approver_principal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resolve_time", b"resolve_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approver", b"approver", "comment", b"comment", "decision", b"decision", "resolve_time", b"resolve_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approver", b"approver", "approver_principal", b"approver_principal", "comment", b"comment", "decision", b"decision", "resolve_time", b"resolve_time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1453,18 +1486,26 @@ class Input(_message.Message):
     DELIVERED_STEP_ID_FIELD_NUMBER: _builtins.int
     DELIVERED_TURN_ID_FIELD_NUMBER: _builtins.int
     DELIVER_TIME_FIELD_NUMBER: _builtins.int
+    SENDER_PRINCIPAL_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """`inp_...`."""
     run_id: _builtins.str
     kind: _enum_pb2.InputKind.ValueType
     content: _builtins.str
     sender: _builtins.str
-    """Who sent it (user id, service name)."""
+    """The caller's display label (SendInputRequest.sender): not an identity
+    (see sender_principal).
+    """
     status: _enum_pb2.InputStatus.ValueType
     delivered_step_id: _builtins.str
     """STEER: the MODEL_CALL step it was delivered at."""
     delivered_turn_id: _builtins.str
     """The turn it was delivered in (for a follow-up: the turn it opened)."""
+    sender_principal: _builtins.str
+    """The authenticated principal that sent it ("anonymous" when the server
+    authenticates nobody; empty for inputs sent before principals were
+    recorded).
+    """
     @_builtins.property
     def data(self) -> _struct_pb2.Struct: ...
     @_builtins.property
@@ -1485,10 +1526,11 @@ class Input(_message.Message):
         delivered_step_id: _builtins.str = ...,
         delivered_turn_id: _builtins.str = ...,
         deliver_time: _timestamp_pb2.Timestamp | None = ...,
+        sender_principal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "data", b"data", "deliver_time", b"deliver_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "create_time", b"create_time", "data", b"data", "deliver_time", b"deliver_time", "delivered_step_id", b"delivered_step_id", "delivered_turn_id", b"delivered_turn_id", "id", b"id", "kind", b"kind", "run_id", b"run_id", "sender", b"sender", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "create_time", b"create_time", "data", b"data", "deliver_time", b"deliver_time", "delivered_step_id", b"delivered_step_id", "delivered_turn_id", b"delivered_turn_id", "id", b"id", "kind", b"kind", "run_id", b"run_id", "sender", b"sender", "sender_principal", b"sender_principal", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -567,7 +567,9 @@ class CancelRunRequest(_message.Message):
     reason: _builtins.str
     """Recorded in the event and the run's terminal_message."""
     actor: _builtins.str
-    """Who asked (user id, service name); recorded in the event."""
+    """Optional display label (user id, service name), recorded in the event
+    beside the authenticated principal, which is who the ledger says asked.
+    """
     def __init__(
         self,
         *,
@@ -614,6 +616,7 @@ class PauseRunRequest(_message.Message):
     """Required."""
     reason: _builtins.str
     actor: _builtins.str
+    """Optional display label, recorded beside the authenticated principal."""
     def __init__(
         self,
         *,
@@ -660,6 +663,7 @@ class ResumeRunRequest(_message.Message):
     """Required."""
     reason: _builtins.str
     actor: _builtins.str
+    """Optional display label, recorded beside the authenticated principal."""
     def __init__(
         self,
         *,
@@ -711,7 +715,9 @@ class AmendRunRequest(_message.Message):
     input_revision must equal it (ABORTED otherwise).
     """
     actor: _builtins.str
-    """Who asked; recorded in the amendment and the event."""
+    """Optional display label; recorded in the amendment (Amendment.actor) beside
+    the authenticated principal (Amendment.actor_principal).
+    """
     request_id: _builtins.str
     """Idempotency key (AIP-155), scoped to the run."""
     @_builtins.property
@@ -773,7 +779,9 @@ class SendInputRequest(_message.Message):
     """Required."""
     content: _builtins.str
     sender: _builtins.str
-    """Who sent it."""
+    """Optional display label (Input.sender), recorded beside the authenticated
+    principal (Input.sender_principal).
+    """
     request_id: _builtins.str
     """Idempotency key (AIP-155), scoped to the run."""
     @_builtins.property
@@ -833,7 +841,10 @@ class ResolveApprovalRequest(_message.Message):
     decision: _enum_pb2.ApprovalDecision.ValueType
     """Required."""
     approver: _builtins.str
-    """Required. Who decided."""
+    """Required. A display label of who decided (Approval.approver), recorded
+    beside the authenticated principal (Approval.approver_principal), which is
+    the identity the ledger gives the decision.
+    """
     comment: _builtins.str
     request_id: _builtins.str
     """Idempotency key (AIP-155)."""

@@ -31,7 +31,10 @@ class AcquireRunRequest(_message.Message):
     LEASE_TTL_FIELD_NUMBER: _builtins.int
     WAIT_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
-    """Required. Stable identity of the worker process (host/pid, pod name)."""
+    """Required. A stable label of the worker process (host/pid, pod name),
+    recorded as Attempt.worker_id beside the authenticated principal
+    (Attempt.worker_principal), which is the worker's identity.
+    """
     @_builtins.property
     def filter(self) -> _message_pb2.AcquireFilter:
         """Which runs to take; unset takes any."""
