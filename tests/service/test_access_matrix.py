@@ -16,7 +16,9 @@ FAILED_PRECONDITION); refused means PERMISSION_DENIED naming the permission of t
 from __future__ import annotations
 
 import contextlib
+import json
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,7 @@ from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_base.auth import ROLES, new_token, token_entry
 from tests import registry_data
+from tests.oidc import Issuer, issuer_config
 from tests.runtime_support import Stubs
 from tests.support import ServerThread, error_details
 
@@ -423,7 +426,24 @@ class Caller:
 
 
 def _callers(config: Path) -> tuple[list[Caller], str]:
-    entries, callers = [], []
+    """A principal of every role at home and away, an OIDC publisher, and callers the server
+    must not authenticate: none, an unknown token, an expired JWT, a JWT for another
+    audience."""
+    issuer = Issuer()
+    (config.parent / "jwks.json").write_text(json.dumps(issuer.jwks()), encoding="utf-8")
+    rules = (
+        '[[oidc.rules]]\nclaims = { repository = "acme/agents" }\nroles = ["publisher"]\n'
+        'scopes = ["coding_agent*"]\n'
+    )
+    entries, callers = [issuer_config(jwks_file="jwks.json", rules=rules)], []
+    now = int(time.time())
+    callers += [
+        Caller("OIDC publisher", issuer.token(lifetime=3600), "publisher", True),
+        Caller(
+            "expired JWT", issuer.token(exp=now - 60, iat=now - 3600, nbf=now - 3600), None, False
+        ),
+        Caller("JWT of another audience", issuer.token(aud="someone-else"), None, False),
+    ]
     for role in ROLES:
         for home in (True, False):
             token = new_token()
