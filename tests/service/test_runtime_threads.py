@@ -105,7 +105,9 @@ def test_a_create_thread_that_loses_the_request_id_race_returns_the_winner(
     monkeypatch.setattr(threads, "by_request_id", late_by_request_id)
     runtime = Runtime(Database(database_url), Notifier())
     try:
-        answered = asyncio.run(RunsService(runtime).create_thread("default", "loser", {}, "", "race"))
+        answered = asyncio.run(
+            RunsService(runtime).create_thread("default", "loser", {}, "", "race")
+        )
     finally:
         runtime.database.dispose()
     assert [t.id if t else None for t in looked_up] == [None, winner.id]
