@@ -36,7 +36,7 @@ class CheckpointsService:
                 if earlier is not None:
                     return earlier
             run, attempt = fenced(session, fence)
-            blobs.require(session, state_ref, "state_ref")
+            blobs.require(session, run.namespace, state_ref, "state_ref")
             if after_sequence > run.last_step_sequence:
                 raise InvalidArgument.for_field(
                     "after_sequence", f"beyond the run's last step ({run.last_step_sequence})"
@@ -81,7 +81,7 @@ class CheckpointsService:
                 raise NotFound("step", step_id)
             if step.attempt_id != attempt.id:
                 raise InvalidArgument.for_field("step_id", "a step of another attempt")
-            blobs.require(session, blob_digest, "blob_digest")
+            blobs.require(session, run.namespace, blob_digest, "blob_digest")
             return artifacts.create(
                 session,
                 run,

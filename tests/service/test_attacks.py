@@ -391,9 +391,9 @@ def test_a_stranger_reads_nothing_of_another_namespace(world: World) -> None:
     # A client of team-a is no auditor either.
     a_audit = w.audit("a-client")
     assert denied("audit.read", first, a_audit.ExportBundle, export) == "ROLE_MISSING"
-    # The blob's provenance names no run team-b may not see.
-    traced = b_audit.GetProvenance(apb.GetProvenanceRequest(blob_digest=digest), timeout=T)
-    assert not traced.records and not traced.blob_references
+    # Team-a's blob, traced: not found, as content nobody stores (no run of team-a is named).
+    trace = apb.GetProvenanceRequest(blob_digest=digest)
+    expect(grpc.StatusCode.NOT_FOUND, b_audit.GetProvenance, trace, timeout=T)
     assert mark(w, run_id) == before
 
     # Team-a reads all of it.
@@ -583,3 +583,53 @@ def test_a_namespace_over_its_blob_quota_leaves_the_others_uploading(world: Worl
     assert put_blob(w["b-client"], big, B).created
     assert put_blob(w["b-client"], b"c" * 50, B).created
     assert get_blob(w["b-client"], digest_of(big), B) == big
+
+
+def test_a_blob_only_another_namespace_holds_cannot_be_referenced(world: World) -> None:
+    """A reference to content is a test for it: had team-b's worker been able to name a blob
+    only team-a uploaded as a step's input, a checkpoint or an artifact (whose size and media
+    type are the blob's), or trace it, team-b would learn that team-a stores it."""
+    w = world
+    theirs = put_blob(w["a-client"], b"team-a's contract", A).blob.digest
+    nobodys = digest_of(b"stored by nobody")
+    thread = w["b-client"].thread(namespace=B)
+    run = w["b-client"].run(thread.id)
+    worker = Worker(w["b-worker"], w["b-worker"].acquire("b-worker"))
+    worker.begin_turn()
+    step = worker.model().step
+    s = w["b-worker"].worker
+
+    def references(digest: str) -> dict[str, Callable[[], Any]]:
+        return {
+            "input_ref": lambda: worker.model(input_ref=digest),
+            "output_ref": lambda: worker.end(step.id, output_ref=digest),
+            "state_ref": lambda: s.WriteCheckpoint(
+                wpb.WriteCheckpointRequest(fence=worker.fence, state_ref=digest), timeout=T
+            ),
+            "blob_digest": lambda: s.CreateArtifact(
+                wpb.CreateArtifactRequest(
+                    fence=worker.fence, step_id=step.id, name="x", blob_digest=digest
+                ),
+                timeout=T,
+            ),
+        }
+
+    before = mark(w, run.id)
+    precondition = grpc.StatusCode.FAILED_PRECONDITION
+    for digest in (theirs, nobodys):  # answered alike: missing
+        for field, call in references(digest).items():
+            details = expect(precondition, call, reason="BLOB_MISSING")
+            assert details["ErrorInfo"].metadata["field"] == field, details
+        trace = apb.GetProvenanceRequest(blob_digest=digest)
+        expect(grpc.StatusCode.NOT_FOUND, w.audit("b-auditor").GetProvenance, trace, timeout=T)
+    assert mark(w, run.id) == before
+    assert get_step(w["b-client"], step.id).status == E.STEP_STATUS_STARTED
+
+    # Once team-b has uploaded the content itself, it is team-b's to reference.
+    assert put_blob(w["b-worker"], b"team-a's contract", B).created
+    for call in references(theirs).values():
+        call()
+    traced = w.audit("b-auditor").GetProvenance(
+        apb.GetProvenanceRequest(blob_digest=theirs), timeout=T
+    )
+    assert {r.run.id for r in traced.records} == {run.id}
