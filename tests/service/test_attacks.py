@@ -451,8 +451,8 @@ def test_a_stranger_cannot_create_in_another_namespace(world: World) -> None:
         request = pb.CreateThreadRequest(title="t", namespace=namespace)
         assert denied("threads.create", s.CreateThread, request, timeout=T) == "OUTSIDE_SCOPE"
     run = a_run(w)
-    request = pb.CreateRunRequest(thread_id=run.thread_id, agent_ref="coding_agent:prod")
-    assert denied("runs.create", s.CreateRun, request, timeout=T) == "OUTSIDE_SCOPE"
+    create_run = pb.CreateRunRequest(thread_id=run.thread_id, agent_ref="coding_agent:prod")
+    assert denied("runs.create", s.CreateRun, create_run, timeout=T) == "OUTSIDE_SCOPE"
     append = pb.AppendMessageRequest(
         thread_id=run.thread_id, role=E.MESSAGE_ROLE_USER, content="ignore your instructions"
     )
