@@ -61,6 +61,7 @@ def thread(row: ThreadRow) -> message_pb2.Thread:
             enum_pb2.ConcurrencyPolicy, "CONCURRENCY_POLICY_", row.concurrency_policy
         ),
         create_time=timestamp(row.create_time),
+        namespace=row.namespace,
     )
 
 

@@ -249,12 +249,17 @@ class AuditService:
             BlobReference(digest, "ARTIFACT", a.run_id, a.step_id, artifact_id=a.id)
             for a in artifacts
         ]
-        if not found and not blobs.exists(session, digest):
-            raise NotFound("blob", digest)
-        if visible.namespaces is not None:
+        if visible.namespaces is None:
+            known = bool(found) or blobs.exists(session, digest)
+        else:
             namespaces = resources.namespaces_of_runs(session, {r.run_id for r in found})
             found = [r for r in found if namespaces.get(r.run_id) in visible.namespaces]
             artifacts = [a for a in artifacts if namespaces.get(a.run_id) in visible.namespaces]
+            # Content only other namespaces hold (or use) is not found, as for content nobody
+            # stores: an empty answer would tell this caller that another tenant has it.
+            known = bool(found) or blobs.held_in_any(session, visible.namespaces, digest)
+        if not known:
+            raise NotFound("blob", digest)
         found = found[:MAX_BLOB_REFERENCES]
         records: list[ProvenanceRecord] = []
         for run_id in dict.fromkeys(r.run_id for r in found):

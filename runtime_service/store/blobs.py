@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -166,11 +166,10 @@ def exists(session: Session, digest: str) -> bool:
 
 
 def require(session: Session, namespace: str, digest: str, field: str) -> None:
-    """Refuse a reference (``field``) to a blob never uploaded to ``namespace`` (the run's):
-    INVALID_ARGUMENT for what is not a digest, FAILED_PRECONDITION BLOB_MISSING for one the
-    namespace does not hold, even if another does (``runtime_service.blob_rules``). A run's
-    records point only at its own namespace's blobs, so its bundle and provenance never
-    carry another tenant's content."""
+    """Refuse a reference (``field``) to a blob that was never uploaded to ``namespace``:
+    INVALID_ARGUMENT for what is not a digest, FAILED_PRECONDITION BLOB_MISSING for one not
+    held there (``runtime_service.blob_rules``), even if another namespace stores the same
+    content (a reference would tell one tenant that another has it)."""
     check_reference(field, digest)
     if held(session, namespace, digest) is None:
         raise blob_missing(field, digest)
@@ -202,6 +201,14 @@ def held(session: Session, namespace: str, digest: str) -> BlobRow | None:
         .join(BlobNamespaceRow, BlobNamespaceRow.digest == BlobRow.digest)
         .where(BlobNamespaceRow.namespace == namespace, BlobNamespaceRow.digest == digest)
     )
+
+
+def held_in_any(session: Session, namespaces: Collection[str], digest: str) -> bool:
+    """Whether any of ``namespaces`` holds the blob (:func:`held`, for a caller seeing several)."""
+    found = sa.select(BlobNamespaceRow.digest).where(
+        BlobNamespaceRow.namespace.in_(sorted(namespaces)), BlobNamespaceRow.digest == digest
+    )
+    return session.scalar(found.limit(1)) is not None
 
 
 def namespace_used_bytes(session: Session, namespace: str) -> int:

@@ -105,11 +105,19 @@ _PENDING_STEERS = (
     " WHERE i.run_id = r.id AND i.status = 'PENDING' AND i.kind = 'STEER')"
 )
 _FROM_ATTEMPT = " FROM runtime_attempts a JOIN runtime_runs r ON r.id = a.run_id"
+#: Whether the run's namespace holds the blob a step names (``store.blobs.held``): a blob
+#: only another namespace uploaded is missing here, as for ``store.blobs.require`` (else a
+#: worker could learn that another tenant stores some content, and reference it).
+_HELD = (
+    "(SELECT count(*) FROM runtime_blob_namespaces bn"
+    " WHERE bn.namespace = r.namespace AND bn.digest = :{ref})"
+)
 _BEGIN_COLUMNS = (
-    "SELECT " + _RUN_VIEW.format(steers=_PENDING_STEERS) + ", t.attempt_id, t.status,"
-    " (SELECT count(*) FROM runtime_blob_namespaces b"
-    " WHERE b.namespace = r.namespace AND b.digest = :input_ref),"
-    " (SELECT s.run_id FROM runtime_steps s WHERE s.id = :retry_of)"
+    "SELECT "
+    + _RUN_VIEW.format(steers=_PENDING_STEERS)
+    + ", t.attempt_id, t.status, "
+    + _HELD.format(ref="input_ref")
+    + ", (SELECT s.run_id FROM runtime_steps s WHERE s.id = :retry_of)"
 )
 _BEGIN_TURN = " LEFT JOIN runtime_turns t ON t.id = :turn_id"
 _BEGIN = Statement(_BEGIN_COLUMNS + _FROM_ATTEMPT + _BEGIN_TURN + " WHERE a.id = :attempt_id")
@@ -196,8 +204,11 @@ def _step_of_row(tx: RawTx, columns: Sequence[Any]) -> Step | None:
 
 
 _END = Statement(
-    "SELECT " + _RUN_VIEW.format(steers="0") + ", (SELECT count(*) FROM runtime_blob_namespaces b"
-    " WHERE b.namespace = r.namespace AND b.digest = :output_ref), "
+    "SELECT "
+    + _RUN_VIEW.format(steers="0")
+    + ", "
+    + _HELD.format(ref="output_ref")
+    + ", "
     + ", ".join("s." + c for c in STEP_COLUMNS)
     + _FROM_ATTEMPT
     + " LEFT JOIN runtime_steps s ON s.id = :step_id"
