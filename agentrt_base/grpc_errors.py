@@ -27,6 +27,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
@@ -235,32 +236,51 @@ def admission(limiter: Limiter, method: str) -> Admission:
     return admit
 
 
-def _wrap_unary(
-    method: str,
-    behavior: Handler,
-    streamed_request: bool = False,
-    gate: Gate | None = None,
-    admit: Admission | None = None,
-    authorize: Authorize | None = None,
-) -> Handler:
+@dataclass(frozen=True)
+class _Checks:
+    """What every call to an agentrt service passes before its handler, in this order: who
+    is calling (``gate``), what it may still spend (``admit``), the request's bytes
+    (``wire.check_request``) and what the request may touch (``authorize``; a client
+    stream's first message). Each is optional: a server without auth has no gate and no
+    authorisation."""
+
+    method: str
+    streamed_request: bool
+    gate: Gate | None
+    admit: Admission | None
+    authorize: Authorize | None
+
+    async def enter(
+        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> tuple[Any, Slot | None]:
+        """The request to hand the handler, and the slot the call holds until it ends (the
+        caller releases it); raises the first refusal, holding nothing."""
+        if self.gate is not None:
+            await self.gate(context)
+        slot = self.admit(context) if self.admit is not None else None
+        try:
+            if self.streamed_request:
+                return _checked_stream(request, self.method, self.authorize), slot
+            check_request(request)
+            if self.authorize is not None:
+                await self.authorize(self.method, request)
+            return request, slot
+        except BaseException:
+            if slot is not None:
+                slot.release()
+            raise
+
+
+def _wrap_unary(checks: _Checks, behavior: Handler) -> Handler:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         slot = None
         try:
-            if gate is not None:
-                await gate(context)
-            if admit is not None:
-                slot = admit(context)
-            if streamed_request:
-                request = _checked_stream(request, method, authorize)
-            else:
-                check_request(request)
-                if authorize is not None:
-                    await authorize(method, request)
+            request, slot = await checks.enter(request, context)
             return await behavior(request, context)
         except Exception as exc:
             if _is_control_flow(exc):
                 raise
-            await _handle(exc, method, context)
+            await _handle(exc, checks.method, context)
         finally:
             # Also when the call is cancelled (the client went away): the slot is freed.
             if slot is not None:
@@ -269,35 +289,19 @@ def _wrap_unary(
     return wrapper
 
 
-def _wrap_stream(
-    method: str,
-    behavior: Handler,
-    streamed_request: bool = False,
-    gate: Gate | None = None,
-    admit: Admission | None = None,
-    authorize: Authorize | None = None,
-) -> Handler:
+def _wrap_stream(checks: _Checks, behavior: Handler) -> Handler:
     async def wrapper(
         request: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
         slot = None
         try:
-            if gate is not None:
-                await gate(context)
-            if admit is not None:
-                slot = admit(context)
-            if streamed_request:
-                request = _checked_stream(request, method, authorize)
-            else:
-                check_request(request)
-                if authorize is not None:
-                    await authorize(method, request)
+            request, slot = await checks.enter(request, context)
             async for response in behavior(request, context):
                 yield response
         except Exception as exc:
             if _is_control_flow(exc):
                 raise
-            await _handle(exc, method, context)
+            await _handle(exc, checks.method, context)
         finally:
             # Also when the stream is cancelled or closed by the client: the slot is freed.
             if slot is not None:
@@ -469,8 +473,12 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
         admit = admission(self._limiter, method) if self._limiter is not None else None
         return _rebuild(
             handler,
-            unary=lambda b: _wrap_unary(method, b, False, gate, admit, authorize),
-            server_streaming=lambda b: _wrap_stream(method, b, False, gate, admit, authorize),
-            client_streaming=lambda b: _wrap_unary(method, b, True, gate, admit, authorize),
-            bidi=lambda b: _wrap_stream(method, b, True, gate, admit, authorize),
+            unary=lambda b: _wrap_unary(_Checks(method, False, gate, admit, authorize), b),
+            server_streaming=lambda b: _wrap_stream(
+                _Checks(method, False, gate, admit, authorize), b
+            ),
+            client_streaming=lambda b: _wrap_unary(
+                _Checks(method, True, gate, admit, authorize), b
+            ),
+            bidi=lambda b: _wrap_stream(_Checks(method, True, gate, admit, authorize), b),
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from types import TracebackType
+from types import SimpleNamespace, TracebackType
 from typing import Any
 
 import grpc
@@ -20,6 +20,7 @@ from agentrt.runtime.v1 import (
 )
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
+from agentrt_base.tls import client_channel
 from tests import registry_data
 
 #: The reference of the agent :meth:`Stubs.publish_plain_agent` publishes.
@@ -34,8 +35,14 @@ class Stubs:
     worker: Any
 
     @classmethod
-    def open(cls, address: str) -> Stubs:
-        channel = grpc.insecure_channel(address)
+    def open(cls, address: str, token: str | None = None) -> Stubs:
+        """Stubs on their own connection to ``address``, sending ``token`` (if any) with
+        every call as the ``agentrt`` command does."""
+        channel = (
+            client_channel(SimpleNamespace(token=token), address)
+            if token is not None
+            else grpc.insecure_channel(address)
+        )
         return cls(
             channel,
             registry_service_pb2_grpc.RegistryServiceStub(channel),

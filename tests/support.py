@@ -75,6 +75,18 @@ def running_server(
         thread.stop()
 
 
+@contextlib.contextmanager
+def serving(database_url: str, **settings: Any) -> Iterator[ServerThread]:
+    """A server (no step writer process) with ``settings`` (ServerSettings fields, e.g.
+    ``auth_config``), for as long as the block runs."""
+    thread = ServerThread(database_url, step_process=False, **settings)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        thread.stop()
+
+
 def rpc_error(call: Callable[..., Any], *args: Any, **kwargs: Any) -> grpc.RpcError:
     """Call and return the RpcError it must raise."""
     with pytest.raises(grpc.RpcError) as info:

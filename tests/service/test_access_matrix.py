@@ -15,17 +15,15 @@ FAILED_PRECONDITION); refused means PERMISSION_DENIED naming the permission of t
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
-import pytest
 
 from agentrt.audit.v1 import audit_service_pb2 as apb
 from agentrt.audit.v1 import audit_service_pb2_grpc
@@ -37,7 +35,7 @@ from agentrt_base.auth import ROLES, new_token, token_entry
 from tests import registry_data
 from tests.oidc import Issuer, issuer_config
 from tests.runtime_support import Stubs
-from tests.support import ServerThread, error_details
+from tests.support import error_details, serving
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 NS, SCOPE = "ns", "scope"
@@ -86,44 +84,9 @@ class World:
     blob: str
 
 
-def _channel(address: str, token: str | None) -> grpc.Channel:
-    channel = grpc.insecure_channel(address)
-    if token is None:
-        return channel
-    return grpc.intercept_channel(channel, _Bearer(token))
-
-
-class _Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
-              grpc.StreamUnaryClientInterceptor):  # fmt: skip
-    def __init__(self, token: str) -> None:
-        self._header = ("authorization", f"Bearer {token}")
-
-    def _d(self, details: Any) -> Any:
-        return details._replace(metadata=[*(details.metadata or ()), self._header])
-
-    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-        return continuation(self._d(details), request)
-
-    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
-        return continuation(self._d(details), request)
-
-    def intercept_stream_unary(self, continuation: Any, details: Any, requests: Any) -> Any:
-        return continuation(self._d(details), requests)
-
-
-def _stubs(channel: grpc.Channel) -> tuple[Stubs, Any]:
-    from agentrt.registry.v1 import registry_service_pb2_grpc
-    from agentrt.runtime.v1 import runtime_service_pb2_grpc, worker_service_pb2_grpc
-
-    return (
-        Stubs(
-            channel,
-            registry_service_pb2_grpc.RegistryServiceStub(channel),
-            runtime_service_pb2_grpc.RuntimeServiceStub(channel),
-            worker_service_pb2_grpc.WorkerServiceStub(channel),
-        ),
-        audit_service_pb2_grpc.AuditServiceStub(channel),
-    )
+def _stubs(address: str, token: str | None) -> tuple[Stubs, Any]:
+    stubs = Stubs.open(address, token)
+    return stubs, audit_service_pb2_grpc.AuditServiceStub(stubs.channel)
 
 
 def _build_world(admin: Stubs) -> World:
@@ -422,7 +385,7 @@ class Caller:
     label: str
     token: str | None
     role: str | None  # None: not a principal the server knows
-    home: bool  # of team-a and coding_agent*, or of team-b and other_agent*
+    home: bool  # of team-a and coding_agent* (else of team-b and other_agent*, or of none)
 
 
 def _callers(config: Path) -> tuple[list[Caller], str]:
@@ -445,29 +408,21 @@ def _callers(config: Path) -> tuple[list[Caller], str]:
         Caller("JWT of another audience", issuer.token(aud="someone-else"), None, False),
     ]
     for role in ROLES:
-        for home in (True, False):
+        for label, namespaces, scopes in (
+            (role, ["team-a"], ["coding_agent*"]),
+            (f"{role}@team-b", ["team-b"], ["other_agent*"]),
+            # Empty namespaces and scopes mean none, not all: reaches nothing its role limits.
+            (f"{role} without namespaces or scopes", [], []),
+        ):
             token = new_token()
-            namespaces, scopes = (["team-a"], ["coding_agent*"]) if home else (
-                ["team-b"], ["other_agent*"])  # fmt: skip
-            label = role if home else f"{role}@team-b"
             entries.append(token_entry(label, token, [role], scopes, namespaces))
-            callers.append(Caller(label, token, role, home))
+            callers.append(Caller(label, token, role, home=label == role))
     admin = new_token()
     entries.append(token_entry("world-builder", admin, ["admin"], [], []))
     config.write_text("".join(entries), encoding="utf-8")
     callers.append(Caller("no credentials", None, None, False))
     callers.append(Caller("unknown token", new_token(), None, False))
     return callers, admin
-
-
-@contextlib.contextmanager
-def _server(database_url: str, config: Path) -> Iterator[str]:
-    thread = ServerThread(database_url, step_process=False, auth_config=str(config))
-    address = thread.start()
-    try:
-        yield address
-    finally:
-        thread.stop()
 
 
 def test_every_rpc_answers_every_caller_as_the_docs_matrix_says(
@@ -477,12 +432,13 @@ def test_every_rpc_answers_every_caller_as_the_docs_matrix_says(
     config = tmp_path / "auth.toml"
     callers, admin_token = _callers(config)
     mismatches: list[str] = []
-    with _server(database_url, config) as address:
-        with _channel(address, admin_token) as channel:
-            world = _build_world(_stubs(channel)[0])
+    with serving(database_url, auth_config=str(config)) as server:
+        address = f"127.0.0.1:{server.server.port}"
+        with Stubs.open(address, admin_token) as admin:
+            world = _build_world(admin)
         for caller in callers:
-            with _channel(address, caller.token) as channel:
-                stubs, audit = _stubs(channel)
+            stubs, audit = _stubs(address, caller.token)
+            with stubs:
                 for rpc, (call, touches) in REQUESTS.items():
                     permission, cells = MATRIX[rpc]
                     got = _outcome(call, stubs, audit, world)
@@ -510,29 +466,3 @@ def _outcome(call: Call, stubs: Stubs, audit: Any, world: World) -> str:
         if code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN):
             return f"{code.name} {error.details()}"  # never right: a bug of ours
     return "allowed"
-
-
-@pytest.mark.parametrize("role", [r for r in ROLES if r != "admin"])
-def test_a_principal_without_namespaces_or_scopes_reaches_nothing_limited(
-    role: str, database_url: str, tmp_path: Path
-) -> None:
-    """Empty namespaces or scopes mean none (not all): a token made without --namespace can
-    touch nothing its role limits by namespace."""
-    config = tmp_path / "auth.toml"
-    token, admin = new_token(), new_token()
-    config.write_text(
-        token_entry("bare", token, [role], [], []) + token_entry("a", admin, ["admin"], [], [])
-    )
-    with _server(database_url, config) as address:
-        with _channel(address, admin) as channel:
-            world = _build_world(_stubs(channel)[0])
-        with _channel(address, token) as channel:
-            stubs, audit = _stubs(channel)
-            for rpc, (call, touches) in REQUESTS.items():
-                permission, cells = MATRIX[rpc]
-                if cells[role] in ("-", "yes") or not touches:
-                    continue
-                got = _outcome(call, stubs, audit, world)
-                if not set(cells[role].split(" ")[0].split("+")) & touches:
-                    continue
-                assert got == f"PERMISSION_DENIED {permission}", (rpc, got)

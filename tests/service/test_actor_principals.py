@@ -16,7 +16,6 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import grpc
@@ -25,17 +24,13 @@ from google.protobuf import json_format
 
 from agentrt.audit.v1 import audit_service_pb2 as apb
 from agentrt.audit.v1 import audit_service_pb2_grpc
-from agentrt.registry.v1 import registry_service_pb2_grpc
 from agentrt.runtime.v1 import enum_pb2 as E
 from agentrt.runtime.v1 import (
     event_pb2,
     message_pb2,
-    runtime_service_pb2_grpc,
-    worker_service_pb2_grpc,
 )
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt_base.auth import ANONYMOUS, new_token, token_entry
-from agentrt_base.tls import client_channel
 from runtime_service import audit_bundle
 from runtime_service.cli.main import main as agentrt
 from tests.runtime_support import Stubs
@@ -65,16 +60,6 @@ class Callers:
         return [*args, "--target", self.address, *token]
 
 
-def _stubs(address: str, token: str | None) -> Stubs:
-    channel = client_channel(SimpleNamespace(token=token), address)
-    return Stubs(
-        channel,
-        registry_service_pb2_grpc.RegistryServiceStub(channel),
-        runtime_service_pb2_grpc.RuntimeServiceStub(channel),
-        worker_service_pb2_grpc.WorkerServiceStub(channel),
-    )
-
-
 @contextlib.contextmanager
 def _callers(database_url: str, config: Path | None) -> Iterator[Callers]:
     tokens = {name: new_token() for name in PRINCIPALS}
@@ -86,7 +71,8 @@ def _callers(database_url: str, config: Path | None) -> Iterator[Callers]:
     server = ServerThread(database_url, **settings)
     address = server.start()
     opened = {
-        name: _stubs(address, tokens[name] if config is not None else None) for name in PRINCIPALS
+        name: Stubs.open(address, tokens[name] if config is not None else None)
+        for name in PRINCIPALS
     }
     try:
         yield Callers(address, opened, tokens, config is not None)
@@ -110,7 +96,7 @@ def _attributes(found: list[event_pb2.Event], event_type: int) -> list[Any]:
 def test_the_unauthenticated_server_really_authenticates_nobody(callers: Callers) -> None:
     """The two settings the other tests compare: with an auth config an unknown caller is
     refused (so the names recorded are proven identities), without one it is served."""
-    anonymous = _stubs(callers.address, None)
+    anonymous = Stubs.open(callers.address, None)
     try:
         if callers.authenticated:
             with pytest.raises(grpc.RpcError) as refused:

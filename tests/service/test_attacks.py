@@ -221,6 +221,8 @@ def test_only_a_tag_admin_moves_or_deletes_prod(world: World) -> None:
 
     moved = w["release"].registry.SetTag(set_prod, timeout=T)
     assert moved.tag.digest == rogue and tag(w) == rogue
+    # Who moved it is the release manager's principal, whatever the request called itself.
+    assert moved.event.actor == "release"
     w["release"].registry.DeleteTag(delete_prod, timeout=T)
     assert tag(w) == "" and tag_history(w) == history + 2
 
@@ -259,6 +261,9 @@ def test_a_stranger_cannot_approve_a_tool_call(world: World) -> None:
     resolved = w["a-approver"].runtime.ResolveApproval(request, timeout=T)
     assert resolved.run.status == E.RUN_STATUS_QUEUED
     assert resolved.step.approval.decision == E.APPROVAL_DECISION_APPROVE
+    # Recorded as who approved: the principal, with the name it gave only as a label.
+    approval = resolved.step.approval
+    assert (approval.approver_principal, approval.approver) == ("a-approver", "security-team")
 
 
 # -- steering, amending, pausing, cancelling another's run ----------------------------------

@@ -5,8 +5,6 @@ known client certificate it serves. Both engines."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,22 +18,12 @@ from agentrt_base.auth import AuthConfig, token_hash
 from agentrt_base.tls import ClientTls, ServerTls, open_channel
 from runtime_service.cli.main import main as agentrt
 from tests.certs import Authority
-from tests.support import ServerThread, error_details
+from tests.support import error_details, serving
 
 
 def _create(config: Path, name: str, *flags: str, capsys: pytest.CaptureFixture[str]) -> str:
     assert agentrt(["token", "create", name, *flags, "--config", str(config)]) == 0
     return capsys.readouterr().out.strip()
-
-
-@contextlib.contextmanager
-def _serving(database_url: str, **settings: Any) -> Iterator[ServerThread]:
-    thread = ServerThread(database_url, step_process=False, **settings)
-    thread.start()
-    try:
-        yield thread
-    finally:
-        thread.stop()
 
 
 def _list_threads(channel: grpc.Channel, token: str | None) -> Any:
@@ -74,7 +62,7 @@ def test_calls_need_a_known_token_and_the_file_is_read_again(
 ) -> None:
     config = tmp_path / "auth.toml"
     token = _create(config, "client-a", "--role", "client", capsys=capsys)
-    with _serving(database_url, auth_config=str(config)) as thread:
+    with serving(database_url, auth_config=str(config)) as thread:
         address = f"127.0.0.1:{thread.server.port}"
         with grpc.insecure_channel(address) as channel:
             _refused(channel, None)
@@ -124,7 +112,7 @@ def test_a_known_client_certificate_is_a_principal(tmp_path: Path, sqlite_url: s
         write("s.pem", server.cert), write("s.key", server.key), write("ca.pem", ca.pem)
     )
     # mTLS and a principals file: listening beyond loopback needs no --insecure.
-    with _serving(sqlite_url, tls=tls, auth_config=str(config), listen="0.0.0.0:0") as thread:
+    with serving(sqlite_url, tls=tls, auth_config=str(config), listen="0.0.0.0:0") as thread:
         address = f"127.0.0.1:{thread.server.port}"
         ca_file = str(tmp_path / "ca.pem")
         as_known = ClientTls(ca_file, write("k.pem", known.cert), write("k.key", known.key))

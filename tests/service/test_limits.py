@@ -6,11 +6,9 @@ are limited by their host."""
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +18,15 @@ from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from agentrt.registry.v1 import registry_service_pb2_grpc
-from agentrt.runtime.v1 import enum_pb2, runtime_service_pb2_grpc, worker_service_pb2_grpc
+from agentrt.runtime.v1 import enum_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_base.auth import token_hash
 from agentrt_base.limits import Kind, Limits
 from agentrt_base.settings import ServerSettings, default_max_connections
-from agentrt_base.tls import client_channel
 from runtime_service.server import transport_options
 from tests.runtime_support import PLAIN, Stubs
-from tests.support import ServerThread, error_details
+from tests.support import ServerThread, error_details, serving
 
 ALICE, BOB = "agentrt_alice_token", "agentrt_bob_token"
 #: Long enough for any server on a loaded machine; only reached when a test fails.
@@ -51,23 +47,7 @@ def _principals(path: Path, alice_limits: str = "") -> str:
 
 def _stubs(thread: ServerThread, token: str | None = None) -> Stubs:
     """Stubs on their own connection, sending ``token`` with every call."""
-    channel = client_channel(argparse.Namespace(token=token), f"127.0.0.1:{thread.server.port}")
-    return Stubs(
-        channel,
-        registry_service_pb2_grpc.RegistryServiceStub(channel),
-        runtime_service_pb2_grpc.RuntimeServiceStub(channel),
-        worker_service_pb2_grpc.WorkerServiceStub(channel),
-    )
-
-
-@contextlib.contextmanager
-def _serving(database_url: str, **settings: Any) -> Iterator[ServerThread]:
-    thread = ServerThread(database_url, step_process=False, **settings)
-    thread.start()
-    try:
-        yield thread
-    finally:
-        thread.stop()
+    return Stubs.open(f"127.0.0.1:{thread.server.port}", token)
 
 
 def _exhausted(error: grpc.RpcError, reason: str) -> dict[str, str]:
@@ -99,7 +79,7 @@ def test_a_principal_over_its_rate_is_refused_and_another_is_served(
     # Alice: 3 calls, then one per ~17 minutes; bob: the server's generous default.
     config = _principals(tmp_path / "auth.toml", "{ requests_per_second = 0.001, burst = 3 }")
     with (
-        _serving(database_url, auth_config=config) as thread,
+        serving(database_url, auth_config=config) as thread,
         _stubs(thread, ALICE) as alice,
         _stubs(thread, BOB) as bob,
     ):
@@ -134,7 +114,7 @@ def test_the_watch_past_a_principals_limit_is_refused_until_one_ends(
     tmp_path: Path, database_url: str
 ) -> None:
     config = _principals(tmp_path / "auth.toml")
-    with _serving(database_url, auth_config=config, limits=Limits(watches=2)) as thread:
+    with serving(database_url, auth_config=config, limits=Limits(watches=2)) as thread:
         limiter = thread.server.limiter
         with _stubs(thread, ALICE) as alice, _stubs(thread, BOB) as bob:
             bob.publish_plain_agent()
@@ -177,7 +157,7 @@ def test_long_polls_past_a_principals_limit_are_refused_until_one_ends(
     tmp_path: Path, database_url: str
 ) -> None:
     config = _principals(tmp_path / "auth.toml", "{ long_polls = 1 }")
-    with _serving(database_url, auth_config=config) as thread:
+    with serving(database_url, auth_config=config) as thread:
         limiter = thread.server.limiter
         with _stubs(thread, ALICE) as alice, _stubs(thread, BOB) as bob:
             waiting = _acquire(alice, int(PATIENCE))
@@ -198,7 +178,7 @@ def test_long_polls_past_a_principals_limit_are_refused_until_one_ends(
 
 
 def test_without_auth_callers_are_limited_by_their_host(database_url: str) -> None:
-    with _serving(database_url, limits=Limits(long_polls=1)) as thread:
+    with serving(database_url, limits=Limits(long_polls=1)) as thread:
         limiter, anonymous = thread.server.limiter, "anonymous@127.0.0.1"
         # Two connections from one host are one caller.
         with _stubs(thread) as one, _stubs(thread) as other:
@@ -216,7 +196,7 @@ def test_connections_past_the_cap_are_closed_at_once(sqlite_url: str) -> None:
     """The issue's "3,000 raw connections accepted": past --max-connections a socket is closed
     before it can hold anything, raw sockets that never speak HTTP/2 count, and a slot freed
     serves a real client again."""
-    with _serving(sqlite_url, max_connections=2) as thread:
+    with serving(sqlite_url, max_connections=2) as thread:
         address = ("127.0.0.1", thread.server.port)
         held = [socket.create_connection(address, timeout=PATIENCE) for _ in range(2)]
         for sock in held:
