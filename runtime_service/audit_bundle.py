@@ -19,6 +19,7 @@ from registry import canonical
 from registry.canonical import CanonicalError, ComponentKind
 from registry.model import ClosureEntry
 from registry.publishing import to_agent_closure
+from runtime_service import audit_rows
 from runtime_service.events import StoredEvent, event_hash, format_time
 
 __all__ = [
@@ -47,9 +48,14 @@ _RECORDS: tuple[tuple[str, str], ...] = (
     ("steps", "step"),
     ("artifacts", "artifact"),
     ("checkpoints", "checkpoint"),
+    ("inputs", "input"),
     ("components", "component"),
     ("events", "event"),
 )
+
+
+#: Sections a bundle written before they existed does not have (then not checked).
+_ADDED_LATER = ("inputs",)
 
 
 class BundleFormatError(ValueError):
@@ -265,6 +271,7 @@ def build_document(
     steps: list[dict[str, Any]],
     artifacts: list[dict[str, Any]],
     checkpoints: list[dict[str, Any]],
+    inputs: list[dict[str, Any]],
     events: Sequence[Link],
     chain_head: tuple[int, str],
     agent: dict[str, Any],
@@ -286,6 +293,7 @@ def build_document(
         "steps": steps,
         "artifacts": artifacts,
         "checkpoints": checkpoints,
+        "inputs": inputs,
         "chain_head": {"sequence": chain_head[0], "hash": chain_head[1]},
         "events": [e.to_json() for e in events],
         "agent": agent,
@@ -370,6 +378,9 @@ def _decode_jsonl(header: dict[str, Any], rest: str) -> dict[str, Any]:
         document[tags[record["record"]]].append(record.get("value"))
     for section, _ in _RECORDS:
         expected, found = counts.get(section), len(document[section])
+        if section in _ADDED_LATER and expected is None and not found:
+            del document[section]  # a bundle from before the section existed
+            continue
         if expected != found:
             raise BundleFormatError(
                 f"the header announces {expected} {section} but the file holds {found} (truncated?)"
@@ -397,6 +408,9 @@ class BundleReport:
     step_count: int = 0
     event_count: int = 0
     head_hash: str = ""
+    rows_checked: int = 0
+    #: ``kind.field`` of served fields the run's chain does not commit to (audit_rows).
+    not_covered: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
 
     @property
@@ -410,9 +424,10 @@ def verify_bundle(document: Mapping[str, Any]) -> BundleReport:
     Checks, in order: every component digest (and tool schema digest) recomputes from the
     component's canonical form; every closure entry names a component of the bundle with the
     same kind, name, version and schema; the agent digest recomputes from the closure and is
-    the digest the run is bound to (also as the ``run.created`` event says); every step's
-    recorded versions are in the closure and agree with its ``step.started`` event; the event
-    chain recomputes link by link up to the recorded head.
+    the digest the run is bound to; every step's recorded versions are in the closure; every
+    row (run, attempts, steps, checkpoints, artifacts, inputs) is what the chain's events
+    committed to (:func:`audit_rows.compare`, as ``VerifyRun`` checks it); the event chain
+    recomputes link by link up to the recorded head.
 
     Raises:
         BundleFormatError: a section is missing or of the wrong shape.
@@ -426,30 +441,26 @@ def verify_bundle(document: Mapping[str, Any]) -> BundleReport:
     agent = _object(document.get("agent"), "agent")
     closure = _verify_agent(agent, components, binding, report)
     events = [Link.from_json(e, f"events[{i}]") for i, e in enumerate(_list(document, "events"))]
-    started = {
-        str(e.attributes.get("step_id")): e
-        for e in events
-        if e.event_type == "step.started" and isinstance(e.attributes, dict)
-    }
-    ended = {
-        str(e.attributes.get("step_id")): e
-        for e in events
-        if e.event_type == "step.ended" and isinstance(e.attributes, dict)
-    }
     steps = _list(document, "steps")
     report.step_count = len(steps)
     for i, raw in enumerate(steps):
         step = _object(raw, f"steps[{i}]")
-        for problem in _step_problems(step, report.run_id, closure, started, ended):
+        for problem in _step_problems(step, report.run_id, closure):
             fail(problem)
-    created = next((e for e in events if e.event_type == "run.created"), None)
-    if created is not None and isinstance(created.attributes, dict):
-        bound = created.attributes.get("agent", {}).get("agent_digest", "")
-        if bound != binding.get("agent_digest", ""):
-            fail(
-                f"run.created event binds the run to {bound}, the bundle's run says "
-                f"{binding.get('agent_digest', '')}"
-            )
+    rows: dict[str, Any] = {"run": run}
+    for section in ("attempts", "steps", "checkpoints", "artifacts", "inputs"):
+        if section in _ADDED_LATER and section not in document:
+            continue
+        rows[section] = [
+            _object(r, f"{section}[{i}]") for i, r in enumerate(_list(document, section))
+        ]
+    thread_id = _text(run, "thread_id", "run")
+    checked = audit_rows.compare(rows, events, run_id=report.run_id, thread_id=thread_id)
+    report.rows_checked, report.not_covered = checked.rows_checked, checked.not_covered
+    for mismatch in checked.mismatches:
+        fail(f"row {mismatch.describe()}")
+    if checked.more:
+        fail(f"{checked.more} more rows differ from the chain")
     head = _object(document.get("chain_head"), "chain_head")
     head_sequence = head.get("sequence")
     if not isinstance(head_sequence, int):
@@ -457,7 +468,7 @@ def verify_bundle(document: Mapping[str, Any]) -> BundleReport:
     chain = verify_chain(
         events,
         head=(head_sequence, _text(head, "hash", "chain_head")),
-        chain=(_text(run, "thread_id", "run"), report.run_id),
+        chain=(thread_id, report.run_id),
     )
     report.event_count, report.head_hash = chain.event_count, chain.head_hash
     if chain.first_break is not None:
@@ -567,14 +578,9 @@ def _verify_agent(
     return closure
 
 
-def _step_problems(
-    step: dict[str, Any],
-    run_id: str,
-    closure: list[ClosureEntry],
-    started: dict[str, Link],
-    ended: dict[str, Link],
-) -> Iterator[str]:
-    """Why a step's recorded versions do not check out (nothing when they do)."""
+def _step_problems(step: dict[str, Any], run_id: str, closure: list[ClosureEntry]) -> Iterator[str]:
+    """Why a step's recorded versions are not the agent's (nothing when they are). Whether
+    they are what the chain recorded is :func:`audit_rows.compare`'s check."""
     step_id = str(step.get("id", ""))
     name = (
         f"step {step.get('sequence', '?')} {step_id} "
@@ -603,37 +609,10 @@ def _step_problems(
             elif family == "tools" and used.get("schema_digest") != pinned.schema_digest:
                 schema = used.get("schema_digest")
                 yield f"{name}: tool {recorded} schema {schema} is not the pinned one"
-    event = started.get(step_id)
-    if event is None:
-        yield f"{name}: no step.started event records it in the chain"
-        return
-    if _version_digests(versions) != _version_digests(event.attributes.get("versions", {})):
-        yield f"{name}: its versions differ from those its step.started event recorded"
-    reported = model.get("reported_model_id", "")
-    end = ended.get(step_id)
-    if reported and (end is None or end.attributes.get("reported_model_id", "") != reported):
-        yield f"{name}: reported model {reported} is not what its step.ended event recorded"
 
 
 def _digest_of(entry: ClosureEntry | None) -> str:
     return entry.digest if entry is not None else ""
-
-
-def _version_digests(versions: Any) -> tuple[Any, ...]:
-    """The parts of StepVersions fixed when the step began (the reported model comes later)."""
-    if not isinstance(versions, dict):
-        return ()
-    model = versions.get("model") or {}
-    return (
-        model.get("policy_digest", ""),
-        model.get("requested_model_id", ""),
-        versions.get("system_prompt_digest", ""),
-        versions.get("context_digest", ""),
-        sorted(str(s.get("digest")) for s in versions.get("skills", [])),
-        sorted(
-            (str(t.get("digest")), str(t.get("schema_digest"))) for t in versions.get("tools", [])
-        ),
-    )
 
 
 # -- shape helpers ---------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from google.protobuf import json_format
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
 from agentrt_base.lru import LruCache
-from runtime_service import proto_map
+from runtime_service import audit_rows, proto_map
 from runtime_service.events import EventDocument
 from runtime_service.records import Step
 
@@ -46,6 +46,8 @@ def ended_attributes(step: Step) -> event_pb2.StepEndedAttributes:
             cost_usd=step.cost_usd,
         ),
         reported_model_id=step.reported_model_id,
+        summary=step.summary,
+        retryable=step.retryable,
     )
 
 
@@ -64,6 +66,13 @@ def started(step: Step) -> EventDocument:
     _put(doc, "tool_name", step.tool_name)
     doc["versions"] = _versions(step)
     doc["status"] = f"STEP_STATUS_{step.status}"
+    # Record format 1 (audit_rows): what the chain commits to besides the above.
+    if step.input_revision:
+        doc["input_revision"] = str(step.input_revision)
+    if step.tool_name:
+        doc["tool_arguments_digest"] = audit_rows.arguments_digest(step.tool_arguments_json)
+    _put(doc, "approval_step_id", step.approval_step_id)
+    _put(doc, "completion_check", step.completion_check)
     return EventDocument(STARTED, doc)
 
 
@@ -92,6 +101,9 @@ def ended(step: Step) -> EventDocument:
         usage["cost_usd"] = cost
     doc["usage"] = usage
     _put(doc, "reported_model_id", step.reported_model_id)
+    _put(doc, "summary", step.summary)
+    if step.retryable:
+        doc["retryable"] = True
     return EventDocument(ENDED, doc)
 
 

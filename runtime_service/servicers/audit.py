@@ -18,6 +18,7 @@ from agentrt_base.access import VISIBLE
 from registry import proto_map as registry_map
 from runtime_service import proto_map as pm
 from runtime_service.audit_bundle import ChainReport, Format
+from runtime_service.audit_rows import RowReport
 from runtime_service.proto_convert import enum_name, time_or_none
 from runtime_service.servicers import audit_export
 from runtime_service.services.audit import AuditService, ProvenanceRecord, TargetKind
@@ -82,7 +83,9 @@ class AuditServicer(audit_service_pb2_grpc.AuditServiceServicer):
     async def VerifyRun(
         self, request: pb.VerifyRunRequest, context: Context
     ) -> pb.VerifyRunResponse:
-        return _verify_response(await self._audit.verify_run(request.run_id))
+        verification = await self._audit.verify_run(request.run_id)
+        rows = await asyncio.to_thread(audit_export.compare_rows, verification)
+        return _verify_response(verification.chain, rows)
 
     async def ExportBundle(
         self, request: pb.ExportBundleRequest, context: Context
@@ -147,9 +150,19 @@ def _usage(u: Usage) -> apb.UsageRecord:
     )
 
 
-def _verify_response(report: ChainReport) -> pb.VerifyRunResponse:
+def _verify_response(report: ChainReport, rows: RowReport) -> pb.VerifyRunResponse:
     out = pb.VerifyRunResponse(
-        intact=report.intact, event_count=report.event_count, head_hash=report.head_hash
+        intact=report.intact and not rows.mismatches,
+        event_count=report.event_count,
+        head_hash=report.head_hash,
+        row_mismatches=[
+            apb.RowMismatch(
+                kind=m.kind, id=m.id, field=m.field, stored=m.stored, committed=m.committed
+            )
+            for m in rows.mismatches
+        ],
+        rows_checked=rows.rows_checked,
+        not_covered=rows.not_covered,
     )
     if report.first_break is not None:
         b = report.first_break

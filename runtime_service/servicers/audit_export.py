@@ -17,11 +17,11 @@ from google.protobuf import json_format
 
 from registry import store as registry_store
 from registry.canonical import digest_bytes
-from runtime_service import audit_bundle
+from runtime_service import audit_bundle, audit_rows
 from runtime_service import proto_map as pm
 from runtime_service.audit_bundle import Format
 from runtime_service.events import format_time
-from runtime_service.services.audit import BundleContents, TagAtTime
+from runtime_service.services.audit import BundleContents, RunVerification, TagAtTime
 
 
 @dataclass(frozen=True)
@@ -38,15 +38,17 @@ class ExportedBundle:
 def export(contents: BundleContents, fmt: Format) -> ExportedBundle:
     """The bundle of ``contents`` encoded as ``fmt``, with its digest. CPU work (a long run's
     bundle takes a while): the servicer runs it off the event loop."""
+    rows = served_rows(contents)
     document = audit_bundle.build_document(
         installation_id=contents.installation_id,
         export_time=format_time(contents.export_time),
-        run=_json(pm.run(contents.run)),
+        run=rows["run"],
         thread=_json(pm.thread(contents.thread)),
-        attempts=[_json(pm.attempt(a)) for a in contents.attempts],
-        steps=[_json(pm.step(s)) for s in contents.steps],
-        artifacts=[_json(pm.artifact(a)) for a in contents.artifacts],
-        checkpoints=[_json(pm.checkpoint(c)) for c in contents.checkpoints],
+        attempts=rows["attempts"],
+        steps=rows["steps"],
+        artifacts=rows["artifacts"],
+        checkpoints=rows["checkpoints"],
+        inputs=rows["inputs"],
         events=contents.events,
         chain_head=(contents.run.last_event_sequence, contents.run.last_event_hash),
         agent=_agent_json(contents.agent, contents.tags_at_run_creation),
@@ -61,6 +63,28 @@ def export(contents: BundleContents, fmt: Format) -> ExportedBundle:
         digest_bytes(data),
         contents.installation_id,
         contents.export_time,
+    )
+
+
+def served_rows(contents: BundleContents | RunVerification) -> dict[str, Any]:
+    """A run's rows as the read APIs serve them (their messages' proto3 JSON): what a bundle
+    holds, and what ``VerifyRun`` compares with the chain (``audit_rows.compare``)."""
+    return {
+        "run": _json(pm.run(contents.run)),
+        "attempts": [_json(pm.attempt(a)) for a in contents.attempts],
+        "steps": [_json(pm.step(s)) for s in contents.steps],
+        "artifacts": [_json(pm.artifact(a)) for a in contents.artifacts],
+        "checkpoints": [_json(pm.checkpoint(c)) for c in contents.checkpoints],
+        "inputs": [_json(pm.input_(i)) for i in contents.inputs],
+    }
+
+
+def compare_rows(verification: RunVerification) -> audit_rows.RowReport:
+    """``VerifyRun``'s row check: the served rows against the run's chain, by the same
+    function the offline bundle check runs. CPU work: the servicer runs it off the loop."""
+    run = verification.run
+    return audit_rows.compare(
+        served_rows(verification), verification.events, run_id=run.id, thread_id=run.thread_id
     )
 
 

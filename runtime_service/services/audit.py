@@ -31,7 +31,7 @@ from runtime_service.audit_bundle import ChainReport, Link
 from runtime_service.records import Step, step_of
 from runtime_service.services.context import Runtime
 from runtime_service.store import audit_blobs, audit_reads, blobs, resources, step_reads
-from runtime_service.store.ledger import ArtifactRow, CheckpointRow, StepRow
+from runtime_service.store.ledger import ArtifactRow, CheckpointRow, InputRow, StepRow
 from runtime_service.store.tables import AttemptRow, RunRow, ThreadRow
 
 DEFAULT_MAX_STEPS = 1000
@@ -102,11 +102,28 @@ class BundleContents:
     steps: list[Step]
     artifacts: list[ArtifactRow]
     checkpoints: list[CheckpointRow]
+    inputs: list[InputRow]
     events: list[Link]
     agent: registry_store.AgentVersionRow
     tags_at_run_creation: list[TagAtTime]
     #: The components the agent version pins, in its closure's slot order.
     components: list[registry_store.ComponentRow]
+
+
+@dataclass(frozen=True)
+class RunVerification:
+    """What ``VerifyRun`` read in one snapshot: the chain's verdict, and every row the read
+    APIs serve for the run with the events to compare them with (the comparison,
+    ``audit_rows.compare``, runs on the rows as served: the servicer maps them)."""
+
+    chain: ChainReport
+    run: RunRow
+    attempts: list[AttemptRow]
+    steps: list[Step]
+    artifacts: list[ArtifactRow]
+    checkpoints: list[CheckpointRow]
+    inputs: list[InputRow]
+    events: list[Link]
 
 
 # -- pure helpers ----------------------------------------------------------------------------
@@ -280,19 +297,30 @@ class AuditService:
 
     # -- chain -----------------------------------------------------------------------------
 
-    async def verify_run(self, run_id: str) -> ChainReport:
+    async def verify_run(self, run_id: str) -> RunVerification:
+        """The run's chain verified, and its served rows with its events (one snapshot)."""
         if not run_id:
             raise InvalidArgument.for_field("run_id", "required")
 
-        def read(session: Session) -> ChainReport:
+        def read(session: Session) -> RunVerification:
             audit_reads.snapshot(session)
             run = audit_reads.run(session, run_id)
             if run is None:
                 raise NotFound("run", run_id)
-            return audit_bundle.verify_chain(
-                audit_reads.chain_links(session, run),
-                head=(run.last_event_sequence, run.last_event_hash),
-                chain=(run.thread_id, run.id),
+            events = list(audit_reads.chain_links(session, run))
+            return RunVerification(
+                chain=audit_bundle.verify_chain(
+                    events,
+                    head=(run.last_event_sequence, run.last_event_hash),
+                    chain=(run.thread_id, run.id),
+                ),
+                run=run,
+                attempts=audit_reads.attempts_of_run(session, run.id),
+                steps=audit_reads.steps_of_run(session, run.id),
+                artifacts=audit_reads.artifacts_of_run(session, run.id),
+                checkpoints=audit_reads.checkpoints_of_run(session, run.id),
+                inputs=audit_reads.inputs_of_run(session, run.id),
+                events=events,
             )
 
         return await self._rt.read(read)
@@ -315,6 +343,7 @@ class AuditService:
             steps = audit_reads.steps_of_run(session, run.id)
             artifacts = audit_reads.artifacts_of_run(session, run.id)
             checkpoints = audit_reads.checkpoints_of_run(session, run.id)
+            inputs = audit_reads.inputs_of_run(session, run.id)
             events = list(audit_reads.chain_links(session, run))
             installation = audit_reads.installation_id(session)
             now = dt.datetime.now(dt.UTC)
@@ -331,6 +360,7 @@ class AuditService:
                 steps=steps,
                 artifacts=artifacts,
                 checkpoints=checkpoints,
+                inputs=inputs,
                 events=events,
                 agent=agent,
                 tags_at_run_creation=tags,

@@ -60,6 +60,9 @@ def create(
             name=name,
             blob_digest=blob_digest,
             media_type=artifact.media_type,
+            attempt_id=attempt.id,
+            size=artifact.size,
+            labels=labels,
         ),
         now,
     )

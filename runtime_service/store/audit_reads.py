@@ -20,7 +20,7 @@ from registry import store as registry_store
 from runtime_service.audit_bundle import Link
 from runtime_service.events import StoredEvent, format_time
 from runtime_service.records import Step, new_step
-from runtime_service.store.ledger import ArtifactRow, CheckpointRow, StepRow
+from runtime_service.store.ledger import ArtifactRow, CheckpointRow, InputRow, StepRow
 from runtime_service.store.tables import AttemptRow, EventRow, RunRow, ThreadRow
 
 _S = cast(sa.Table, StepRow.__table__)
@@ -99,6 +99,12 @@ def checkpoints_of_run(session: Session, run_id: str) -> list[CheckpointRow]:
             .where(CheckpointRow.run_id == run_id)
             .order_by(CheckpointRow.id)
         )
+    )
+
+
+def inputs_of_run(session: Session, run_id: str) -> list[InputRow]:
+    return list(
+        session.scalars(sa.select(InputRow).where(InputRow.run_id == run_id).order_by(InputRow.id))
     )
 
 

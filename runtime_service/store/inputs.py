@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
 from agentrt_base.ids import new_id
+from runtime_service import audit_rows
 from runtime_service.store import transitions
 from runtime_service.store.ledger import InputRow
 from runtime_service.store.tables import RunRow
@@ -68,6 +69,8 @@ def receive(
             kind=enum_pb2.InputKind.Value(f"INPUT_KIND_{kind}"),
             sender=item.sender,
             sender_principal=principal,
+            content_digest=audit_rows.content_digest(content),
+            data_digest=audit_rows.data_digest(data_json),
         ),
         now,
     )

@@ -18,7 +18,7 @@ from registry.model import AgentVersion, Resolution
 
 # The run.created and run.amended events carry the run's own view of its binding, goal,
 # budget and amendment: the same mapping GetRun answers with.
-from runtime_service import __version__, events, notify, proto_map
+from runtime_service import __version__, audit_rows, events, notify, proto_map
 from runtime_service.lifecycle import RunStatus
 from runtime_service.step_rules import dumps
 from runtime_service.store import transitions
@@ -134,6 +134,8 @@ def create(session: Session, new: NewRun, now: dt.datetime) -> RunRow:
             derived_from_run_id=run.derived_from_run_id,
             runtime_version=run.runtime_version,
             creator_principal=run.creator_principal,
+            labels=new.labels,
+            record_format=audit_rows.RECORD_FORMAT,
         ),
         now,
     )

@@ -88,6 +88,8 @@ def end_attempt(
                 output_tokens=attempt.output_tokens,
                 cost_usd=attempt.cost_usd,
             ),
+            result_summary=attempt.result_summary,
+            output_ref=attempt.output_ref,
         ),
         now,
     )
@@ -197,6 +199,7 @@ def apply(
                 usage=usage_of(run),
                 output_ref=run.output_ref,
                 actor_principal=principal,
+                result_summary=run.result_summary,
             ),
             now,
         )

@@ -13,7 +13,7 @@ import pytest
 from google.protobuf import json_format
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
-from runtime_service import proto_map, step_events
+from runtime_service import audit_rows, proto_map, step_events
 from runtime_service.store.ledger import StepRow
 from tests.unit.step_rows import new_step
 
@@ -80,6 +80,12 @@ def reference_started(row: StepRow) -> dict[str, Any]:
         tool_name=row.tool_name,
         versions=proto_map.step(row).versions,
         status=enum_pb2.StepStatus.Value(f"STEP_STATUS_{row.status}"),
+        input_revision=row.input_revision,
+        tool_arguments_digest=(
+            audit_rows.arguments_digest(row.tool_arguments_json) if row.tool_name else ""
+        ),
+        approval_step_id=row.approval_step_id,
+        completion_check=row.completion_check,
     )
     return json_format.MessageToDict(message, preserving_proto_field_name=True)
 
@@ -117,8 +123,16 @@ def test_started_is_the_message_mapping(
         {},
         {"turn_id": "trn_1", "operation": "plan", "idempotency_key": "k1", "input_ref": "sha256:1"},
         {"type": "TOOL_CALL", "tool_name": "noop", "retry_of_step_id": "stp_00"},
+        {
+            "type": "TOOL_CALL",
+            "tool_name": "noop",
+            "tool_arguments_json": '{"path":"a.py","n":42}',
+            "approval_step_id": "stp_01",
+            "input_revision": 3,
+        },
         {"type": "APPROVAL_REQUEST", "status": "WAITING_APPROVAL", "tool_name": "noop"},
         {"type": "COMPLETION_CHECK", "status": "DENIED", "sequence": 1},
+        {"type": "COMPLETION_CHECK", "completion_check": "tests-pass", "input_revision": 1},
     ):
         row = step(
             **resolution,

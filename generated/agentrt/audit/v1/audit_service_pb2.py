@@ -26,15 +26,15 @@ from agentrt.audit.v1 import message_pb2 as agentrt_dot_audit_dot_v1_dot_message
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$agentrt/audit/v1/audit_service.proto\x12\x10\x61gentrt.audit.v1\x1a\x1e\x61gentrt/audit/v1/message.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x86\x01\n\x14GetProvenanceRequest\x12\x10\n\x06run_id\x18\x01 \x01(\tH\x00\x12\x11\n\x07step_id\x18\x02 \x01(\tH\x00\x12\x15\n\x0b\x61rtifact_id\x18\x03 \x01(\tH\x00\x12\x15\n\x0b\x62lob_digest\x18\x04 \x01(\tH\x00\x12\x11\n\tmax_steps\x18\x05 \x01(\x05\x42\x08\n\x06target\"\x86\x01\n\x15GetProvenanceResponse\x12\x33\n\x07records\x18\x01 \x03(\x0b\x32\".agentrt.audit.v1.ProvenanceRecord\x12\x38\n\x0f\x62lob_references\x18\x02 \x03(\x0b\x32\x1f.agentrt.audit.v1.BlobReference\"\xb7\x02\n\x11\x46indUsagesRequest\x12\x17\n\rcomponent_ref\x18\x01 \x01(\tH\x00\x12\x1c\n\x12tool_schema_digest\x18\x02 \x01(\tH\x00\x12\x16\n\x0c\x61gent_digest\x18\x03 \x01(\tH\x00\x12\x12\n\x08model_id\x18\x04 \x01(\tH\x00\x12\x31\n\x0bmodel_match\x18\x05 \x01(\x0e\x32\x1c.agentrt.audit.v1.ModelMatch\x12.\n\nstart_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x08 \x01(\x05\x12\x12\n\npage_token\x18\t \x01(\tB\x07\n\x05query\"\\\n\x12\x46indUsagesResponse\x12-\n\x06usages\x18\x01 \x03(\x0b\x32\x1d.agentrt.audit.v1.UsageRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\"\n\x10VerifyRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"~\n\x11VerifyRunResponse\x12\x0e\n\x06intact\x18\x01 \x01(\x08\x12\x13\n\x0b\x65vent_count\x18\x02 \x01(\x03\x12\x11\n\thead_hash\x18\x03 \x01(\t\x12\x31\n\x0b\x66irst_break\x18\x04 \x01(\x0b\x32\x1c.agentrt.audit.v1.ChainBreak\"U\n\x13\x45xportBundleRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12.\n\x06\x66ormat\x18\x02 \x01(\x0e\x32\x1e.agentrt.audit.v1.BundleFormat\"]\n\x14\x45xportBundleResponse\x12,\n\x04info\x18\x01 \x01(\x0b\x32\x1c.agentrt.audit.v1.BundleInfoH\x00\x12\x0f\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\"\xc8\x01\n\nBundleInfo\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12.\n\x06\x66ormat\x18\x02 \x01(\x0e\x32\x1e.agentrt.audit.v1.BundleFormat\x12\x12\n\nmedia_type\x18\x03 \x01(\t\x12\x0c\n\x04size\x18\x04 \x01(\x03\x12\x0e\n\x06\x64igest\x18\x05 \x01(\t\x12\x17\n\x0finstallation_id\x18\x06 \x01(\t\x12/\n\x0b\x65xport_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*^\n\x0c\x42undleFormat\x12\x1d\n\x19\x42UNDLE_FORMAT_UNSPECIFIED\x10\x00\x12\x16\n\x12\x42UNDLE_FORMAT_JSON\x10\x01\x12\x17\n\x13\x42UNDLE_FORMAT_JSONL\x10\x02\x32\x88\x03\n\x0c\x41uditService\x12\x62\n\rGetProvenance\x12&.agentrt.audit.v1.GetProvenanceRequest\x1a\'.agentrt.audit.v1.GetProvenanceResponse\"\x00\x12Y\n\nFindUsages\x12#.agentrt.audit.v1.FindUsagesRequest\x1a$.agentrt.audit.v1.FindUsagesResponse\"\x00\x12V\n\tVerifyRun\x12\".agentrt.audit.v1.VerifyRunRequest\x1a#.agentrt.audit.v1.VerifyRunResponse\"\x00\x12\x61\n\x0c\x45xportBundle\x12%.agentrt.audit.v1.ExportBundleRequest\x1a&.agentrt.audit.v1.ExportBundleResponse\"\x00\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$agentrt/audit/v1/audit_service.proto\x12\x10\x61gentrt.audit.v1\x1a\x1e\x61gentrt/audit/v1/message.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x86\x01\n\x14GetProvenanceRequest\x12\x10\n\x06run_id\x18\x01 \x01(\tH\x00\x12\x11\n\x07step_id\x18\x02 \x01(\tH\x00\x12\x15\n\x0b\x61rtifact_id\x18\x03 \x01(\tH\x00\x12\x15\n\x0b\x62lob_digest\x18\x04 \x01(\tH\x00\x12\x11\n\tmax_steps\x18\x05 \x01(\x05\x42\x08\n\x06target\"\x86\x01\n\x15GetProvenanceResponse\x12\x33\n\x07records\x18\x01 \x03(\x0b\x32\".agentrt.audit.v1.ProvenanceRecord\x12\x38\n\x0f\x62lob_references\x18\x02 \x03(\x0b\x32\x1f.agentrt.audit.v1.BlobReference\"\xb7\x02\n\x11\x46indUsagesRequest\x12\x17\n\rcomponent_ref\x18\x01 \x01(\tH\x00\x12\x1c\n\x12tool_schema_digest\x18\x02 \x01(\tH\x00\x12\x16\n\x0c\x61gent_digest\x18\x03 \x01(\tH\x00\x12\x12\n\x08model_id\x18\x04 \x01(\tH\x00\x12\x31\n\x0bmodel_match\x18\x05 \x01(\x0e\x32\x1c.agentrt.audit.v1.ModelMatch\x12.\n\nstart_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x08 \x01(\x05\x12\x12\n\npage_token\x18\t \x01(\tB\x07\n\x05query\"\\\n\x12\x46indUsagesResponse\x12-\n\x06usages\x18\x01 \x03(\x0b\x32\x1d.agentrt.audit.v1.UsageRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\"\n\x10VerifyRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"\xe0\x01\n\x11VerifyRunResponse\x12\x0e\n\x06intact\x18\x01 \x01(\x08\x12\x13\n\x0b\x65vent_count\x18\x02 \x01(\x03\x12\x11\n\thead_hash\x18\x03 \x01(\t\x12\x31\n\x0b\x66irst_break\x18\x04 \x01(\x0b\x32\x1c.agentrt.audit.v1.ChainBreak\x12\x35\n\x0erow_mismatches\x18\x05 \x03(\x0b\x32\x1d.agentrt.audit.v1.RowMismatch\x12\x14\n\x0crows_checked\x18\x06 \x01(\x03\x12\x13\n\x0bnot_covered\x18\x07 \x03(\t\"U\n\x13\x45xportBundleRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12.\n\x06\x66ormat\x18\x02 \x01(\x0e\x32\x1e.agentrt.audit.v1.BundleFormat\"]\n\x14\x45xportBundleResponse\x12,\n\x04info\x18\x01 \x01(\x0b\x32\x1c.agentrt.audit.v1.BundleInfoH\x00\x12\x0f\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\"\xc8\x01\n\nBundleInfo\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12.\n\x06\x66ormat\x18\x02 \x01(\x0e\x32\x1e.agentrt.audit.v1.BundleFormat\x12\x12\n\nmedia_type\x18\x03 \x01(\t\x12\x0c\n\x04size\x18\x04 \x01(\x03\x12\x0e\n\x06\x64igest\x18\x05 \x01(\t\x12\x17\n\x0finstallation_id\x18\x06 \x01(\t\x12/\n\x0b\x65xport_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*^\n\x0c\x42undleFormat\x12\x1d\n\x19\x42UNDLE_FORMAT_UNSPECIFIED\x10\x00\x12\x16\n\x12\x42UNDLE_FORMAT_JSON\x10\x01\x12\x17\n\x13\x42UNDLE_FORMAT_JSONL\x10\x02\x32\x88\x03\n\x0c\x41uditService\x12\x62\n\rGetProvenance\x12&.agentrt.audit.v1.GetProvenanceRequest\x1a\'.agentrt.audit.v1.GetProvenanceResponse\"\x00\x12Y\n\nFindUsages\x12#.agentrt.audit.v1.FindUsagesRequest\x1a$.agentrt.audit.v1.FindUsagesResponse\"\x00\x12V\n\tVerifyRun\x12\".agentrt.audit.v1.VerifyRunRequest\x1a#.agentrt.audit.v1.VerifyRunResponse\"\x00\x12\x61\n\x0c\x45xportBundle\x12%.agentrt.audit.v1.ExportBundleRequest\x1a&.agentrt.audit.v1.ExportBundleResponse\"\x00\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentrt.audit.v1.audit_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_BUNDLEFORMAT']._serialized_start=1354
-  _globals['_BUNDLEFORMAT']._serialized_end=1448
+  _globals['_BUNDLEFORMAT']._serialized_start=1453
+  _globals['_BUNDLEFORMAT']._serialized_end=1547
   _globals['_GETPROVENANCEREQUEST']._serialized_start=124
   _globals['_GETPROVENANCEREQUEST']._serialized_end=258
   _globals['_GETPROVENANCERESPONSE']._serialized_start=261
@@ -45,14 +45,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FINDUSAGESRESPONSE']._serialized_end=803
   _globals['_VERIFYRUNREQUEST']._serialized_start=805
   _globals['_VERIFYRUNREQUEST']._serialized_end=839
-  _globals['_VERIFYRUNRESPONSE']._serialized_start=841
-  _globals['_VERIFYRUNRESPONSE']._serialized_end=967
-  _globals['_EXPORTBUNDLEREQUEST']._serialized_start=969
-  _globals['_EXPORTBUNDLEREQUEST']._serialized_end=1054
-  _globals['_EXPORTBUNDLERESPONSE']._serialized_start=1056
-  _globals['_EXPORTBUNDLERESPONSE']._serialized_end=1149
-  _globals['_BUNDLEINFO']._serialized_start=1152
-  _globals['_BUNDLEINFO']._serialized_end=1352
-  _globals['_AUDITSERVICE']._serialized_start=1451
-  _globals['_AUDITSERVICE']._serialized_end=1843
+  _globals['_VERIFYRUNRESPONSE']._serialized_start=842
+  _globals['_VERIFYRUNRESPONSE']._serialized_end=1066
+  _globals['_EXPORTBUNDLEREQUEST']._serialized_start=1068
+  _globals['_EXPORTBUNDLEREQUEST']._serialized_end=1153
+  _globals['_EXPORTBUNDLERESPONSE']._serialized_start=1155
+  _globals['_EXPORTBUNDLERESPONSE']._serialized_end=1248
+  _globals['_BUNDLEINFO']._serialized_start=1251
+  _globals['_BUNDLEINFO']._serialized_end=1451
+  _globals['_AUDITSERVICE']._serialized_start=1550
+  _globals['_AUDITSERVICE']._serialized_end=1942
 # @@protoc_insertion_point(module_scope)

@@ -223,15 +223,38 @@ class VerifyRunResponse(_message.Message):
     EVENT_COUNT_FIELD_NUMBER: _builtins.int
     HEAD_HASH_FIELD_NUMBER: _builtins.int
     FIRST_BREAK_FIELD_NUMBER: _builtins.int
+    ROW_MISMATCHES_FIELD_NUMBER: _builtins.int
+    ROWS_CHECKED_FIELD_NUMBER: _builtins.int
+    NOT_COVERED_FIELD_NUMBER: _builtins.int
     intact: _builtins.bool
-    """True when every event's hash recomputes and links to the previous one."""
+    """True when every event's hash recomputes and links to the previous one,
+    and no served row differs from what the chain committed to
+    (row_mismatches is empty). Fields listed in not_covered are not compared.
+    """
     event_count: _builtins.int
     """Events checked."""
     head_hash: _builtins.str
     """The hash of the last event that verified (the chain's head when intact)."""
+    rows_checked: _builtins.int
+    """Rows compared with the chain."""
     @_builtins.property
     def first_break(self) -> _message_pb2.ChainBreak:
-        """The first broken link; unset when intact."""
+        """The first broken link; unset when the chain is intact."""
+
+    @_builtins.property
+    def row_mismatches(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.RowMismatch]:
+        """Every served field that differs from what the chain committed to, by row
+        kind, id and field (at most 1000; rows in run, attempt, step, checkpoint,
+        artifact, input order). Checked even when the chain is broken, against
+        the events as stored.
+        """
+
+    @_builtins.property
+    def not_covered(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Served fields this run's chain does not commit to, as `kind.field`
+        (`step.summary`): set for runs created before their events recorded
+        them (record format 0), whose values VerifyRun cannot vouch for.
+        """
 
     def __init__(
         self,
@@ -240,10 +263,13 @@ class VerifyRunResponse(_message.Message):
         event_count: _builtins.int = ...,
         head_hash: _builtins.str = ...,
         first_break: _message_pb2.ChainBreak | None = ...,
+        row_mismatches: _abc.Iterable[_message_pb2.RowMismatch] | None = ...,
+        rows_checked: _builtins.int = ...,
+        not_covered: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["first_break", b"first_break"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_count", b"event_count", "first_break", b"first_break", "head_hash", b"head_hash", "intact", b"intact"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_count", b"event_count", "first_break", b"first_break", "head_hash", b"head_hash", "intact", b"intact", "not_covered", b"not_covered", "row_mismatches", b"row_mismatches", "rows_checked", b"rows_checked"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

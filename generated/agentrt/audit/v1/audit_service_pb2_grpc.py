@@ -96,8 +96,12 @@ class AuditServiceServicer:
 
     def VerifyRun(self, request, context):
         """VerifyRun recomputes the run's event hash chain from the stored events and
-        reports the first broken link, or that the chain is intact. NOT_FOUND if
-        the run does not exist.
+        reports the first broken link; then it re-derives every row the read APIs
+        serve for the run (the run with its binding and amendments, its attempts,
+        steps with their resolved versions, usage and approvals, checkpoints,
+        artifacts and inputs) from the events that recorded it, and reports each
+        stored field that differs (docs/audit.md, "What VerifyRun checks").
+        NOT_FOUND if the run does not exist.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

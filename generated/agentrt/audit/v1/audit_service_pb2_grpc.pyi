@@ -57,8 +57,12 @@ class AuditServiceStub:
     """
     VerifyRun: _grpc.UnaryUnaryMultiCallable[_audit_service_pb2.VerifyRunRequest, _audit_service_pb2.VerifyRunResponse]
     """VerifyRun recomputes the run's event hash chain from the stored events and
-    reports the first broken link, or that the chain is intact. NOT_FOUND if
-    the run does not exist.
+    reports the first broken link; then it re-derives every row the read APIs
+    serve for the run (the run with its binding and amendments, its attempts,
+    steps with their resolved versions, usage and approvals, checkpoints,
+    artifacts and inputs) from the events that recorded it, and reports each
+    stored field that differs (docs/audit.md, "What VerifyRun checks").
+    NOT_FOUND if the run does not exist.
     """
     ExportBundle: _grpc.UnaryStreamMultiCallable[_audit_service_pb2.ExportBundleRequest, _audit_service_pb2.ExportBundleResponse]
     """ExportBundle streams a self-contained, offline-verifiable document: the
@@ -99,8 +103,12 @@ class AuditServiceAsyncStub(AuditServiceStub):
     """
     VerifyRun: _aio.UnaryUnaryMultiCallable[_audit_service_pb2.VerifyRunRequest, _audit_service_pb2.VerifyRunResponse]  # type: ignore[assignment]
     """VerifyRun recomputes the run's event hash chain from the stored events and
-    reports the first broken link, or that the chain is intact. NOT_FOUND if
-    the run does not exist.
+    reports the first broken link; then it re-derives every row the read APIs
+    serve for the run (the run with its binding and amendments, its attempts,
+    steps with their resolved versions, usage and approvals, checkpoints,
+    artifacts and inputs) from the events that recorded it, and reports each
+    stored field that differs (docs/audit.md, "What VerifyRun checks").
+    NOT_FOUND if the run does not exist.
     """
     ExportBundle: _aio.UnaryStreamMultiCallable[_audit_service_pb2.ExportBundleRequest, _audit_service_pb2.ExportBundleResponse]  # type: ignore[assignment]
     """ExportBundle streams a self-contained, offline-verifiable document: the
@@ -156,8 +164,12 @@ class AuditServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_audit_service_pb2.VerifyRunResponse, _abc.Awaitable[_audit_service_pb2.VerifyRunResponse]]:
         """VerifyRun recomputes the run's event hash chain from the stored events and
-        reports the first broken link, or that the chain is intact. NOT_FOUND if
-        the run does not exist.
+        reports the first broken link; then it re-derives every row the read APIs
+        serve for the run (the run with its binding and amendments, its attempts,
+        steps with their resolved versions, usage and approvals, checkpoints,
+        artifacts and inputs) from the events that recorded it, and reports each
+        stored field that differs (docs/audit.md, "What VerifyRun checks").
+        NOT_FOUND if the run does not exist.
         """
 
     @_abc_1.abstractmethod

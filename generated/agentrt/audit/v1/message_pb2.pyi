@@ -326,3 +326,54 @@ class ChainBreak(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ChainBreak: _TypeAlias = ChainBreak  # noqa: Y015
+
+@_typing.final
+class RowMismatch(_message.Message):
+    """A stored row that a read API serves and that differs from what the run's
+    event chain committed to (VerifyRunResponse.row_mismatches).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    FIELD_FIELD_NUMBER: _builtins.int
+    STORED_FIELD_NUMBER: _builtins.int
+    COMMITTED_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    """The kind of row: `run` (its binding under `agent.`, its amendments under
+    `amendments[i].`), `attempt`, `step` (its resolved versions under
+    `versions.`, its approval under `approval.`), `checkpoint`, `artifact` or
+    `input`.
+    """
+    id: _builtins.str
+    """The row's id (`run_...`, `att_...`, `stp_...`, ...)."""
+    field: _builtins.str
+    """The field as the read API serves it, a dotted path in the proto3 JSON
+    form of its message (`versions.model.requested_model_id`, `usage.cost_usd`,
+    `amendments[0].note`); `(row)` when the row exists without the event that
+    records it, or an event records a row that is not stored.
+    """
+    stored: _builtins.str
+    """What the row holds now, as JSON (`null` when absent or the default). A
+    field committed to by digest (tool arguments, input content) shows the
+    digest of the stored value.
+    """
+    committed: _builtins.str
+    """What the chain committed to, as JSON (`null` when absent or the default)."""
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        id: _builtins.str = ...,
+        field: _builtins.str = ...,
+        stored: _builtins.str = ...,
+        committed: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed", b"committed", "field", b"field", "id", b"id", "kind", b"kind", "stored", b"stored"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RowMismatch: _TypeAlias = RowMismatch  # noqa: Y015

@@ -227,6 +227,26 @@ class RunCreatedAttributes(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class LabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     AGENT_FIELD_NUMBER: _builtins.int
     GOAL_FIELD_NUMBER: _builtins.int
     BUDGET_FIELD_NUMBER: _builtins.int
@@ -239,6 +259,8 @@ class RunCreatedAttributes(_message.Message):
     DERIVED_FROM_RUN_ID_FIELD_NUMBER: _builtins.int
     RUNTIME_VERSION_FIELD_NUMBER: _builtins.int
     CREATOR_PRINCIPAL_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
+    RECORD_FORMAT_FIELD_NUMBER: _builtins.int
     priority: _builtins.int
     max_attempts: _builtins.int
     permission_ceiling: _enum_pb2.PermissionCeiling.ValueType
@@ -248,6 +270,12 @@ class RunCreatedAttributes(_message.Message):
     runtime_version: _builtins.str
     creator_principal: _builtins.str
     """The authenticated principal that created the run (Run.creator_principal)."""
+    record_format: _builtins.int
+    """Which served fields the run's events commit to (docs/audit.md, "What
+    VerifyRun checks"): 0 (unset) for runs created before the row check, whose
+    later-added fields (marked "record format 1" here) VerifyRun reports as not
+    covered; 1 for runs whose events carry every field marked so.
+    """
     @_builtins.property
     def agent(self) -> _message_pb2.AgentBinding: ...
     @_builtins.property
@@ -256,6 +284,10 @@ class RunCreatedAttributes(_message.Message):
     def budget(self) -> _message_pb2.Budget: ...
     @_builtins.property
     def deadline_time(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Run.labels."""
+
     def __init__(
         self,
         *,
@@ -271,10 +303,12 @@ class RunCreatedAttributes(_message.Message):
         derived_from_run_id: _builtins.str = ...,
         runtime_version: _builtins.str = ...,
         creator_principal: _builtins.str = ...,
+        labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        record_format: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "budget", b"budget", "deadline_time", b"deadline_time", "goal", b"goal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "budget", b"budget", "concurrency_policy", b"concurrency_policy", "creator_principal", b"creator_principal", "deadline_time", b"deadline_time", "derived_from_run_id", b"derived_from_run_id", "goal", b"goal", "max_attempts", b"max_attempts", "parent_run_id", b"parent_run_id", "permission_ceiling", b"permission_ceiling", "priority", b"priority", "runtime_version", b"runtime_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "budget", b"budget", "concurrency_policy", b"concurrency_policy", "creator_principal", b"creator_principal", "deadline_time", b"deadline_time", "derived_from_run_id", b"derived_from_run_id", "goal", b"goal", "labels", b"labels", "max_attempts", b"max_attempts", "parent_run_id", b"parent_run_id", "permission_ceiling", b"permission_ceiling", "priority", b"priority", "record_format", b"record_format", "runtime_version", b"runtime_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -453,6 +487,7 @@ class RunEndedAttributes(_message.Message):
     USAGE_FIELD_NUMBER: _builtins.int
     OUTPUT_REF_FIELD_NUMBER: _builtins.int
     ACTOR_PRINCIPAL_FIELD_NUMBER: _builtins.int
+    RESULT_SUMMARY_FIELD_NUMBER: _builtins.int
     status: _enum_pb2.RunStatus.ValueType
     terminal_reason: _enum_pb2.TerminalReason.ValueType
     terminal_message: _builtins.str
@@ -462,6 +497,8 @@ class RunEndedAttributes(_message.Message):
     without an active attempt, a worker's FinishAttempt); empty when the
     runtime ended it (deadline, lost lease, a forced stop).
     """
+    result_summary: _builtins.str
+    """Run.result_summary (record format 1)."""
     @_builtins.property
     def usage(self) -> _message_pb2.Usage:
         """The run's total usage."""
@@ -475,10 +512,11 @@ class RunEndedAttributes(_message.Message):
         usage: _message_pb2.Usage | None = ...,
         output_ref: _builtins.str = ...,
         actor_principal: _builtins.str = ...,
+        result_summary: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor_principal", b"actor_principal", "output_ref", b"output_ref", "status", b"status", "terminal_message", b"terminal_message", "terminal_reason", b"terminal_reason", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor_principal", b"actor_principal", "output_ref", b"output_ref", "result_summary", b"result_summary", "status", b"status", "terminal_message", b"terminal_message", "terminal_reason", b"terminal_reason", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -535,8 +573,14 @@ class AttemptEndedAttributes(_message.Message):
     STATUS_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
+    RESULT_SUMMARY_FIELD_NUMBER: _builtins.int
+    OUTPUT_REF_FIELD_NUMBER: _builtins.int
     attempt_id: _builtins.str
     status: _enum_pb2.AttemptStatus.ValueType
+    result_summary: _builtins.str
+    """Attempt.result_summary (record format 1)."""
+    output_ref: _builtins.str
+    """Attempt.output_ref (record format 1)."""
     @_builtins.property
     def error(self) -> _message_pb2.AttemptError: ...
     @_builtins.property
@@ -550,10 +594,12 @@ class AttemptEndedAttributes(_message.Message):
         status: _enum_pb2.AttemptStatus.ValueType = ...,
         error: _message_pb2.AttemptError | None = ...,
         usage: _message_pb2.Usage | None = ...,
+        result_summary: _builtins.str = ...,
+        output_ref: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_id", b"attempt_id", "error", b"error", "status", b"status", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_id", b"attempt_id", "error", b"error", "output_ref", b"output_ref", "result_summary", b"result_summary", "status", b"status", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -635,6 +681,10 @@ class StepStartedAttributes(_message.Message):
     TOOL_NAME_FIELD_NUMBER: _builtins.int
     VERSIONS_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
+    INPUT_REVISION_FIELD_NUMBER: _builtins.int
+    TOOL_ARGUMENTS_DIGEST_FIELD_NUMBER: _builtins.int
+    APPROVAL_STEP_ID_FIELD_NUMBER: _builtins.int
+    COMPLETION_CHECK_FIELD_NUMBER: _builtins.int
     step_id: _builtins.str
     attempt_id: _builtins.str
     turn_id: _builtins.str
@@ -651,6 +701,17 @@ class StepStartedAttributes(_message.Message):
     """Status right after creation: STARTED, or WAITING_APPROVAL for an approval
     step (a denied or invalid tool call is followed by `step.ended` at once).
     """
+    input_revision: _builtins.int
+    """Step.input_revision (record format 1)."""
+    tool_arguments_digest: _builtins.str
+    """TOOL_CALL / APPROVAL_REQUEST: `sha256:` of the RFC 8785 canonical JSON of
+    Step.tool_arguments (record format 1): the arguments are committed to, not
+    copied into the log.
+    """
+    approval_step_id: _builtins.str
+    """Step.approval_step_id (record format 1)."""
+    completion_check: _builtins.str
+    """Step.completion_check (record format 1)."""
     @_builtins.property
     def versions(self) -> _message_pb2.StepVersions: ...
     def __init__(
@@ -668,10 +729,14 @@ class StepStartedAttributes(_message.Message):
         tool_name: _builtins.str = ...,
         versions: _message_pb2.StepVersions | None = ...,
         status: _enum_pb2.StepStatus.ValueType = ...,
+        input_revision: _builtins.int = ...,
+        tool_arguments_digest: _builtins.str = ...,
+        approval_step_id: _builtins.str = ...,
+        completion_check: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["versions", b"versions"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_id", b"attempt_id", "idempotency_key", b"idempotency_key", "input_ref", b"input_ref", "operation", b"operation", "retry_of_step_id", b"retry_of_step_id", "status", b"status", "step_id", b"step_id", "step_sequence", b"step_sequence", "tool_name", b"tool_name", "turn_id", b"turn_id", "type", b"type", "versions", b"versions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_step_id", b"approval_step_id", "attempt_id", b"attempt_id", "completion_check", b"completion_check", "idempotency_key", b"idempotency_key", "input_ref", b"input_ref", "input_revision", b"input_revision", "operation", b"operation", "retry_of_step_id", b"retry_of_step_id", "status", b"status", "step_id", b"step_id", "step_sequence", b"step_sequence", "tool_arguments_digest", b"tool_arguments_digest", "tool_name", b"tool_name", "turn_id", b"turn_id", "type", b"type", "versions", b"versions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -691,6 +756,8 @@ class StepEndedAttributes(_message.Message):
     SIDE_EFFECT_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     REPORTED_MODEL_ID_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    RETRYABLE_FIELD_NUMBER: _builtins.int
     step_id: _builtins.str
     status: _enum_pb2.StepStatus.ValueType
     output_ref: _builtins.str
@@ -699,6 +766,10 @@ class StepEndedAttributes(_message.Message):
     side_effect: _builtins.bool
     reported_model_id: _builtins.str
     """MODEL_CALL: the model id the provider reported."""
+    summary: _builtins.str
+    """Step.summary (record format 1)."""
+    retryable: _builtins.bool
+    """Step.retryable (record format 1)."""
     @_builtins.property
     def usage(self) -> _message_pb2.Usage: ...
     def __init__(
@@ -712,10 +783,12 @@ class StepEndedAttributes(_message.Message):
         side_effect: _builtins.bool = ...,
         usage: _message_pb2.Usage | None = ...,
         reported_model_id: _builtins.str = ...,
+        summary: _builtins.str = ...,
+        retryable: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_class", b"error_class", "error_message", b"error_message", "output_ref", b"output_ref", "reported_model_id", b"reported_model_id", "side_effect", b"side_effect", "status", b"status", "step_id", b"step_id", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_class", b"error_class", "error_message", b"error_message", "output_ref", b"output_ref", "reported_model_id", b"reported_model_id", "retryable", b"retryable", "side_effect", b"side_effect", "status", b"status", "step_id", b"step_id", "summary", b"summary", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -731,12 +804,20 @@ class InputReceivedAttributes(_message.Message):
     KIND_FIELD_NUMBER: _builtins.int
     SENDER_FIELD_NUMBER: _builtins.int
     SENDER_PRINCIPAL_FIELD_NUMBER: _builtins.int
+    CONTENT_DIGEST_FIELD_NUMBER: _builtins.int
+    DATA_DIGEST_FIELD_NUMBER: _builtins.int
     input_id: _builtins.str
     kind: _enum_pb2.InputKind.ValueType
     sender: _builtins.str
     """The caller's display label (SendInputRequest.sender)."""
     sender_principal: _builtins.str
     """The authenticated principal that sent it (Input.sender_principal)."""
+    content_digest: _builtins.str
+    """`sha256:` of Input.content's UTF-8 bytes (record format 1)."""
+    data_digest: _builtins.str
+    """`sha256:` of the RFC 8785 canonical JSON of Input.data, `{}` when it has
+    none (record format 1).
+    """
     def __init__(
         self,
         *,
@@ -744,10 +825,12 @@ class InputReceivedAttributes(_message.Message):
         kind: _enum_pb2.InputKind.ValueType = ...,
         sender: _builtins.str = ...,
         sender_principal: _builtins.str = ...,
+        content_digest: _builtins.str = ...,
+        data_digest: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["input_id", b"input_id", "kind", b"kind", "sender", b"sender", "sender_principal", b"sender_principal"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_digest", b"content_digest", "data_digest", b"data_digest", "input_id", b"input_id", "kind", b"kind", "sender", b"sender", "sender_principal", b"sender_principal"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -884,16 +967,47 @@ class ArtifactCreatedAttributes(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class LabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     ARTIFACT_ID_FIELD_NUMBER: _builtins.int
     STEP_ID_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     BLOB_DIGEST_FIELD_NUMBER: _builtins.int
     MEDIA_TYPE_FIELD_NUMBER: _builtins.int
+    ATTEMPT_ID_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
     artifact_id: _builtins.str
     step_id: _builtins.str
     name: _builtins.str
     blob_digest: _builtins.str
     media_type: _builtins.str
+    attempt_id: _builtins.str
+    """Artifact.attempt_id (record format 1)."""
+    size: _builtins.int
+    """Artifact.size (record format 1)."""
+    @_builtins.property
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Artifact.labels (record format 1)."""
+
     def __init__(
         self,
         *,
@@ -902,10 +1016,13 @@ class ArtifactCreatedAttributes(_message.Message):
         name: _builtins.str = ...,
         blob_digest: _builtins.str = ...,
         media_type: _builtins.str = ...,
+        attempt_id: _builtins.str = ...,
+        size: _builtins.int = ...,
+        labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_id", b"artifact_id", "blob_digest", b"blob_digest", "media_type", b"media_type", "name", b"name", "step_id", b"step_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_id", b"artifact_id", "attempt_id", b"attempt_id", "blob_digest", b"blob_digest", "labels", b"labels", "media_type", b"media_type", "name", b"name", "size", b"size", "step_id", b"step_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

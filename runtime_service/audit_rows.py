@@ -1,0 +1,648 @@
+"""Served rows against the event chain: each row re-derived from the events that recorded it.
+
+The read APIs serve rows (a run with its binding and amendments, attempts, steps with their
+resolved versions, usage and approval, checkpoints, artifacts, inputs); the hash chain covers
+events. A row changed in the database would be served while the chain still verifies, so
+:func:`compare` rebuilds, from the run's events alone, what each row must serve, and compares
+it field by field with what is served. ``VerifyRun`` (through ``servicers/audit_export.py``)
+and the offline bundle check (``audit_bundle.verify_bundle``) both call it, on the same
+input: the rows in the proto3 JSON mapping of their API messages (field names as in the
+protos), which is what a client receives and what a bundle holds.
+
+Why re-derive rather than store a digest of each row in its event: a row changes after its
+first event (a step ends, an input is delivered, a run accumulates usage), so a digest would
+need an event per change, and a digest can say that a row differs but not which field. The
+events already carry almost every served field; those they lacked were added to them
+("record format 1" in ``event.proto``): a run's ``run.created`` carries the format its
+events are written in, and a run of format 0 (created before) has those fields reported as
+not covered, never as verified. ``docs/audit.md`` ("What VerifyRun checks") lists every row
+kind and field, and what is not covered and why.
+
+Pure: no database, no protobuf, no server (the offline verifier runs it on a file).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from registry import canonical
+
+#: The record format new runs' events are written in (``RunCreatedAttributes.record_format``).
+RECORD_FORMAT = 1
+
+#: Most mismatches one answer carries (a wholesale rewrite would otherwise list every field).
+MAX_MISMATCHES = 1000
+
+#: The row kinds, in the order rows are compared and reported.
+KINDS = ("run", "attempt", "step", "checkpoint", "artifact", "input")
+
+#: Served fields the events of a format-0 run do not carry, by row kind.
+FORMAT_1_FIELDS: dict[str, tuple[str, ...]] = {
+    "run": ("labels", "result_summary"),
+    "attempt": ("result_summary", "output_ref"),
+    "step": (
+        "input_revision",
+        "tool_arguments",
+        "approval_step_id",
+        "completion_check",
+        "summary",
+        "retryable",
+    ),
+    "input": ("content", "data"),
+    "artifact": ("attempt_id", "size", "labels"),
+    "checkpoint": (),
+}
+
+#: The served fields compared, by row kind: every field of the API message except those
+#: listed in ``docs/audit.md`` as not covered (they change without an event: the run's
+#: ``update_time``, an attempt's ``lease_expire_time``; the run's ``namespace`` and
+#: ``last_event_sequence`` are its thread's and its chain head's, checked with those).
+COVERED: dict[str, tuple[str, ...]] = {
+    "run": (
+        "thread_id",
+        "agent",
+        "goal",
+        "amendments",
+        "input_revision",
+        "budget",
+        "deadline_time",
+        "priority",
+        "max_attempts",
+        "parent_run_id",
+        "derived_from_run_id",
+        "permission_ceiling",
+        "concurrency_policy",
+        "labels",
+        "runtime_version",
+        "status",
+        "terminal_reason",
+        "terminal_message",
+        "cancel_requested",
+        "pause_requested",
+        "latest_checkpoint_id",
+        "usage",
+        "step_count",
+        "attempt_count",
+        "current_attempt_id",
+        "result_summary",
+        "output_ref",
+        "create_time",
+        "start_time",
+        "end_time",
+        "creator_principal",
+    ),
+    "attempt": (
+        "run_id",
+        "number",
+        "reason",
+        "worker_id",
+        "lease_epoch",
+        "resume_from_checkpoint_id",
+        "status",
+        "start_time",
+        "end_time",
+        "error",
+        "usage",
+        "result_summary",
+        "output_ref",
+        "worker_principal",
+    ),
+    "step": (
+        "run_id",
+        "attempt_id",
+        "turn_id",
+        "sequence",
+        "type",
+        "operation",
+        "status",
+        "idempotency_key",
+        "input_ref",
+        "output_ref",
+        "summary",
+        "start_time",
+        "end_time",
+        "error_class",
+        "error_message",
+        "retryable",
+        "retry_of_step_id",
+        "side_effect",
+        "usage",
+        "versions",
+        "input_revision",
+        "consumed_input_ids",
+        "tool_name",
+        "tool_arguments",
+        "approval",
+        "approval_step_id",
+        "completion_check",
+    ),
+    "checkpoint": (
+        "run_id",
+        "attempt_id",
+        "step_id",
+        "state_ref",
+        "after_sequence",
+        "create_time",
+    ),
+    "artifact": (
+        "run_id",
+        "thread_id",
+        "attempt_id",
+        "step_id",
+        "name",
+        "blob_digest",
+        "media_type",
+        "size",
+        "labels",
+        "create_time",
+    ),
+    "input": (
+        "run_id",
+        "kind",
+        "content",
+        "data",
+        "sender",
+        "create_time",
+        "status",
+        "delivered_step_id",
+        "delivered_turn_id",
+        "deliver_time",
+        "sender_principal",
+    ),
+}
+
+#: Fields committed to by a digest of their value rather than the value, and how the digest
+#: of a served value is computed (the writer commits ``fn`` of what it stores).
+_DIGESTED = ("tool_arguments", "content", "data")
+
+
+# -- what the writers commit to (one rule each, used by writers and by the comparison) --------
+
+
+def arguments_digest(arguments_json: str) -> str:
+    """``StepStartedAttributes.tool_arguments_digest`` of a step's stored arguments."""
+    return canonical.digest_document(json.loads(arguments_json or "{}"))
+
+
+def content_digest(content: str) -> str:
+    """``InputReceivedAttributes.content_digest``."""
+    return canonical.digest_bytes(content.encode("utf-8"))
+
+
+def data_digest(data_json: str) -> str:
+    """``InputReceivedAttributes.data_digest`` of an input's stored structured data."""
+    return canonical.digest_document(json.loads(data_json or "{}"))
+
+
+# -- the comparison ------------------------------------------------------------------------
+
+
+class EventLike(Protocol):
+    """What the comparison reads of an event (``audit_bundle.Link`` has it)."""
+
+    @property
+    def event_type(self) -> str: ...
+
+    @property
+    def event_time(self) -> str: ...
+
+    @property
+    def attributes(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class RowMismatch:
+    """A served field that differs from what the chain committed to (see
+    ``agentrt.audit.v1.RowMismatch``); ``stored`` and ``committed`` are JSON."""
+
+    kind: str
+    id: str
+    field: str
+    stored: str
+    committed: str
+
+    def describe(self) -> str:
+        if self.field == ROW:
+            if self.stored == "null":
+                return f"{self.kind} {self.id}: the chain records it but no such row is served"
+            return f"{self.kind} {self.id}: served, but no event of the run's chain records it"
+        return (
+            f"{self.kind} {self.id}: {self.field} is {self.stored} but the chain committed to "
+            f"{self.committed}"
+        )
+
+
+#: The ``field`` of a mismatch about a whole row: ``stored`` ``true`` and ``committed``
+#: ``null`` for a row served without the event that records it, the reverse for a row the
+#: chain records that is not served.
+ROW = "(row)"
+
+
+@dataclass
+class RowReport:
+    mismatches: list[RowMismatch] = field(default_factory=list)
+    #: Mismatches found beyond ``MAX_MISMATCHES`` (not listed).
+    more: int = 0
+    rows_checked: int = 0
+    #: ``kind.field`` of the served fields this run's chain does not commit to.
+    not_covered: list[str] = field(default_factory=list)
+
+
+def compare(
+    rows: Mapping[str, Any], events: Iterable[EventLike], *, run_id: str, thread_id: str
+) -> RowReport:
+    """Compare the served rows of a run with what its events committed to.
+
+    Args:
+        rows: ``run`` (one row), and ``attempts``, ``steps``, ``checkpoints``,
+            ``artifacts``, ``inputs`` (lists; a list left out is not compared), each row in
+            the proto3 JSON mapping of its API message.
+        events: The run's events in sequence order, as stored (whether their chain verifies
+            is :func:`audit_bundle.verify_chain`'s question).
+        run_id, thread_id: The run's, as its chain records them.
+    """
+    derived = _derive(events, run_id, thread_id)
+    report = RowReport()
+    fmt = derived.record_format
+    for kind in KINDS:
+        skipped = FORMAT_1_FIELDS[kind] if fmt < 1 else ()
+        report.not_covered += [f"{kind}.{name}" for name in skipped]
+        if kind == "run":
+            served_rows = [rows["run"]] if "run" in rows else []
+        else:
+            section = f"{kind}s"
+            if section not in rows:
+                continue
+            served_rows = list(rows[section])
+        expected = derived.rows[kind]
+        seen: set[str] = set()
+        for served in served_rows:
+            row_id = str(served.get("id", ""))
+            seen.add(row_id)
+            report.rows_checked += 1
+            committed = expected.get(row_id)
+            if committed is None:
+                _add(report, RowMismatch(kind, row_id, ROW, "true", "null"))
+                continue
+            for name in COVERED[kind]:
+                if name in skipped:
+                    continue
+                stored_value = served.get(name)
+                if name in _DIGESTED:
+                    stored_value = _served_digest(kind, name, served)
+                for path, have, want in _differences(name, stored_value, committed.get(name)):
+                    _add(report, RowMismatch(kind, row_id, path, _json(have), _json(want)))
+        for row_id in expected:
+            if row_id not in seen:
+                _add(report, RowMismatch(kind, row_id, ROW, "null", "true"))
+    return report
+
+
+def _add(report: RowReport, mismatch: RowMismatch) -> None:
+    if len(report.mismatches) < MAX_MISMATCHES:
+        report.mismatches.append(mismatch)
+    else:
+        report.more += 1
+
+
+def _served_digest(kind: str, name: str, served: Mapping[str, Any]) -> str | None:
+    """The digest the writer would have committed for the served value of a digested field."""
+    value = served.get(name)
+    if kind == "step":
+        if not served.get("tool_name") and value is None:
+            return None
+        return canonical.digest_document(value or {})
+    if name == "content":
+        return content_digest(value or "")
+    return canonical.digest_document(value or {})
+
+
+def _json(value: Any) -> str:
+    return json.dumps(None if _absent(value) else value, sort_keys=True, ensure_ascii=False)
+
+
+def _absent(value: Any) -> bool:
+    """Proto3 JSON leaves default values out: absent and default are the same served value."""
+    return value is None or value is False or value == 0 or value in ("", [], {})
+
+
+def _differences(path: str, have: Any, want: Any) -> Iterable[tuple[str, Any, Any]]:
+    """The leaf paths where two JSON values differ (absent and default being equal)."""
+    if isinstance(have, dict) or isinstance(want, dict):
+        a = have if isinstance(have, dict) else {}
+        b = want if isinstance(want, dict) else {}
+        if (have is not None and not isinstance(have, dict)) or (
+            want is not None and not isinstance(want, dict)
+        ):
+            yield path, have, want
+            return
+        for key in sorted(set(a) | set(b)):
+            yield from _differences(f"{path}.{key}", a.get(key), b.get(key))
+        return
+    if (
+        isinstance(have, list)
+        and isinstance(want, list)
+        and len(have) == len(want)
+        and any(isinstance(x, dict) for x in have + want)
+    ):
+        for i, (x, y) in enumerate(zip(have, want, strict=True)):
+            yield from _differences(f"{path}[{i}]", x, y)
+        return
+    if _absent(have) and _absent(want):
+        return
+    if (
+        path.endswith("_time")
+        and isinstance(have, str)
+        and isinstance(want, str)
+        and _instant(have) == _instant(want)
+    ):
+        return
+    if have != want:
+        yield path, have, want
+
+
+def _instant(text: str) -> dt.datetime | str:
+    """A served timestamp and an event's time in comparable form (proto3 JSON writes 0, 3, 6
+    or 9 fraction digits; events write 6)."""
+    try:
+        head, _, frac = text.rstrip("Z").partition(".")
+        micros = (frac + "000000")[:6]
+        return dt.datetime.fromisoformat(f"{head}.{micros}")
+    except ValueError:
+        return text
+
+
+# -- what the chain committed to -----------------------------------------------------------
+
+
+@dataclass
+class _Derived:
+    record_format: int = 0
+    rows: dict[str, dict[str, dict[str, Any]]] = field(
+        default_factory=lambda: {kind: {} for kind in KINDS}
+    )
+
+
+def _int64(value: int) -> str | None:
+    return str(value) if value else None
+
+
+class _Usage:
+    """Tokens and cost summed in event order, as the step writer sums them."""
+
+    def __init__(self) -> None:
+        self.input_tokens, self.output_tokens, self.cost_usd = 0, 0, 0.0
+
+    def add(self, usage: Mapping[str, Any]) -> None:
+        self.input_tokens += int(usage.get("input_tokens", 0))
+        self.output_tokens += int(usage.get("output_tokens", 0))
+        self.cost_usd += float(usage.get("cost_usd", 0.0))
+
+    def served(self) -> dict[str, Any]:
+        return {
+            "input_tokens": _int64(self.input_tokens),
+            "output_tokens": _int64(self.output_tokens),
+            "cost_usd": self.cost_usd,
+        }
+
+
+def _derive(events: Iterable[EventLike], run_id: str, thread_id: str) -> _Derived:
+    """Replay the run's events into the rows they say the read APIs serve."""
+    out = _Derived()
+    runs, attempts, steps = out.rows["run"], out.rows["attempt"], out.rows["step"]
+    inputs = out.rows["input"]
+    # Until run.created is seen (a chain without it has its run reported as not recorded).
+    run: dict[str, Any] = {"amendments": []}
+    run_usage = _Usage()
+    attempt_usage: dict[str, _Usage] = {}
+    step_attempt: dict[str, str] = {}
+    for event in events:
+        a = event.attributes if isinstance(event.attributes, dict) else {}
+        kind, time = event.event_type, event.event_time
+        if kind == "run.created":
+            out.record_format = int(a.get("record_format", 0))
+            run = {
+                key: a.get(key)
+                for key in (
+                    "agent",
+                    "goal",
+                    "budget",
+                    "deadline_time",
+                    "priority",
+                    "max_attempts",
+                    "permission_ceiling",
+                    "concurrency_policy",
+                    "parent_run_id",
+                    "derived_from_run_id",
+                    "runtime_version",
+                    "creator_principal",
+                    "labels",
+                )
+            }
+            run.update(
+                id=run_id,
+                thread_id=thread_id,
+                amendments=[],
+                input_revision="1",
+                status="RUN_STATUS_QUEUED",
+                create_time=time,
+                attempt_count=0,
+            )
+            runs[run_id] = run
+        elif kind in ("run.status_changed", "run.ended"):
+            status = a.get("status", "")
+            run["status"] = status
+            if status == "RUN_STATUS_RUNNING":
+                run.setdefault("start_time", time)
+            else:
+                run["cancel_requested"] = run["pause_requested"] = False
+            if kind == "run.ended":
+                run.update(
+                    terminal_reason=a.get("terminal_reason"),
+                    terminal_message=a.get("terminal_message"),
+                    usage=a.get("usage"),
+                    output_ref=a.get("output_ref"),
+                    result_summary=a.get("result_summary"),
+                    end_time=time,
+                )
+                for item in inputs.values():
+                    if item["status"] == "INPUT_STATUS_PENDING":
+                        item["status"] = "INPUT_STATUS_DISCARDED"
+        elif kind == "run.amended":
+            run["amendments"].append(a.get("amendment", {}))
+            run["input_revision"] = str(1 + len(run["amendments"]))
+        elif kind == "run.cancel_requested":
+            run["cancel_requested"], run["pause_requested"] = True, False
+        elif kind == "run.pause_requested":
+            run["pause_requested"] = True
+        elif kind == "run.resume_requested":
+            run["pause_requested"] = False
+        elif kind == "attempt.started":
+            attempt_id = str(a.get("attempt_id", ""))
+            attempts[attempt_id] = {
+                **{
+                    key: a.get(key)
+                    for key in (
+                        "number",
+                        "reason",
+                        "worker_id",
+                        "lease_epoch",
+                        "resume_from_checkpoint_id",
+                        "worker_principal",
+                    )
+                },
+                "run_id": run_id,
+                "status": "ATTEMPT_STATUS_ACTIVE",
+                "start_time": time,
+            }
+            attempt_usage[attempt_id] = _Usage()
+            run["attempt_count"] = run.get("attempt_count", 0) + 1
+            run["current_attempt_id"] = attempt_id
+        elif kind == "attempt.ended":
+            attempt_id = str(a.get("attempt_id", ""))
+            attempts.setdefault(attempt_id, {}).update(
+                status=a.get("status"),
+                error=a.get("error"),
+                usage=a.get("usage"),
+                result_summary=a.get("result_summary"),
+                output_ref=a.get("output_ref"),
+                end_time=time,
+            )
+            run["current_attempt_id"] = ""
+        elif kind == "step.started":
+            step_id = str(a.get("step_id", ""))
+            step_attempt[step_id] = str(a.get("attempt_id", ""))
+            steps[step_id] = {
+                **{
+                    key: a.get(key)
+                    for key in (
+                        "attempt_id",
+                        "turn_id",
+                        "type",
+                        "operation",
+                        "status",
+                        "idempotency_key",
+                        "input_ref",
+                        "retry_of_step_id",
+                        "tool_name",
+                        "versions",
+                        "input_revision",
+                        "approval_step_id",
+                        "completion_check",
+                    )
+                },
+                "run_id": run_id,
+                "sequence": a.get("step_sequence"),
+                "tool_arguments": a.get("tool_arguments_digest"),
+                "consumed_input_ids": [],
+                "start_time": time,
+            }
+            sequence = int(a.get("step_sequence", 0) or 0)
+            if sequence > int(run.get("step_count") or 0):
+                run["step_count"] = str(sequence)
+        elif kind == "step.ended":
+            step_id = str(a.get("step_id", ""))
+            step = steps.setdefault(step_id, {})
+            step.update(
+                {
+                    key: a.get(key)
+                    for key in (
+                        "status",
+                        "output_ref",
+                        "error_class",
+                        "error_message",
+                        "side_effect",
+                        "usage",
+                        "summary",
+                        "retryable",
+                    )
+                }
+            )
+            step["end_time"] = time
+            reported = a.get("reported_model_id")
+            if reported:
+                versions = dict(step.get("versions") or {})
+                versions["model"] = {**(versions.get("model") or {}), "reported_model_id": reported}
+                step["versions"] = versions
+            usage = a.get("usage") or {}
+            run_usage.add(usage)
+            owner = attempt_usage.get(step_attempt.get(step_id, ""))
+            if owner is not None:
+                owner.add(usage)
+        elif kind == "approval.resolved":
+            step = steps.setdefault(str(a.get("step_id", "")), {})
+            decision = a.get("decision", "")
+            step["status"] = (
+                "STEP_STATUS_SUCCEEDED"
+                if decision == "APPROVAL_DECISION_APPROVE"
+                else "STEP_STATUS_DENIED"
+            )
+            step["end_time"] = time
+            step["approval"] = {
+                "decision": decision,
+                "approver": a.get("approver"),
+                "comment": a.get("comment"),
+                "resolve_time": time,
+                "approver_principal": a.get("approver_principal"),
+            }
+        elif kind == "checkpoint.written":
+            checkpoint_id = str(a.get("checkpoint_id", ""))
+            out.rows["checkpoint"][checkpoint_id] = {
+                **{key: a.get(key) for key in ("attempt_id", "step_id", "state_ref")},
+                "after_sequence": a.get("after_sequence"),
+                "run_id": run_id,
+                "create_time": time,
+            }
+            run["latest_checkpoint_id"] = checkpoint_id
+        elif kind == "artifact.created":
+            out.rows["artifact"][str(a.get("artifact_id", ""))] = {
+                **{
+                    key: a.get(key)
+                    for key in (
+                        "step_id",
+                        "name",
+                        "blob_digest",
+                        "media_type",
+                        "attempt_id",
+                        "size",
+                        "labels",
+                    )
+                },
+                "run_id": run_id,
+                "thread_id": thread_id,
+                "create_time": time,
+            }
+        elif kind == "input.received":
+            inputs[str(a.get("input_id", ""))] = {
+                **{key: a.get(key) for key in ("kind", "sender", "sender_principal")},
+                "content": a.get("content_digest"),
+                "data": a.get("data_digest"),
+                "run_id": run_id,
+                "status": "INPUT_STATUS_PENDING",
+                "create_time": time,
+            }
+        elif kind == "input.consumed":
+            input_id, step_id = str(a.get("input_id", "")), str(a.get("step_id", ""))
+            inputs.setdefault(input_id, {}).update(
+                status="INPUT_STATUS_DELIVERED",
+                delivered_step_id=step_id,
+                delivered_turn_id=a.get("turn_id"),
+                deliver_time=time,
+            )
+            if step_id:
+                steps.setdefault(step_id, {}).setdefault("consumed_input_ids", []).append(input_id)
+    # Live totals: a run or attempt that has not ended serves the sum of its steps' usage.
+    if run and "end_time" not in run:
+        run["usage"] = run_usage.served()
+    for attempt_id, attempt in attempts.items():
+        if "end_time" not in attempt and attempt_id in attempt_usage:
+            attempt["usage"] = attempt_usage[attempt_id].served()
+    return out
+
+
+def describe(mismatches: Sequence[RowMismatch]) -> list[str]:
+    return [m.describe() for m in mismatches]
