@@ -519,15 +519,32 @@ def _verify(args: argparse.Namespace) -> int:
         response = stub.VerifyRun(pb.VerifyRunRequest(run_id=subject), timeout=args.timeout)
     if args.json:
         _print_json(response)
-    if not response.intact:
+    if response.HasField("first_break"):
         b = response.first_break
+        rows = len(response.row_mismatches)
         raise CommandFailed(
             f"run {subject}: event chain broken at sequence {b.sequence}: {b.reason} "
             f"(expected {b.expected_hash or '-'}, found {b.found_hash or '-'}; "
             f"{response.event_count} events verified before it)"
+            + (f"; {rows} served fields differ from the chain" if rows else "")
+        )
+    if not response.intact:
+        first = response.row_mismatches[0]
+        more = len(response.row_mismatches) - 1
+        raise CommandFailed(
+            f"run {subject}: {first.kind} {first.id}: {first.field} is {first.stored} but the "
+            f"chain committed to {first.committed}" + (f" (and {more} more)" if more else "")
         )
     if not args.json:
-        print(f"run {subject}: intact, {response.event_count} events, head {response.head_hash}")
+        print(
+            f"run {subject}: intact, {response.event_count} events, head {response.head_hash}, "
+            f"{response.rows_checked} served rows agree with the chain"
+        )
+        if response.not_covered:
+            print(
+                f"  not covered by this run's chain (created before its events recorded them): "
+                f"{', '.join(response.not_covered)}"
+            )
     return 0
 
 
@@ -553,6 +570,8 @@ def _verify_bundle(path: Path, as_json: bool) -> int:
                     "step_count": report.step_count,
                     "event_count": report.event_count,
                     "head_hash": report.head_hash,
+                    "rows_checked": report.rows_checked,
+                    "not_covered": report.not_covered,
                     "failures": report.failures,
                 },
                 indent=2,
@@ -567,6 +586,9 @@ def _verify_bundle(path: Path, as_json: bool) -> int:
         print(f"  {report.component_count} component digests recompute from their canonical form")
         print("  the agent digest recomputes from its closure and is the run's binding")
         print(f"  {report.step_count} steps: every recorded version is in the closure")
+        print(f"  {report.rows_checked} rows are what the chain's events committed to")
+        if report.not_covered:
+            print(f"  not covered by the chain: {', '.join(report.not_covered)}")
         print(f"  {report.event_count} events chain to head {report.head_hash}")
     return 0
 

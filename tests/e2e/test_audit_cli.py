@@ -215,3 +215,19 @@ def test_verify_run_and_bundles_offline(
         engine.dispose()
     message = failure(server_address, "audit", "verify", h.run_a)
     assert f"run {h.run_a}: event chain broken at sequence 2: hash mismatch" in message
+
+    # Tamper with a served row and leave the chain alone: the server names the row and field.
+    engine = sa.create_engine(normalise_url(database_url))
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text("UPDATE runtime_steps SET requested_model_id = 'gpt-evil' WHERE id = :s"),
+                {"s": h.c_model},
+            )
+    finally:
+        engine.dispose()
+    message = failure(server_address, "audit", "verify", h.run_c)
+    assert (
+        f'run {h.run_c}: step {h.c_model}: versions.model.requested_model_id is "gpt-evil" '
+        "but the chain committed to" in message
+    )

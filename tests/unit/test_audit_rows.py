@@ -1,0 +1,124 @@
+"""``audit_rows.compare``: rows re-derived from a run's events, field by field; runs whose
+events predate a field are reported as not covered for it, never as verified."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runtime_service import audit_bundle, audit_rows
+from runtime_service.audit_bundle import Link
+
+T0 = "2026-11-29T12:00:00.000000Z"
+T1 = "2026-11-29T12:00:01.250000Z"
+
+
+def link(sequence: int, event_type: str, time: str, **attributes: Any) -> Link:
+    return Link(f"evt_{sequence}", "thr_1", "run_1", sequence, event_type, time, attributes, "", "")
+
+
+def chain(record_format: int) -> list[Link]:
+    created: dict[str, Any] = {"agent": {"agent_digest": "sha256:" + "a" * 64}, "priority": 1}
+    if record_format:
+        created |= {"record_format": record_format, "labels": {"team": "core"}}
+    return [
+        link(1, "run.created", T0, **created),
+        link(
+            2,
+            "artifact.created",
+            T1,
+            artifact_id="art_1",
+            step_id="stp_1",
+            name="a.py",
+            **({"size": "12", "attempt_id": "att_1"} if record_format else {}),
+        ),
+    ]
+
+
+def rows(**artifact: Any) -> dict[str, Any]:
+    run = {
+        "id": "run_1",
+        "thread_id": "thr_1",
+        "agent": {"agent_digest": "sha256:" + "a" * 64},
+        "priority": 1,
+        "labels": {"team": "core"},
+        "input_revision": "1",
+        "status": "RUN_STATUS_QUEUED",
+        "create_time": "2026-11-29T12:00:00Z",
+    }
+    art = {
+        "id": "art_1",
+        "run_id": "run_1",
+        "thread_id": "thr_1",
+        "attempt_id": "att_1",
+        "step_id": "stp_1",
+        "name": "a.py",
+        "size": "12",
+        "create_time": "2026-11-29T12:00:01.250Z",
+    } | artifact
+    return {"run": run, "artifacts": [art]}
+
+
+def found(report: audit_rows.RowReport) -> set[tuple[str, str, str]]:
+    return {(m.kind, m.id, m.field) for m in report.mismatches}
+
+
+def test_a_run_of_the_current_format_is_checked_whole() -> None:
+    report = audit_rows.compare(rows(), chain(1), run_id="run_1", thread_id="thr_1")
+    assert not report.mismatches and not report.not_covered and report.rows_checked == 2
+    tampered = audit_rows.compare(
+        rows(size="13", name="b.py"), chain(1), run_id="run_1", thread_id="thr_1"
+    )
+    assert found(tampered) == {("artifact", "art_1", "size"), ("artifact", "art_1", "name")}
+    size = next(m for m in tampered.mismatches if m.field == "size")
+    assert (size.stored, size.committed) == ('"13"', '"12"')
+
+
+def test_an_older_run_reports_what_its_chain_does_not_cover() -> None:
+    # Format 0: run.created carries no labels, artifact.created no size: those fields are
+    # listed as not covered and not compared, the rest still is.
+    report = audit_rows.compare(rows(size="13"), chain(0), run_id="run_1", thread_id="thr_1")
+    assert not report.mismatches
+    assert {"run.labels", "artifact.size", "artifact.labels", "step.summary"} <= set(
+        report.not_covered
+    )
+    renamed = audit_rows.compare(rows(name="b.py"), chain(0), run_id="run_1", thread_id="thr_1")
+    assert found(renamed) == {("artifact", "art_1", "name")}
+
+
+def test_rows_and_events_that_do_not_pair_up() -> None:
+    extra = rows()
+    extra["artifacts"].append({**extra["artifacts"][0], "id": "art_2"})
+    report = audit_rows.compare(extra, chain(1), run_id="run_1", thread_id="thr_1")
+    assert found(report) == {("artifact", "art_2", "(row)")}
+    missing = rows()
+    missing["artifacts"] = []
+    report = audit_rows.compare(missing, chain(1), run_id="run_1", thread_id="thr_1")
+    assert found(report) == {("artifact", "art_1", "(row)")}
+    # A section not given is not compared (a bundle from before it had inputs).
+    del missing["artifacts"]
+    assert not audit_rows.compare(missing, chain(1), run_id="run_1", thread_id="thr_1").mismatches
+
+
+def test_a_jsonl_bundle_from_before_inputs_still_decodes() -> None:
+    document = {
+        "type": audit_bundle.BUNDLE_TYPE,
+        "run": {"id": "run_1"},
+        **{s: [] for s in ("attempts", "steps", "artifacts", "checkpoints", "components")},
+        "events": [],
+    }
+    data = audit_bundle.encode({**document, "inputs": []}, "jsonl")
+    header, _, rest = data.decode().partition("\n")
+    old_header = header.replace(',"inputs":0', "")
+    assert old_header != header
+    decoded = audit_bundle.decode((old_header + "\n" + rest).encode())
+    assert "inputs" not in decoded
+    assert audit_bundle.decode(data)["inputs"] == []
+
+
+def test_digested_fields_commit_to_the_served_value() -> None:
+    # What the writer commits (from the stored JSON) is what the comparison recomputes from
+    # the served proto3 JSON, where a Struct's numbers are doubles.
+    assert audit_rows.arguments_digest('{"n":42,"path":"a"}') == audit_rows.arguments_digest(
+        '{"path":"a","n":42.0}'
+    )
+    assert audit_rows.data_digest("{}") == audit_rows.data_digest("")
