@@ -52,6 +52,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from agentrt.audit.v1 import audit_service_pb2 as apb
+from agentrt.audit.v1 import audit_service_pb2_grpc
 from agentrt.registry.v1 import message_pb2 as registry_message_pb2
 from agentrt.registry.v1 import registry_service_pb2 as rpb
 from agentrt.runtime.v1 import enum_pb2, message_pb2
@@ -260,6 +262,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.runs: list[ModelRun] = []
         self.ended: list[EndedFence] = []
         self.seen: dict[str, Seen] = {}
+        #: Runs whose deadline this test moved with an UPDATE (VerifyRun rightly names it).
+        self.moved_deadlines: set[str] = set()
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -682,6 +686,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.forced_stop(run)
 
     def deadline_passes(self, run: ModelRun) -> None:
+        self.moved_deadlines.add(run.id)
         self.harness.update(
             sa.update(RunRow).where(RunRow.id == run.id).values(deadline_time=_past())
         )
@@ -810,9 +815,24 @@ class LifecycleMachine(RuleBasedStateMachine):
             stream.cancel()
             assert replayed == hashes, "a stored event changed after it was first read"
 
+    def rows_agree_with_the_chain(self) -> None:
+        """VerifyRun finds every served row of every run (attempts lost, resumed, cancelled,
+        paused, amended …) exactly as its events committed it (docs/audit.md)."""
+        audit = audit_service_pb2_grpc.AuditServiceStub(self.s.channel)
+        for model in self.runs:
+            report = audit.VerifyRun(apb.VerifyRunRequest(run_id=model.id), timeout=10)
+            # Simulated time is a tampered row: the one field the test itself rewrote.
+            moved = (
+                {("run", model.id, "deadline_time")} if model.id in self.moved_deadlines else set()
+            )
+            assert {(m.kind, m.id, m.field) for m in report.row_mismatches} == moved
+            assert not report.HasField("first_break") and report.intact == (not moved)
+            assert report.rows_checked >= 1 + len(self.attempts(model.id))
+
     def teardown(self) -> None:
         """End what is still active, so later examples acquire only their own runs."""
         self.full_replay_is_unchanged()
+        self.rows_agree_with_the_chain()
         for model in self.runs:
             if model.status in TERMINAL:
                 continue
@@ -825,6 +845,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 )
             else:
                 self.s.runtime.CancelRun(pb.CancelRunRequest(run_id=model.id), timeout=10)
+        self.rows_agree_with_the_chain()
 
 
 def test_lifecycle_properties(harness: Harness, engine: str) -> None:
