@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from agentrt.runtime.v1 import message_pb2
 from runtime_service import audit_bundle, audit_rows
 from runtime_service.audit_bundle import Link
 
@@ -122,3 +125,24 @@ def test_digested_fields_commit_to_the_served_value() -> None:
         '{"path":"a","n":42.0}'
     )
     assert audit_rows.data_digest("{}") == audit_rows.data_digest("")
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("run", message_pb2.Run),
+        ("attempt", message_pb2.Attempt),
+        ("step", message_pb2.Step),
+        ("checkpoint", message_pb2.Checkpoint),
+        ("artifact", message_pb2.Artifact),
+        ("input", message_pb2.Input),
+    ],
+)
+def test_every_served_field_is_compared_or_deliberately_not(kind: str, message: Any) -> None:
+    fields = {f.name for f in message.DESCRIPTOR.fields}
+    covered, skipped = set(audit_rows.COVERED[kind]), set(audit_rows.NOT_COMPARED[kind])
+    assert not covered & skipped
+    assert covered | skipped == fields, (
+        f"{kind}: decide for {sorted(fields - covered - skipped)} (audit_rows, docs/audit.md)"
+    )
+    assert set(audit_rows.FORMAT_1_FIELDS[kind]) <= covered
