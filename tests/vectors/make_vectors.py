@@ -121,7 +121,7 @@ COMPONENTS: dict[str, tuple[str, dict[str, Any]]] = {
                         "model_id": "claude-sonnet-4-5",
                         "parameters": {"temperature": 0.2, "max_tokens": 4096},
                         "max_context_tokens": 200000,
-                        "fallback_on": ["RATE_LIMITED", "UNAVAILABLE", "RATE_LIMITED"],
+                        "fallback_on": ["RATE_LIMITED", "PROVIDER_ERROR", "RATE_LIMITED"],
                     },
                     {
                         "name": "fallback",
