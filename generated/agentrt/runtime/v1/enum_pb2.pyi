@@ -534,6 +534,35 @@ ERROR_CLASS_INTERNAL: ErrorClass.ValueType  # 16
 """A failure in the runtime that fits no other class."""
 Global___ErrorClass: _TypeAlias = ErrorClass  # noqa: Y015
 
+class _ReferenceKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ReferenceKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ReferenceKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    REFERENCE_KIND_UNSPECIFIED: _ReferenceKind.ValueType  # 0
+    REFERENCE_KIND_LABEL: _ReferenceKind.ValueType  # 1
+    """A version label that `@` pins: `coding_agent@agent_v7`."""
+    REFERENCE_KIND_DIGEST: _ReferenceKind.ValueType  # 2
+    """A digest: `coding_agent@sha256:...` or a bare `sha256:...`."""
+    REFERENCE_KIND_TAG: _ReferenceKind.ValueType  # 3
+    """A tag that `:` follows: `coding_agent:prod`."""
+
+class ReferenceKind(_ReferenceKind, metaclass=_ReferenceKindEnumTypeWrapper):
+    """How a run's agent reference was resolved (AgentBinding.reference_kind). The
+    same names as agentrt.registry.v1.ReferenceKind (Resolution.kind); convert by
+    name, never by number.
+    """
+
+REFERENCE_KIND_UNSPECIFIED: ReferenceKind.ValueType  # 0
+REFERENCE_KIND_LABEL: ReferenceKind.ValueType  # 1
+"""A version label that `@` pins: `coding_agent@agent_v7`."""
+REFERENCE_KIND_DIGEST: ReferenceKind.ValueType  # 2
+"""A digest: `coding_agent@sha256:...` or a bare `sha256:...`."""
+REFERENCE_KIND_TAG: ReferenceKind.ValueType  # 3
+"""A tag that `:` follows: `coding_agent:prod`."""
+Global___ReferenceKind: _TypeAlias = ReferenceKind  # noqa: Y015
+
 class _CandidateReason:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
