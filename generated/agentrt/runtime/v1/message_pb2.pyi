@@ -761,9 +761,13 @@ class BoundAgent(_message.Message):
     agent_id: _builtins.str
     version_label: _builtins.str
     definition_json: _builtins.bytes
-    """The resolved closure (every component reference pinned to a digest) as
-    canonical JSON (RFC 8785). The worker reads its prompt, policies and
-    loop settings from it; model, skill and tool contents come from BeginStep.
+    """The agent version as RFC 8785 (JCS) canonical JSON, made only of what its
+    digests cover: {"type": "agentrt.bound_agent.v1", "agent_digest", "agent":
+    the agent document, "components": {component digest: its component
+    document, with description and normalised spec}}. sha256 of JCS(agent) is
+    agent_digest, and of each component document its digest (docs/digest.md
+    §1.5), so a worker can verify everything it runs. It reads its prompt and
+    policies from it; BeginStep hands out model, skill and tool contents too.
     """
     @_builtins.property
     def tool_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
