@@ -7,7 +7,7 @@ problem is collected as a field violation before anything is refused.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -457,3 +457,44 @@ def to_agent_closure(closure: Sequence[ClosureEntry]) -> canonical.AgentClosure:
         permission_policy=single.get("permission_policy"),
         completion_policy=single.get("completion_policy"),
     )
+
+
+BOUND_AGENT_DOCUMENT_TYPE = "agentrt.bound_agent.v1"
+"""The ``type`` member of the document a worker is handed (``BoundAgent.definition_json``)."""
+
+
+def bound_agent_document(
+    digest: str,
+    agent_id: str,
+    version_label: str,
+    description: str,
+    closure: Sequence[ClosureEntry],
+    components: Mapping[str, ComponentDraft],
+) -> dict[str, Any]:
+    """The bound definition a worker executes, made only of the documents the digests cover.
+
+    ``{"type": "agentrt.bound_agent.v1", "agent_digest", "agent": <the agent document>,
+    "components": {<component digest>: <its component document>, ...}}`` (docs/digest.md
+    §1.5): a worker recomputes the agent digest from ``agent`` and each component digest from
+    its document, with nothing but JCS and SHA-256, and reads each entry's content under its
+    digest. ``components`` holds one draft (as stored) per digest of ``closure``.
+
+    Raises:
+        CanonicalError: A stored document has no canonical form (it was digested once, so
+            only if storage was changed).
+    """
+    agent = canonical.agent_document(
+        agent_id, version_label, description, to_agent_closure(closure)
+    )
+    documents = {}
+    for entry in closure:
+        c = components[entry.digest]
+        documents[entry.digest] = canonical.component_document(
+            c.kind, c.name, c.version, c.description, c.spec
+        )
+    return {
+        "type": BOUND_AGENT_DOCUMENT_TYPE,
+        "agent_digest": digest,
+        "agent": agent,
+        "components": documents,
+    }

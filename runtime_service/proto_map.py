@@ -88,6 +88,10 @@ def binding(run: RunRow) -> message_pb2.AgentBinding:
         version_label=run.agent_version_label,
         resolved_via_tag=run.agent_resolved_via_tag,
         resolve_time=timestamp(run.agent_resolve_time),
+        # By name: the stored value is registry.model.ReferenceKind's, whose proto twin
+        # numbers its values independently of agentrt.runtime.v1.ReferenceKind.
+        reference_kind=_enum(enum_pb2.ReferenceKind, "REFERENCE_KIND_", run.agent_reference_kind),
+        tag_event_sequence=run.agent_tag_event_sequence,
     )
 
 

@@ -157,36 +157,35 @@ def argument_error(tool: Pinned, arguments: dict[str, Any]) -> str | None:
     return f"{path}: {error.message}"
 
 
-def bound_definition(version_json: dict[str, Any]) -> BoundDefinition:
-    """Build the bound definition from the document AcquireRun hands to workers."""
-    components: dict[str, dict[str, Any]] = version_json["components"]
+def bound_definition(document: dict[str, Any]) -> BoundDefinition:
+    """Build the bound definition from the document AcquireRun hands to workers
+    (``registry.publishing.bound_agent_document``): each entry of the agent document, with
+    the spec of the component document stored under its digest."""
+    agent: dict[str, Any] = document["agent"]
+    components: dict[str, dict[str, Any]] = document["components"]
 
     def pinned(entry: dict[str, Any]) -> Pinned:
         return Pinned(
-            entry["name"],
-            entry["version"],
+            entry.get("name", ""),
+            entry.get("version", ""),
             entry["digest"],
-            entry["spec"],
-            entry.get("schema_digest") or "",
+            components[entry["digest"]]["spec"],
+            entry.get("schema_digest", ""),
         )
 
-    def family(prefix: str) -> dict[str, Pinned]:
-        return {e["name"]: pinned(e) for slot, e in components.items() if slot.startswith(prefix)}
+    def optional(slot: str) -> Pinned | None:
+        return pinned(agent[slot]) if slot in agent else None
 
     return BoundDefinition(
-        digest=version_json["digest"],
-        agent_id=version_json["agent_id"],
-        version_label=version_json["version_label"],
-        system_prompt=pinned(components["system_prompt"]),
-        model_policy=pinned(components["model_policy"]),
-        skills=family("skills["),
-        tools=family("tools["),
-        permission_policy=pinned(components["permission_policy"])
-        if "permission_policy" in components
-        else None,
-        completion_policy=pinned(components["completion_policy"])
-        if "completion_policy" in components
-        else None,
+        digest=document["agent_digest"],
+        agent_id=agent["agent_id"],
+        version_label=agent["version_label"],
+        system_prompt=pinned(agent["system_prompt"]),
+        model_policy=pinned(agent["model_policy"]),
+        skills={e["name"]: pinned(e) for e in agent["skills"]},
+        tools={e["name"]: pinned(e) for e in agent["tools"]},
+        permission_policy=optional("permission_policy"),
+        completion_policy=optional("completion_policy"),
     )
 
 

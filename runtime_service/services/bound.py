@@ -1,20 +1,22 @@
 """The bound definition of a run: its agent version with every component's content.
 
 Built once per agent digest and cached (an agent version never changes): AcquireRun hands
-its JSON to the worker, and BeginStep resolves against its parsed form.
+its JSON to the worker (``registry.publishing.bound_agent_document`` in RFC 8785 form, the
+shape docs/digest.md §1.5 documents), and BeginStep resolves against its parsed form.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy.orm import Session
 
 from agentrt_base.lru import LruCache
+from registry import publishing
 from registry import service as registry_service
 from registry import store as registry_store
+from registry.canonical import canonical_bytes
+from registry.model import ComponentDraft, ComponentKind
 from runtime_service.resolution import BoundDefinition, bound_definition
 
 
@@ -39,22 +41,29 @@ class BoundAgents:
         if cached is not None:
             return cached
         version, _ = registry_service.resolve_agent(session, digest)
-        components: dict[str, Any] = {}
+        drafts: dict[str, ComponentDraft] = {}
         for entry in version.closure:
             row = registry_store.component_by_digest(session, entry.digest)
-            components[entry.slot] = {
-                **entry.to_json(),
-                "spec": json.loads(row.spec_json) if row else {},
-            }
-        document = {
-            "agent_id": version.agent_id,
-            "version_label": version.version_label,
-            "digest": version.digest,
-            "definition": version.definition.to_json(),
-            "components": components,
-        }
+            if row is None:  # a closure row's foreign key makes this unreachable
+                raise LookupError(f"component {entry.digest} of {digest} is not stored")
+            drafts[entry.digest] = ComponentDraft(
+                ComponentKind(row.kind),
+                row.name,
+                row.version,
+                row.description,
+                registry_store.loads(row.spec_json),
+            )
+        document = publishing.bound_agent_document(
+            version.digest,
+            version.agent_id,
+            version.version_label,
+            version.definition.description,
+            version.closure,
+            drafts,
+        )
         bound = Bound(
-            json=json.dumps(document, ensure_ascii=False, sort_keys=True).encode(),
+            # RFC 8785, as BoundAgent.definition_json promises: a worker may hash its members.
+            json=canonical_bytes(document),
             definition=bound_definition(document),
             tool_names=[e.name for e in version.closure if e.slot.startswith("tools[")],
             skill_names=[e.name for e in version.closure if e.slot.startswith("skills[")],

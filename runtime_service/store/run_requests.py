@@ -67,6 +67,7 @@ def create(session: Session, new: NewRun, now: dt.datetime) -> RunRow:
         agent_version_label=new.version.version_label,
         agent_resolved_via_tag=new.resolution.tag,
         agent_tag_event_sequence=new.resolution.tag_event_sequence,
+        agent_reference_kind=new.resolution.kind.value,
         agent_resolve_time=new.resolution.resolve_time,
         goal_json=dumps(new.goal),
         amendments_json="[]",

@@ -196,28 +196,36 @@ def test_argument_validators_are_per_schema() -> None:
 
 def test_bound_definition_from_the_acquired_document() -> None:
     def entry(name: str, **extra: Any) -> dict[str, Any]:
-        return {"name": name, "version": "1", "digest": f"sha256:{name}", "spec": {}, **extra}
+        return {"name": name, "version": "1", "digest": f"sha256:{name}", **extra}
 
+    checks = {"checks": [{"name": "tests-pass"}, {"name": "reviewed"}]}
     document = {
-        "digest": "sha256:agent",
-        "agent_id": "a",
-        "version_label": "v1",
-        "components": {
-            "system_prompt": entry(""),
+        "type": "agentrt.bound_agent.v1",
+        "agent_digest": "sha256:agent",
+        "agent": {
+            "agent_id": "a",
+            "version_label": "v1",
+            "system_prompt": {"digest": "sha256:inline"},
             "model_policy": entry("models"),
-            "skills[0]": entry("debug"),
-            "tools[0]": entry("read", schema_digest="sha256:s"),
-            "tools[1]": entry("write"),
-            "completion_policy": {
-                **entry("done"),
-                "spec": {"checks": [{"name": "tests-pass"}, {"name": "reviewed"}]},
-            },
+            "skills": [entry("debug")],
+            "tools": [entry("read", schema_digest="sha256:s"), entry("write")],
+            "completion_policy": entry("done"),
+        },
+        "components": {
+            "sha256:inline": {"spec": {"text": "hi"}},
+            "sha256:models": {"spec": {}},
+            "sha256:debug": {"spec": {}},
+            "sha256:read": {"spec": {"side_effects": True}},
+            "sha256:write": {"spec": {}},
+            "sha256:done": {"spec": checks},
         },
     }
     bound = resolution.bound_definition(document)
     assert (bound.digest, bound.agent_id, bound.version_label) == ("sha256:agent", "a", "v1")
+    assert (bound.system_prompt.name, bound.system_prompt.spec) == ("", {"text": "hi"})
     assert set(bound.skills) == {"debug"} and set(bound.tools) == {"read", "write"}
     assert bound.tools["read"].schema_digest == "sha256:s"
+    assert bound.tools["read"].spec == {"side_effects": True}
     assert bound.tools["write"].schema_digest == ""
     assert bound.permission_policy is None
     assert bound.completion_checks == ["tests-pass", "reviewed"]

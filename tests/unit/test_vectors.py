@@ -8,6 +8,7 @@ unchanged (so the text really is JCS). A change to the digest rules shows up her
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from pathlib import Path
@@ -15,7 +16,9 @@ from typing import Any
 
 import pytest
 import rfc8785
+from google.protobuf import json_format
 
+from agentrt.runtime.v1 import event_pb2
 from registry.canonical import (
     AgentClosure,
     ComponentKind,
@@ -27,6 +30,7 @@ from registry.canonical import (
     schema_digest,
     tool_digests,
 )
+from runtime_service import events
 
 VECTORS_DIR = Path(__file__).resolve().parents[1] / "vectors"
 VECTOR_FILES = sorted(VECTORS_DIR.glob("*.json"))
@@ -49,7 +53,32 @@ def document_and_digest(vector: dict[str, Any]) -> tuple[dict[str, Any], str]:
             return agent_document(*head, closure), agent_digest(*head, closure)
         case "schema":
             return args["schema"], schema_digest(args["schema"])
+        case "event":
+            return _event_document_and_hash(args)
     raise AssertionError(f"unknown vector kind {vector['kind']!r}")
+
+
+def _event_document_and_hash(wire: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """An event vector's document and hash, the way the runtime writes them."""
+    event = json_format.ParseDict(wire, event_pb2.Event())
+    attributes = getattr(event, str(event.WhichOneof("attributes")))
+    members = {
+        "event_id": event.id,
+        "thread_id": event.thread_id,
+        "run_id": event.run_id,
+        "sequence": event.sequence,
+        "event_type": events.event_type_name(attributes),
+        "event_time": events.format_time(event.event_time.ToDatetime(dt.UTC)),
+        "prev_hash": event.prev_hash,
+    }
+    attributes_json = json_format.MessageToDict(attributes, preserving_proto_field_name=True)
+    document = {
+        "attributes": attributes_json,
+        **{("id" if k == "event_id" else k): v for k, v in members.items()},
+        "type": "agentrt.event.v1",
+    }
+    assert event.hash == events.event_hash(attributes=attributes_json, **members)
+    return document, event.hash
 
 
 def test_the_vector_set_covers_every_rule() -> None:
@@ -57,14 +86,21 @@ def test_the_vector_set_covers_every_rule() -> None:
     assert len(vectors) >= 8
     kinds = {v["input"]["kind"] for v in vectors if v["kind"] == "component"}
     assert kinds == set(ComponentKind)
-    assert {v["kind"] for v in vectors} == {"component", "agent", "schema"}
+    assert {v["kind"] for v in vectors} == {"component", "agent", "schema", "event"}
     assert all(set(v) == {"description", "kind", "input", "canonical", "digest"} for v in vectors)
     inputs = {
         "component": {"kind", "name", "version", "description", "spec"},
         "agent": {"agent_id", "version_label", "description", "closure"},
         "schema": {"schema"},
     }
-    assert all(set(v["input"]) == inputs[v["kind"]] for v in vectors)
+    assert all(set(v["input"]) == inputs[v["kind"]] for v in vectors if v["kind"] in inputs)
+    # An event vector's input is an Event as a watcher receives it.
+    for v in vectors:
+        if v["kind"] == "event":
+            assert {"id", "thread_id", "sequence", "event_time", "event_type", "hash"} <= set(
+                v["input"]
+            )
+            assert v["input"]["hash"] == v["digest"]
     # Both component document shapes: named (with version) and the anonymous inline PROMPT.
     components = [json.loads(v["canonical"]) for v in vectors if v["kind"] == "component"]
     assert any("name" not in c and "version" not in c for c in components)

@@ -121,7 +121,7 @@ COMPONENTS: dict[str, tuple[str, dict[str, Any]]] = {
                         "model_id": "claude-sonnet-4-5",
                         "parameters": {"temperature": 0.2, "max_tokens": 4096},
                         "max_context_tokens": 200000,
-                        "fallback_on": ["RATE_LIMITED", "UNAVAILABLE", "RATE_LIMITED"],
+                        "fallback_on": ["RATE_LIMITED", "PROVIDER_ERROR", "RATE_LIMITED"],
                     },
                     {
                         "name": "fallback",
@@ -345,6 +345,84 @@ def main() -> None:
             ),
         ),
     )
+    _write("event", event_vector())
+
+
+def event_vector() -> dict[str, Any]:
+    """A run's first event, made by the runtime's own functions: ``input`` is the ``Event`` in
+    the proto3 JSON mapping (what a watcher receives), ``canonical`` the document its hash
+    covers and ``digest`` its hash (docs/audit.md, "Recomputing an event's hash")."""
+    import datetime as dt
+
+    from google.protobuf import json_format
+
+    from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
+    from runtime_service import events
+
+    resolve_time = dt.datetime(2026, 1, 2, 3, 4, 5, 120000, tzinfo=dt.UTC)
+    attributes = event_pb2.RunCreatedAttributes(
+        agent=message_pb2.AgentBinding(
+            requested_ref="coding_agent:prod",
+            agent_digest="sha256:" + "ab" * 32,
+            agent_id="coding_agent",
+            version_label="agent_v7",
+            resolved_via_tag="prod",
+            reference_kind=enum_pb2.REFERENCE_KIND_TAG,
+            tag_event_sequence=4,
+        ),
+        goal=message_pb2.Goal(objective="make the tests pass", scope=["src/"]),
+        max_attempts=3,
+        permission_ceiling=enum_pb2.PERMISSION_CEILING_FULL,
+        concurrency_policy=enum_pb2.CONCURRENCY_POLICY_REJECT,
+        runtime_version="0.1.0",
+        creator_principal="alice",
+    )
+    attributes.agent.resolve_time.FromDatetime(resolve_time)
+    event = event_pb2.Event(
+        id="evt_01EXAMPLE1",
+        run_id="run_01EXAMPLE",
+        thread_id="thr_01EXAMPLE",
+        sequence=1,
+        event_type=enum_pb2.EVENT_TYPE_RUN_CREATED,
+        prev_hash="",
+        run_created_attributes=attributes,
+    )
+    event.event_time.FromDatetime(resolve_time)
+    attributes_json = json_format.MessageToDict(attributes, preserving_proto_field_name=True)
+    members = {
+        "event_id": event.id,
+        "thread_id": event.thread_id,
+        "run_id": event.run_id,
+        "sequence": event.sequence,
+        "event_type": events.event_type_name(attributes),
+        "event_time": events.format_time(resolve_time),
+        "prev_hash": event.prev_hash,
+    }
+    event.hash = events.event_hash(attributes=attributes_json, **members)
+    document = {
+        "attributes": attributes_json,
+        "event_time": members["event_time"],
+        "event_type": members["event_type"],
+        "id": event.id,
+        "prev_hash": event.prev_hash,
+        "run_id": event.run_id,
+        "sequence": event.sequence,
+        "thread_id": event.thread_id,
+        "type": "agentrt.event.v1",
+    }
+    vector = _vector(
+        "An event as a watcher receives it (the Event message in the proto3 JSON mapping, "
+        "proto field names), and the document its hash covers: event_type is the EventType "
+        "name without EVENT_TYPE_, lowercased, its first _ a dot (run.created); event_time "
+        "has exactly six fractional digits (the wire's .120Z is .120000Z); sequence is a "
+        "number (the wire's int64 is a string); the set attributes member is kept as it is; "
+        'empty members absent on the wire (prev_hash) are "" in the document.',
+        "event",
+        json_format.MessageToDict(event, preserving_proto_field_name=True),
+        document,
+    )
+    assert vector["digest"] == event.hash
+    return vector
 
 
 if __name__ == "__main__":

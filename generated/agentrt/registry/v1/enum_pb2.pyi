@@ -79,9 +79,8 @@ class _ErrorClassEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorClass
     ERROR_CLASS_CONTENT_FILTERED: _ErrorClass.ValueType  # 5
     """The provider refused or truncated the output under its content policy."""
     ERROR_CLASS_INVALID_OUTPUT: _ErrorClass.ValueType  # 6
-    """The model's output could not be used: unparsable, a call to a tool the
-    definition does not contain, or tool-call arguments that fail the tool's
-    pinned input schema.
+    """The model's output could not be used: unparsable, or a call to a tool the
+    definition does not contain.
     """
     ERROR_CLASS_TOOL_ERROR: _ErrorClass.ValueType  # 7
     """A tool ran and reported failure."""
@@ -100,12 +99,17 @@ class _ErrorClassEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorClass
     ERROR_CLASS_LEASE_LOST: _ErrorClass.ValueType  # 13
     """The attempt's lease expired or was taken over; its worker's writes are refused."""
     ERROR_CLASS_INTERNAL: _ErrorClass.ValueType  # 14
-    """A failure in the worker or the runtime that fits no other class."""
+    """A failure in the runtime that fits no other class."""
+    ERROR_CLASS_INVALID_ARGUMENTS: _ErrorClass.ValueType  # 15
+    """Tool-call arguments did not validate against the tool's pinned input schema."""
+    ERROR_CLASS_WORKER_ERROR: _ErrorClass.ValueType  # 16
+    """A failure inside the worker itself (crash, bug, resource exhaustion)."""
 
 class ErrorClass(_ErrorClass, metaclass=_ErrorClassEnumTypeWrapper):
-    """The class of a failure, as recorded on a step or an attempt and as named by a
-    model policy's fallback rules. Defined here because model policies name it;
-    agentrt.runtime.v1 imports it for steps and attempts.
+    """The class of a failure, as named by a model policy's fallback rules and as
+    recorded on a step or an attempt (agentrt.runtime.v1.ErrorClass). The two
+    enums have the same names, not the same numbers: convert by name, never by
+    number (tests/unit/test_error_class.py checks the names are the same).
 
     New values may be added. Consumers must treat a value they do not recognise
     like ERROR_CLASS_INTERNAL.
@@ -123,9 +127,8 @@ ERROR_CLASS_CONTEXT_LENGTH_EXCEEDED: ErrorClass.ValueType  # 4
 ERROR_CLASS_CONTENT_FILTERED: ErrorClass.ValueType  # 5
 """The provider refused or truncated the output under its content policy."""
 ERROR_CLASS_INVALID_OUTPUT: ErrorClass.ValueType  # 6
-"""The model's output could not be used: unparsable, a call to a tool the
-definition does not contain, or tool-call arguments that fail the tool's
-pinned input schema.
+"""The model's output could not be used: unparsable, or a call to a tool the
+definition does not contain.
 """
 ERROR_CLASS_TOOL_ERROR: ErrorClass.ValueType  # 7
 """A tool ran and reported failure."""
@@ -144,7 +147,11 @@ ERROR_CLASS_CANCELLED: ErrorClass.ValueType  # 12
 ERROR_CLASS_LEASE_LOST: ErrorClass.ValueType  # 13
 """The attempt's lease expired or was taken over; its worker's writes are refused."""
 ERROR_CLASS_INTERNAL: ErrorClass.ValueType  # 14
-"""A failure in the worker or the runtime that fits no other class."""
+"""A failure in the runtime that fits no other class."""
+ERROR_CLASS_INVALID_ARGUMENTS: ErrorClass.ValueType  # 15
+"""Tool-call arguments did not validate against the tool's pinned input schema."""
+ERROR_CLASS_WORKER_ERROR: ErrorClass.ValueType  # 16
+"""A failure inside the worker itself (crash, bug, resource exhaustion)."""
 Global___ErrorClass: _TypeAlias = ErrorClass  # noqa: Y015
 
 class _PermissionDecision:

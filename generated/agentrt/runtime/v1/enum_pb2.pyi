@@ -481,11 +481,22 @@ class _ErrorClassEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorClass
     """The attempt's lease was lost."""
     ERROR_CLASS_WORKER_ERROR: _ErrorClass.ValueType  # 12
     """A failure inside the worker itself (crash, bug, resource exhaustion)."""
+    ERROR_CLASS_CONTENT_FILTERED: _ErrorClass.ValueType  # 13
+    """The provider refused or truncated the output under its content policy."""
+    ERROR_CLASS_TOOL_TIMEOUT: _ErrorClass.ValueType  # 14
+    """A tool did not finish within its timeout."""
+    ERROR_CLASS_DEADLINE_EXCEEDED: _ErrorClass.ValueType  # 15
+    """The run's deadline passed."""
+    ERROR_CLASS_INTERNAL: _ErrorClass.ValueType  # 16
+    """A failure in the runtime that fits no other class."""
 
 class ErrorClass(_ErrorClass, metaclass=_ErrorClassEnumTypeWrapper):
     """Classification of an error, shared by steps and attempts. It drives retries
-    and model fallback. Mirrors agentrt.registry.v1.ErrorClass by name; the two
-    packages do not import each other.
+    and model fallback. The same names as agentrt.registry.v1.ErrorClass (whose
+    fallback_on names these classes), not the same numbers: the two packages do
+    not import each other, and numbers once on the wire keep their meaning, so
+    convert between the two by name, never by number
+    (tests/unit/test_error_class.py checks the names are the same).
     """
 
 ERROR_CLASS_UNSPECIFIED: ErrorClass.ValueType  # 0
@@ -513,7 +524,44 @@ ERROR_CLASS_LEASE_LOST: ErrorClass.ValueType  # 11
 """The attempt's lease was lost."""
 ERROR_CLASS_WORKER_ERROR: ErrorClass.ValueType  # 12
 """A failure inside the worker itself (crash, bug, resource exhaustion)."""
+ERROR_CLASS_CONTENT_FILTERED: ErrorClass.ValueType  # 13
+"""The provider refused or truncated the output under its content policy."""
+ERROR_CLASS_TOOL_TIMEOUT: ErrorClass.ValueType  # 14
+"""A tool did not finish within its timeout."""
+ERROR_CLASS_DEADLINE_EXCEEDED: ErrorClass.ValueType  # 15
+"""The run's deadline passed."""
+ERROR_CLASS_INTERNAL: ErrorClass.ValueType  # 16
+"""A failure in the runtime that fits no other class."""
 Global___ErrorClass: _TypeAlias = ErrorClass  # noqa: Y015
+
+class _ReferenceKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ReferenceKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ReferenceKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    REFERENCE_KIND_UNSPECIFIED: _ReferenceKind.ValueType  # 0
+    REFERENCE_KIND_LABEL: _ReferenceKind.ValueType  # 1
+    """A version label that `@` pins: `coding_agent@agent_v7`."""
+    REFERENCE_KIND_DIGEST: _ReferenceKind.ValueType  # 2
+    """A digest: `coding_agent@sha256:...` or a bare `sha256:...`."""
+    REFERENCE_KIND_TAG: _ReferenceKind.ValueType  # 3
+    """A tag that `:` follows: `coding_agent:prod`."""
+
+class ReferenceKind(_ReferenceKind, metaclass=_ReferenceKindEnumTypeWrapper):
+    """How a run's agent reference was resolved (AgentBinding.reference_kind). The
+    same names as agentrt.registry.v1.ReferenceKind (Resolution.kind); convert by
+    name, never by number.
+    """
+
+REFERENCE_KIND_UNSPECIFIED: ReferenceKind.ValueType  # 0
+REFERENCE_KIND_LABEL: ReferenceKind.ValueType  # 1
+"""A version label that `@` pins: `coding_agent@agent_v7`."""
+REFERENCE_KIND_DIGEST: ReferenceKind.ValueType  # 2
+"""A digest: `coding_agent@sha256:...` or a bare `sha256:...`."""
+REFERENCE_KIND_TAG: ReferenceKind.ValueType  # 3
+"""A tag that `:` follows: `coding_agent:prod`."""
+Global___ReferenceKind: _TypeAlias = ReferenceKind  # noqa: Y015
 
 class _CandidateReason:
     ValueType = _typing.NewType("ValueType", _builtins.int)

@@ -78,6 +78,10 @@ class Event(_message.Message):
     sequence: _builtins.int
     """1, 2, ... within its log, gap-free."""
     event_type: _enum_pb2.EventType.ValueType
+    """Hashed as its dotted name: the value's name without `EVENT_TYPE_`,
+    lowercased, its first `_` a `.` (EVENT_TYPE_RUN_STATUS_CHANGED is
+    `run.status_changed`); docs/audit.md has the whole rule.
+    """
     prev_hash: _builtins.str
     """`sha256:...` of the previous event in the same log; empty for sequence 1."""
     hash: _builtins.str

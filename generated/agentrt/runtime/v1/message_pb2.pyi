@@ -282,6 +282,8 @@ class AgentBinding(_message.Message):
     VERSION_LABEL_FIELD_NUMBER: _builtins.int
     RESOLVED_VIA_TAG_FIELD_NUMBER: _builtins.int
     RESOLVE_TIME_FIELD_NUMBER: _builtins.int
+    REFERENCE_KIND_FIELD_NUMBER: _builtins.int
+    TAG_EVENT_SEQUENCE_FIELD_NUMBER: _builtins.int
     requested_ref: _builtins.str
     """The reference the caller passed, verbatim (e.g. `coding_agent:prod`)."""
     agent_digest: _builtins.str
@@ -292,6 +294,16 @@ class AgentBinding(_message.Message):
     """The version label of that digest (e.g. `agent_v7`)."""
     resolved_via_tag: _builtins.str
     """The tag the reference followed (e.g. `prod`), empty if it was not a tag."""
+    reference_kind: _enum_pb2.ReferenceKind.ValueType
+    """What kind of reference requested_ref is: a tag followed, a version label
+    pinned, or a digest. UNSPECIFIED only for runs created before it was kept.
+    """
+    tag_event_sequence: _builtins.int
+    """When reference_kind is TAG: the sequence of the registry's tag event
+    (agentrt.registry.v1.TagEvent.sequence) that set the target the tag was
+    read at, so the resolution can be found in the tag's history
+    (ListTagHistory). 0 otherwise.
+    """
     @_builtins.property
     def resolve_time(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -303,10 +315,12 @@ class AgentBinding(_message.Message):
         version_label: _builtins.str = ...,
         resolved_via_tag: _builtins.str = ...,
         resolve_time: _timestamp_pb2.Timestamp | None = ...,
+        reference_kind: _enum_pb2.ReferenceKind.ValueType = ...,
+        tag_event_sequence: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resolve_time", b"resolve_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_digest", b"agent_digest", "agent_id", b"agent_id", "requested_ref", b"requested_ref", "resolve_time", b"resolve_time", "resolved_via_tag", b"resolved_via_tag", "version_label", b"version_label"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_digest", b"agent_digest", "agent_id", b"agent_id", "reference_kind", b"reference_kind", "requested_ref", b"requested_ref", "resolve_time", b"resolve_time", "resolved_via_tag", b"resolved_via_tag", "tag_event_sequence", b"tag_event_sequence", "version_label", b"version_label"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -747,9 +761,13 @@ class BoundAgent(_message.Message):
     agent_id: _builtins.str
     version_label: _builtins.str
     definition_json: _builtins.bytes
-    """The resolved closure (every component reference pinned to a digest) as
-    canonical JSON (RFC 8785). The worker reads its prompt, policies and
-    loop settings from it; model, skill and tool contents come from BeginStep.
+    """The agent version as RFC 8785 (JCS) canonical JSON, made only of what its
+    digests cover: {"type": "agentrt.bound_agent.v1", "agent_digest", "agent":
+    the agent document, "components": {component digest: its component
+    document, with description and normalised spec}}. sha256 of JCS(agent) is
+    agent_digest, and of each component document its digest (docs/digest.md
+    §1.5), so a worker can verify everything it runs. It reads its prompt and
+    policies from it; BeginStep hands out model, skill and tool contents too.
     """
     @_builtins.property
     def tool_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
