@@ -94,6 +94,10 @@ class DatabaseHealth:
         if self._probe is None or self._probe.done():
             # A probe still running from before (a frozen database) is not started twice.
             self._probe = asyncio.ensure_future(asyncio.to_thread(self._database.probe))
+            # A probe that outlived its wait (a loaded machine, a frozen database) may fail
+            # after nobody awaits it any more: its failure is this check's or the next one's
+            # answer, not an unretrieved exception for asyncio to log at exit.
+            self._probe.add_done_callback(lambda probe: probe.cancelled() or probe.exception())
         try:
             await asyncio.wait_for(asyncio.shield(self._probe), self._timeout)
         except Exception as exc:
