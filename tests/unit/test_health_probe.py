@@ -44,8 +44,8 @@ def test_a_probe_that_fails_after_its_wait_is_retrieved(caplog: pytest.LogCaptur
         database.release.set()  # now the probe fails, with nobody awaiting it
         probe = watcher._probe
         assert probe is not None
-        while not probe.done():
-            await asyncio.sleep(0.01)
+        # Wait for it to end without awaiting it (awaiting would retrieve its exception).
+        await asyncio.wait([probe])
         watcher._probe = None  # what the next check does: start another, drop this one
         del probe
         return serving
