@@ -8,6 +8,7 @@ from the agent version's closure), never against whatever is newest in the regis
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,6 +106,21 @@ def choose_model(
         reason="NO_MODEL_CANDIDATE",
         metadata={"estimated_input_tokens": str(estimated_input_tokens)},
     )
+
+
+def skills_for_call(definition: BoundDefinition, requested: Sequence[str]) -> tuple[str, ...]:
+    """The skills a model call is handed (their contents in BeginStep's answer, their pinned
+    versions recorded in the step's ``StepVersions.skills``), sorted by name.
+
+    The definition declares the skills its agent may load; a spec that names none gets all
+    of them, one that names some gets exactly those (each must be in the definition:
+    ``step_decide`` refuses any other with NOT_IN_DEFINITION before asking). So the record
+    never depends on whether a worker bothered to list what it loads: a worker that lists
+    nothing is handed, and recorded with, every skill it could load.
+    """
+    if not requested:
+        return tuple(sorted(definition.skills))
+    return tuple(sorted(set(requested)))
 
 
 def permission(definition: BoundDefinition, tool: str, ceiling: str) -> str:

@@ -332,10 +332,11 @@ def _model_columns(
     bound: BoundDefinition, req: StepRequest, choice: resolution.ModelChoice, ceiling: str
 ) -> dict[str, Any]:
     """What a new MODEL_CALL step records of what was resolved for it: the candidate, the
-    prompt, and the pinned skills and tools it offers (each tool with its decision under
-    ``ceiling``). Callers copy it, never change it."""
+    prompt, the pinned skills it is handed (``resolution.skills_for_call``) and the tools it
+    offers (each with its decision under ``ceiling``). Callers copy it, never change it."""
     candidate = choice.candidate
-    skills, tools = tuple(sorted(set(req.skills))), tuple(sorted(set(req.tools)))
+    skills = resolution.skills_for_call(bound, req.skills)
+    tools = tuple(sorted(set(req.tools)))
     # Candidate names are unique within a policy (the registry refuses duplicates), and a
     # bound definition never changes: the same inputs always resolve to the same columns.
     key = (bound.digest, candidate.get("name"), choice.reason, skills, tools, ceiling)

@@ -995,7 +995,9 @@ class StepVersions(_message.Message):
 
     @_builtins.property
     def skills(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordedSkill]:
-        """MODEL_CALL: skills loaded."""
+        """MODEL_CALL: the skills the runtime handed out for the call (see
+        ModelCallSpec.skills), sorted by name.
+        """
 
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordedTool]:
@@ -1192,7 +1194,13 @@ class ModelCallSpec(_message.Message):
     """Digest of the assembled context the worker will send (`sha256:...`)."""
     @_builtins.property
     def skills(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Skills the worker will load (names from BoundAgent.skill_names)."""
+        """Skills the worker will load (names from BoundAgent.skill_names). The
+        runtime decides what the call gets: none listed hands out every skill of
+        the bound definition; a list hands out exactly those (a name outside the
+        definition is refused PERMISSION_DENIED NOT_IN_DEFINITION). The skills
+        handed out come back with their contents (ResolvedVersions.skills) and are
+        recorded on the step (StepVersions.skills), which FindUsages reads.
+        """
 
     @_builtins.property
     def tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -1289,7 +1297,9 @@ class ResolvedVersions(_message.Message):
 
     @_builtins.property
     def skills(self) -> _containers.RepeatedCompositeFieldContainer[Global___ResolvedSkill]:
-        """MODEL_CALL: the requested skills with their contents."""
+        """MODEL_CALL: the skills handed out (see ModelCallSpec.skills) with their
+        contents.
+        """
 
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___ResolvedTool]:
