@@ -65,7 +65,9 @@ def choose_model(
     previous_error_class: str,
     previous_candidate: str,
 ) -> ModelChoice:
-    """Pick the candidate a model call must use.
+    """Pick the candidate a model call must use. ``previous_error_class`` and
+    ``previous_candidate`` are those of the failed MODEL_CALL step the call follows, as the
+    ledger recorded them (``step_decide._model_call``), or empty.
 
     * No previous failure: the first candidate whose context limit admits the estimate —
       the primary, or a later one routed to by context length.

@@ -525,8 +525,9 @@ class _CandidateReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Candi
     CANDIDATE_REASON_PRIMARY: _CandidateReason.ValueType  # 1
     """The model policy's first choice."""
     CANDIDATE_REASON_FALLBACK_AFTER_ERROR: _CandidateReason.ValueType  # 2
-    """A fallback chosen because the previous try failed with
-    ModelCallSpec.previous_error_class.
+    """A fallback chosen because the attempt's latest MODEL_CALL step failed with
+    an error class its candidate falls back on (or a retry of such a fallback):
+    the failed step is RecordedModel.fallback_from_step_id.
     """
     CANDIDATE_REASON_CONTEXT_LENGTH_ROUTE: _CandidateReason.ValueType  # 3
     """A candidate chosen because the estimated context exceeds the primary's window."""
@@ -538,8 +539,9 @@ CANDIDATE_REASON_UNSPECIFIED: CandidateReason.ValueType  # 0
 CANDIDATE_REASON_PRIMARY: CandidateReason.ValueType  # 1
 """The model policy's first choice."""
 CANDIDATE_REASON_FALLBACK_AFTER_ERROR: CandidateReason.ValueType  # 2
-"""A fallback chosen because the previous try failed with
-ModelCallSpec.previous_error_class.
+"""A fallback chosen because the attempt's latest MODEL_CALL step failed with
+an error class its candidate falls back on (or a retry of such a fallback):
+the failed step is RecordedModel.fallback_from_step_id.
 """
 CANDIDATE_REASON_CONTEXT_LENGTH_ROUTE: CandidateReason.ValueType  # 3
 """A candidate chosen because the estimated context exceeds the primary's window."""

@@ -1033,6 +1033,7 @@ class RecordedModel(_message.Message):
     REQUESTED_MODEL_ID_FIELD_NUMBER: _builtins.int
     PARAMETERS_FIELD_NUMBER: _builtins.int
     REPORTED_MODEL_ID_FIELD_NUMBER: _builtins.int
+    FALLBACK_FROM_STEP_ID_FIELD_NUMBER: _builtins.int
     policy_digest: _builtins.str
     """Digest of the model policy component that chose the candidate."""
     candidate_name: _builtins.str
@@ -1043,6 +1044,11 @@ class RecordedModel(_message.Message):
     """Model id the runtime told the worker to request."""
     reported_model_id: _builtins.str
     """Model id the provider reported back (EndStepRequest.reported_model_id)."""
+    fallback_from_step_id: _builtins.str
+    """reason FALLBACK_AFTER_ERROR: the failed MODEL_CALL step of the same attempt
+    this call follows (the attempt's latest model call, whose recorded error
+    class and candidate chose this one). Empty for any other reason.
+    """
     @_builtins.property
     def parameters(self) -> _struct_pb2.Struct:
         """Parameters the runtime told the worker to send (temperature ...)."""
@@ -1057,10 +1063,11 @@ class RecordedModel(_message.Message):
         requested_model_id: _builtins.str = ...,
         parameters: _struct_pb2.Struct | None = ...,
         reported_model_id: _builtins.str = ...,
+        fallback_from_step_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["parameters", b"parameters"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidate_name", b"candidate_name", "parameters", b"parameters", "policy_digest", b"policy_digest", "provider", b"provider", "reason", b"reason", "reported_model_id", b"reported_model_id", "requested_model_id", b"requested_model_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidate_name", b"candidate_name", "fallback_from_step_id", b"fallback_from_step_id", "parameters", b"parameters", "policy_digest", b"policy_digest", "provider", b"provider", "reason", b"reason", "reported_model_id", b"reported_model_id", "requested_model_id", b"requested_model_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1185,11 +1192,19 @@ class ModelCallSpec(_message.Message):
     routing and the token budget check.
     """
     previous_error_class: _enum_pb2.ErrorClass.ValueType
-    """When this call retries a failed one: the error that made it fail. Drives
-    fallback to another candidate.
+    """Ignored (a value outside the enum is still refused INVALID_ARGUMENT): the
+    runtime reads what failed from the ledger, not from the worker. When the
+    attempt's latest MODEL_CALL step ended FAILED, this call follows it: that
+    step's recorded error_class and candidate drive the fallback (the next
+    candidate if the failed one lists the class in fallback_on, else the same
+    one again), whatever this field says, and a FALLBACK_AFTER_ERROR names the
+    step (RecordedModel.fallback_from_step_id). Set or not, agreeing or not,
+    the answer is the same.
     """
     previous_candidate: _builtins.str
-    """When this call retries a failed one: the candidate that failed."""
+    """Ignored, as previous_error_class: the failed candidate is the one the
+    failed step recorded.
+    """
     context_digest: _builtins.str
     """Digest of the assembled context the worker will send (`sha256:...`)."""
     @_builtins.property
