@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import jsonschema
 
 from agentrt_base.errors import FailedPrecondition
 from agentrt_base.lru import LruCache
+from runtime_service.completion import Check, checks_of
 
 #: Strictness order: the stricter of two decisions wins.
 _STRICTNESS = {"ALLOW": 0, "REQUIRE_APPROVAL": 1, "DENY": 2}
@@ -44,11 +46,20 @@ class BoundDefinition:
     permission_policy: Pinned | None = None
     completion_policy: Pinned | None = None
 
+    @cached_property
+    def completion(self) -> tuple[Check, ...]:
+        """The completion policy's checks (none without a policy)."""
+        return checks_of(self.completion_policy.spec if self.completion_policy else None)
+
     @property
     def completion_checks(self) -> list[str]:
-        if self.completion_policy is None:
-            return []
-        return [c["name"] for c in self.completion_policy.spec.get("checks", [])]
+        """The names of every check the completion policy requires."""
+        return [c.name for c in self.completion]
+
+    @property
+    def runtime_checks(self) -> list[str]:
+        """The names of the checks the runtime evaluates itself (no worker attests them)."""
+        return [c.name for c in self.completion if c.by_runtime]
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,15 @@ def decide_begin(
                 f"({', '.join(bound.completion_checks) or 'none'})",
             )
         )
+    if req.check in bound.runtime_checks:
+        # What the runtime reads from the ledger no worker may attest.
+        return Refuse(
+            InvalidArgument.for_field(
+                "completion_check.check",
+                f"{req.check!r} is evaluated by the runtime from the ledger when the run "
+                "completes; it is not attested with a step",
+            )
+        )
     return Record(new.step("STARTED", completion_check=req.check, operation=req.check))
 
 

@@ -742,6 +742,7 @@ class BoundAgent(_message.Message):
     TOOL_NAMES_FIELD_NUMBER: _builtins.int
     SKILL_NAMES_FIELD_NUMBER: _builtins.int
     COMPLETION_CHECKS_FIELD_NUMBER: _builtins.int
+    RUNTIME_CHECKS_FIELD_NUMBER: _builtins.int
     agent_digest: _builtins.str
     """Equals Run.agent.agent_digest."""
     agent_id: _builtins.str
@@ -762,7 +763,15 @@ class BoundAgent(_message.Message):
     @_builtins.property
     def completion_checks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Names of the checks the completion policy requires before the run may
-        complete.
+        complete: the worker attests each one not in runtime_checks with a
+        COMPLETION_CHECK step.
+        """
+
+    @_builtins.property
+    def runtime_checks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The checks among completion_checks the runtime evaluates itself from the
+        ledger when the worker claims completion (the policy's condition, in
+        definition_json); BeginStep refuses a COMPLETION_CHECK step for them.
         """
 
     def __init__(
@@ -775,14 +784,76 @@ class BoundAgent(_message.Message):
         tool_names: _abc.Iterable[_builtins.str] | None = ...,
         skill_names: _abc.Iterable[_builtins.str] | None = ...,
         completion_checks: _abc.Iterable[_builtins.str] | None = ...,
+        runtime_checks: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_digest", b"agent_digest", "agent_id", b"agent_id", "completion_checks", b"completion_checks", "definition_json", b"definition_json", "skill_names", b"skill_names", "tool_names", b"tool_names", "version_label", b"version_label"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_digest", b"agent_digest", "agent_id", b"agent_id", "completion_checks", b"completion_checks", "definition_json", b"definition_json", "runtime_checks", b"runtime_checks", "skill_names", b"skill_names", "tool_names", b"tool_names", "version_label", b"version_label"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BoundAgent: _TypeAlias = BoundAgent  # noqa: Y015
+
+@_typing.final
+class CompletionCheckResult(_message.Message):
+    """One check of the bound completion policy as the runtime found it when the
+    worker claimed completion (FinishAttempt SUCCEEDED_COMPLETE_RUN), recorded on
+    the run.ended event that claim writes (docs/lifecycle.md).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    CONDITION_FIELD_NUMBER: _builtins.int
+    PASSED_FIELD_NUMBER: _builtins.int
+    STEP_IDS_FIELD_NUMBER: _builtins.int
+    ARTIFACT_IDS_FIELD_NUMBER: _builtins.int
+    ATTESTED_BY_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The check's name in the completion policy."""
+    condition: _builtins.str
+    """How it is decided: "ATTESTED" (by the worker, with a COMPLETION_CHECK
+    step), or the condition the runtime evaluated from the ledger
+    (agentrt.registry.v1.CompletionCondition without its prefix:
+    "ARTIFACT_EXISTS", "TOOL_SUCCEEDED_AFTER_SIDE_EFFECTS", "NO_OPEN_STEPS").
+    """
+    passed: _builtins.bool
+    attested_by: _builtins.str
+    """ATTESTED: the principal of the worker whose attempt recorded the step
+    (Attempt.worker_principal); empty for the runtime's own checks.
+    """
+    detail: _builtins.str
+    """Why, in words."""
+    @_builtins.property
+    def step_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The steps the result rests on: the attesting COMPLETION_CHECK step (the
+        worker's latest that ended SUCCEEDED or FAILED); the tool call that
+        succeeded, then the run's last step with side effects; the open steps.
+        """
+
+    @_builtins.property
+    def artifact_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """ARTIFACT_EXISTS: the run's artifacts of the kind."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        condition: _builtins.str = ...,
+        passed: _builtins.bool = ...,
+        step_ids: _abc.Iterable[_builtins.str] | None = ...,
+        artifact_ids: _abc.Iterable[_builtins.str] | None = ...,
+        attested_by: _builtins.str = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_ids", b"artifact_ids", "attested_by", b"attested_by", "condition", b"condition", "detail", b"detail", "name", b"name", "passed", b"passed", "step_ids", b"step_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompletionCheckResult: _TypeAlias = CompletionCheckResult  # noqa: Y015
 
 @_typing.final
 class Turn(_message.Message):
