@@ -72,6 +72,7 @@ _ENUM_PREFIXES = {
     enum_pb2.ComponentKind.DESCRIPTOR.full_name: "COMPONENT_KIND_",
     enum_pb2.ErrorClass.DESCRIPTOR.full_name: "ERROR_CLASS_",
     enum_pb2.PermissionDecision.DESCRIPTOR.full_name: "PERMISSION_DECISION_",
+    enum_pb2.CompletionCondition.DESCRIPTOR.full_name: "COMPLETION_CONDITION_",
 }
 
 # The spec message of each kind, as written under a component's ``spec:``.

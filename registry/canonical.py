@@ -30,6 +30,7 @@ from registry.refs import DIGEST_RE, is_digest, is_valid_label, is_valid_name, i
 
 __all__ = [
     "AGENT_DOCUMENT_TYPE",
+    "COMPLETION_CONDITIONS",
     "COMPONENT_DOCUMENT_TYPE",
     "DECISIONS",
     "DIGEST_RE",
@@ -58,6 +59,10 @@ AGENT_DOCUMENT_TYPE: Final = "agentrt.agent.v1"
 MAX_SAFE_INTEGER: Final = 2**53 - 1
 """The largest integer an IEEE-754 double holds exactly (ECMAScript ``Number.MAX_SAFE_INTEGER``)."""
 DECISIONS: Final = frozenset({"ALLOW", "REQUIRE_APPROVAL", "DENY"})
+#: A completion check the runtime evaluates from the ledger (absent: the worker attests it).
+COMPLETION_CONDITIONS: Final = frozenset(
+    {"ARTIFACT_EXISTS", "TOOL_SUCCEEDED_AFTER_SIDE_EFFECTS", "NO_OPEN_STEPS"}
+)
 """The permission decisions a rule or a policy default may name."""
 
 # The proto enum's zero value, spelled without its prefix. It means "not set", so a default
@@ -567,9 +572,14 @@ def _permission_policy_spec(s: _Struct) -> None:
 def _completion_policy_spec(s: _Struct) -> None:
     checks, paths = [], []
     for path, value in s.items("checks"):
-        c = _Struct(value, path, ("name", "description"))
+        c = _Struct(value, path, ("name", "description", "condition", "artifact_kind", "tool"))
         c.string("name", required=True)
         c.string("description")
+        # Absent (a worker-attested check) in every document written before conditions
+        # existed, so their digests do not change.
+        c.enum("condition", COMPLETION_CONDITIONS, required=False)
+        c.string("artifact_kind")
+        c.string("tool")
         checks.append(c.result())
         paths.append(path)
     s.put("checks", _keyed_set(checks, paths, "name", "check name"))

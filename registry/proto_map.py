@@ -171,7 +171,16 @@ def spec_to_json(
         }
     return {
         "checks": [
-            {"name": c.name, "description": c.description} for c in spec.completion_policy.checks
+            {
+                "name": c.name,
+                "description": c.description,
+                "condition": _enum_name(
+                    enum_pb2.CompletionCondition, "COMPLETION_CONDITION_", c.condition
+                ),
+                "artifact_kind": c.artifact_kind,
+                "tool": c.tool,
+            }
+            for c in spec.completion_policy.checks
         ]
     }
 
@@ -222,7 +231,15 @@ def spec_to_proto(kind: ComponentKind, spec: dict[str, Any]) -> message_pb2.Comp
     else:
         for c in spec.get("checks", []):
             out.completion_policy.checks.add(
-                name=c.get("name", ""), description=c.get("description", "")
+                name=c.get("name", ""),
+                description=c.get("description", ""),
+                condition=_enum_value(
+                    enum_pb2.CompletionCondition,
+                    "COMPLETION_CONDITION_",
+                    c.get("condition", "UNSPECIFIED"),
+                ),
+                artifact_kind=c.get("artifact_kind", ""),
+                tool=c.get("tool", ""),
             )
     return out
 

@@ -245,8 +245,31 @@ def _check_completion_policy(
     spec: dict[str, Any], prefix: str, problems: ViolationCollector
 ) -> None:
     for i, check in enumerate(spec.get("checks", [])):
+        where = f"{prefix}.checks[{i}]"
         if not check.get("name"):
-            problems.add(f"{prefix}.checks[{i}].name", "required")
+            problems.add(f"{where}.name", "required")
+        # Each condition names exactly what it looks for, and nothing it would ignore.
+        condition = check.get("condition", "")
+        needs = _CONDITION_NEEDS.get(condition, "")
+        for key in ("artifact_kind", "tool"):
+            if key == needs and not check.get(key):
+                problems.add(f"{where}.{key}", f"required for condition {condition}")
+            elif key != needs and check.get(key):
+                problems.add(
+                    f"{where}.{key}",
+                    f"only for condition {_NEEDED_BY[key]}"
+                    + (f", not {condition}" if condition else ", not a worker-attested check"),
+                )
+        if needs == "tool" and check.get("tool") and not refs.is_valid_name(check["tool"]):
+            problems.add(f"{where}.tool", _name_rule(check["tool"]))
+
+
+#: What each completion condition names (see CompletionCheck), and the other way round.
+_CONDITION_NEEDS = {
+    "ARTIFACT_EXISTS": "artifact_kind",
+    "TOOL_SUCCEEDED_AFTER_SIDE_EFFECTS": "tool",
+}
+_NEEDED_BY = {needs: condition for condition, needs in _CONDITION_NEEDS.items()}
 
 
 # -- agents ----------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ TERMINAL = frozenset(
 class Trigger(StrEnum):
     ACQUIRE = "ACQUIRE"  # a worker takes the run: attempt N starts
     COMPLETE = "COMPLETE"  # the worker reached the goal
+    FAIL_CHECKS = "FAIL_CHECKS"  # the worker claimed the goal; a completion check failed for good
     FAIL = "FAIL"  # the worker reports a failure it will not retry
     RETRY = "RETRY"  # the worker failed retryably and attempts remain
     EXHAUST = "EXHAUST"  # an attempt failed or was lost and no attempts remain
@@ -120,6 +121,15 @@ TRANSITIONS: tuple[Transition, ...] = (
         TR.COMPLETED_BY_WORKER,
         "SUCCEEDED",
         "FinishAttempt(SUCCEEDED_COMPLETE_RUN), completion checks satisfied",
+    ),
+    _t(
+        R,
+        Trigger.FAIL_CHECKS,
+        F,
+        {WORKER},
+        TR.COMPLETION_CHECKS_FAILED,
+        "FAILED",
+        "FinishAttempt(SUCCEEDED_COMPLETE_RUN), a completion check failed for good",
     ),
     _t(
         R,

@@ -227,8 +227,14 @@ RESOLUTION_COLUMNS = (
     "skills_json",
     "tools_json",
 )
-#: What a step's versions but its context digest are built from, in this order.
-VERSION_COLUMNS = ("system_prompt_digest", "reported_model_id", *RESOLUTION_COLUMNS)
+#: What a step's versions but its context digest are built from, in this order. (A fallback's
+#: failed step differs per step, as the context digest does, but fallbacks are rare: keyed.)
+VERSION_COLUMNS = (
+    "system_prompt_digest",
+    "reported_model_id",
+    "fallback_from_step_id",
+    *RESOLUTION_COLUMNS,
+)
 
 _resolution_of = operator.attrgetter(*RESOLUTION_COLUMNS)
 _versions_key_of = operator.attrgetter(*VERSION_COLUMNS)
@@ -268,6 +274,7 @@ def _versions_of_key(key: tuple[str, ...]) -> message_pb2.StepVersions:
 def _build_versions(
     system_prompt_digest: str,
     reported_model_id: str,
+    fallback_from_step_id: str,
     model_policy_digest: str,
     candidate_name: str,
     candidate_reason: str,
@@ -287,6 +294,7 @@ def _build_versions(
                 provider=provider,
                 requested_model_id=requested_model_id,
                 reported_model_id=reported_model_id,
+                fallback_from_step_id=fallback_from_step_id,
             )
         )
         out.model.parameters.update(_json(parameters_json))

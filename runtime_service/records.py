@@ -71,6 +71,9 @@ class Step:
     context_digest: str
     skills_json: str
     tools_json: str
+    #: MODEL_CALL with reason FALLBACK_AFTER_ERROR: the attempt's failed MODEL_CALL step the
+    #: fallback follows (read from the ledger, never from the request).
+    fallback_from_step_id: str
 
     def values(self) -> dict[str, Any]:
         """Every field by name (the record's own dict: read it, do not change it)."""
@@ -146,6 +149,7 @@ BLANK_STEP: dict[str, Any] = {
     "context_digest": "",
     "skills_json": "[]",
     "tools_json": "[]",
+    "fallback_from_step_id": "",
 }
 
 

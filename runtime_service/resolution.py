@@ -8,13 +8,16 @@ from the agent version's closure), never against whatever is newest in the regis
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import jsonschema
 
 from agentrt_base.errors import FailedPrecondition
 from agentrt_base.lru import LruCache
+from runtime_service.completion import Check, checks_of
 
 #: Strictness order: the stricter of two decisions wins.
 _STRICTNESS = {"ALLOW": 0, "REQUIRE_APPROVAL": 1, "DENY": 2}
@@ -43,11 +46,20 @@ class BoundDefinition:
     permission_policy: Pinned | None = None
     completion_policy: Pinned | None = None
 
+    @cached_property
+    def completion(self) -> tuple[Check, ...]:
+        """The completion policy's checks (none without a policy)."""
+        return checks_of(self.completion_policy.spec if self.completion_policy else None)
+
     @property
     def completion_checks(self) -> list[str]:
-        if self.completion_policy is None:
-            return []
-        return [c["name"] for c in self.completion_policy.spec.get("checks", [])]
+        """The names of every check the completion policy requires."""
+        return [c.name for c in self.completion]
+
+    @property
+    def runtime_checks(self) -> list[str]:
+        """The names of the checks the runtime evaluates itself (no worker attests them)."""
+        return [c.name for c in self.completion if c.by_runtime]
 
 
 @dataclass(frozen=True)
@@ -64,7 +76,9 @@ def choose_model(
     previous_error_class: str,
     previous_candidate: str,
 ) -> ModelChoice:
-    """Pick the candidate a model call must use.
+    """Pick the candidate a model call must use. ``previous_error_class`` and
+    ``previous_candidate`` are those of the failed MODEL_CALL step the call follows, as the
+    ledger recorded them (``step_decide._model_call``), or empty.
 
     * No previous failure: the first candidate whose context limit admits the estimate —
       the primary, or a later one routed to by context length.
@@ -105,6 +119,21 @@ def choose_model(
         reason="NO_MODEL_CANDIDATE",
         metadata={"estimated_input_tokens": str(estimated_input_tokens)},
     )
+
+
+def skills_for_call(definition: BoundDefinition, requested: Sequence[str]) -> tuple[str, ...]:
+    """The skills a model call is handed (their contents in BeginStep's answer, their pinned
+    versions recorded in the step's ``StepVersions.skills``), sorted by name.
+
+    The definition declares the skills its agent may load; a spec that names none gets all
+    of them, one that names some gets exactly those (each must be in the definition:
+    ``step_decide`` refuses any other with NOT_IN_DEFINITION before asking). So the record
+    never depends on whether a worker bothered to list what it loads: a worker that lists
+    nothing is handed, and recorded with, every skill it could load.
+    """
+    if not requested:
+        return tuple(sorted(definition.skills))
+    return tuple(sorted(set(requested)))
 
 
 def permission(definition: BoundDefinition, tool: str, ceiling: str) -> str:

@@ -30,6 +30,7 @@ from runtime_service.step_rules import (
     End,
     EndDecision,
     EndView,
+    PriorModelCall,
     Record,
     Refuse,
     Reuse,
@@ -96,7 +97,7 @@ def decide_begin(
     if exceeded is not None:
         return StopOnBudget(exceeded)
     if req.type == "MODEL_CALL":
-        return _model_call(new, bound)
+        return _model_call(new, bound, view.last_model_call)
     if req.type == "TOOL_CALL":
         return _tool_call(new, bound)
     if req.check not in bound.completion_checks:
@@ -105,6 +106,15 @@ def decide_begin(
                 "completion_check.check",
                 f"{req.check!r} is not a check of the bound completion policy "
                 f"({', '.join(bound.completion_checks) or 'none'})",
+            )
+        )
+    if req.check in bound.runtime_checks:
+        # What the runtime reads from the ledger no worker may attest.
+        return Refuse(
+            InvalidArgument.for_field(
+                "completion_check.check",
+                f"{req.check!r} is evaluated by the runtime from the ledger when the run "
+                "completes; it is not attested with a step",
             )
         )
     return Record(new.step("STARTED", completion_check=req.check, operation=req.check))
@@ -218,7 +228,14 @@ class _NewStep:
         return Record(step, error=error)
 
 
-def _model_call(new: _NewStep, bound: BoundDefinition) -> BeginDecision:
+def _model_call(
+    new: _NewStep, bound: BoundDefinition, prior: PriorModelCall | None
+) -> BeginDecision:
+    """A model call: its skills and tools checked against the definition, its candidate
+    chosen. A fallback follows the ledger, never the worker's word: when the attempt's latest
+    MODEL_CALL step FAILED, its error class and candidate (as recorded) drive the choice, and
+    a FALLBACK_AFTER_ERROR names that step (``fallback_from_step_id``). The request's
+    ``previous_error_class`` and ``previous_candidate`` are ignored."""
     req = new.req
     unknown = [f"skill {s}" for s in req.skills if s not in bound.skills]
     unknown += [f"tool {t}" for t in req.tools if t not in bound.tools]
@@ -233,18 +250,24 @@ def _model_call(new: _NewStep, bound: BoundDefinition) -> BeginDecision:
             ),
             message,
         )
+    failed = prior if prior is not None and prior.status == "FAILED" else None
     try:
         choice = resolution.choose_model(
             bound.model_policy.spec,
             estimated_input_tokens=req.estimated_input_tokens,
-            previous_error_class=req.previous_error_class,
-            previous_candidate=req.previous_candidate,
+            previous_error_class=failed.error_class if failed is not None else "",
+            previous_candidate=failed.candidate_name if failed is not None else "",
         )
     except FailedPrecondition as exc:
+        if failed is not None:
+            exc.metadata["failed_step_id"] = failed.step_id
         return Refuse(exc)
     columns = _model_columns(bound, req, choice, new.run.permission_ceiling)
+    after = failed.step_id if failed is not None and choice.reason == "FALLBACK_AFTER_ERROR" else ""
     return Record(
-        new.step("STARTED", **columns, context_digest=req.context_digest),
+        new.step(
+            "STARTED", **columns, context_digest=req.context_digest, fallback_from_step_id=after
+        ),
         deliver_steers=new.run.pending_steers > 0,
     )
 
@@ -332,10 +355,11 @@ def _model_columns(
     bound: BoundDefinition, req: StepRequest, choice: resolution.ModelChoice, ceiling: str
 ) -> dict[str, Any]:
     """What a new MODEL_CALL step records of what was resolved for it: the candidate, the
-    prompt, and the pinned skills and tools it offers (each tool with its decision under
-    ``ceiling``). Callers copy it, never change it."""
+    prompt, the pinned skills it is handed (``resolution.skills_for_call``) and the tools it
+    offers (each with its decision under ``ceiling``). Callers copy it, never change it."""
     candidate = choice.candidate
-    skills, tools = tuple(sorted(set(req.skills))), tuple(sorted(set(req.tools)))
+    skills = resolution.skills_for_call(bound, req.skills)
+    tools = tuple(sorted(set(req.tools)))
     # Candidate names are unique within a policy (the registry refuses duplicates), and a
     # bound definition never changes: the same inputs always resolve to the same columns.
     key = (bound.digest, candidate.get("name"), choice.reason, skills, tools, ceiling)

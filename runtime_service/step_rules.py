@@ -68,8 +68,6 @@ class StepRequest:
     retry_of_step_id: str
     # MODEL_CALL
     estimated_input_tokens: int = 0
-    previous_error_class: str = ""
-    previous_candidate: str = ""
     skills: list[str] = field(default_factory=list)
     tools: list[str] = field(default_factory=list)
     context_digest: str = ""
@@ -264,6 +262,21 @@ class RunView:
     attempt_cost_usd: float
 
 
+@dataclass(frozen=True, slots=True)
+class PriorModelCall:
+    """The attempt's latest MODEL_CALL step, as the ledger holds it: what a model call's
+    fallback follows when it FAILED (``step_decide._model_call``)."""
+
+    step_id: str
+    status: str
+    error_class: str
+    candidate_name: str
+
+    @staticmethod
+    def of(step: Step) -> PriorModelCall:
+        return PriorModelCall(step.id, step.status, step.error_class, step.candidate_name)
+
+
 @dataclass(slots=True)
 class BeginView:
     run: RunView | None
@@ -278,6 +291,9 @@ class BeginView:
     keyed: Step | None = None
     #: For a keyed APPROVAL_REQUEST: the TOOL_CALL step that followed its decision.
     keyed_follower_id: str | None = None
+    #: For a MODEL_CALL request: the attempt's latest MODEL_CALL step (None: there is none;
+    #: not read for other requests).
+    last_model_call: PriorModelCall | None = None
 
 
 @dataclass(slots=True)

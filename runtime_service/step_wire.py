@@ -16,6 +16,14 @@ from runtime_service.step_rules import StepEnd, StepRequest, step_end
 
 def step_request(request: pb.BeginStepRequest) -> StepRequest:
     model, tool, check = request.model_call, request.tool_call, request.completion_check
+    # The worker's claim of a previous failure is ignored (the ledger says what failed:
+    # step_decide._model_call), but a value outside the enum is still a malformed request.
+    enum_name(
+        enum_pb2.ErrorClass,
+        "ERROR_CLASS_",
+        model.previous_error_class,
+        "model_call.previous_error_class",
+    )
     return StepRequest(
         attempt_id=request.fence.attempt_id,
         lease_epoch=request.fence.lease_epoch,
@@ -27,13 +35,6 @@ def step_request(request: pb.BeginStepRequest) -> StepRequest:
         input_ref=request.input_ref,
         retry_of_step_id=request.retry_of_step_id,
         estimated_input_tokens=model.estimated_input_tokens,
-        previous_error_class=enum_name(
-            enum_pb2.ErrorClass,
-            "ERROR_CLASS_",
-            model.previous_error_class,
-            "model_call.previous_error_class",
-        ),
-        previous_candidate=model.previous_candidate,
         skills=list(model.skills),
         tools=list(model.tools),
         context_digest=model.context_digest,

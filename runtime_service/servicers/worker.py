@@ -68,6 +68,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 tool_names=acquired.tool_names,
                 skill_names=acquired.skill_names,
                 completion_checks=acquired.completion_checks,
+                runtime_checks=acquired.runtime_checks,
             ),
         )
         if acquired.checkpoint is not None:

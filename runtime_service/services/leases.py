@@ -24,11 +24,13 @@ from agentrt_base.db import utcnow
 from agentrt_base.db_failures import database_failure
 from agentrt_base.errors import FailedPrecondition, InvalidArgument
 from runtime_service import notify
+from runtime_service.completion import CheckResult, Outcome, evaluate
 from runtime_service.fence import FenceClaim, new_lease_token, token_holds
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime
 from runtime_service.store import attempts, leases, transitions
+from runtime_service.store import completion as completion_store
 from runtime_service.store.fencing import fenced
 from runtime_service.store.ledger import CheckpointRow
 from runtime_service.store.runs import active_attempt
@@ -44,6 +46,17 @@ OUTCOMES = (
     "PAUSED",
     "WAITING_APPROVAL",
 )
+
+
+def _repeated_status(outcome: str) -> tuple[str, ...]:
+    """The attempt statuses a FinishAttempt with ``outcome`` can have left behind (for
+    recognising it repeated): a completion claim the completion checks refuted ended the
+    attempt FAILED (and its run COMPLETION_CHECKS_FAILED: see ``finish``)."""
+    if outcome == "SUCCEEDED_COMPLETE_RUN":
+        return ("SUCCEEDED", "FAILED")
+    return (_OUTCOME_STATUS[outcome],)
+
+
 #: The attempt status each outcome leaves behind (for recognising a repeated FinishAttempt).
 _OUTCOME_STATUS = {
     "SUCCEEDED_COMPLETE_RUN": "SUCCEEDED",
@@ -63,6 +76,8 @@ class Acquired:
     tool_names: list[str]
     skill_names: list[str]
     completion_checks: list[str]
+    #: The checks among them the runtime evaluates itself.
+    runtime_checks: list[str]
     #: The checkpoint the attempt resumes from (the run's latest), if any.
     checkpoint: CheckpointRow | None = None
     #: The attempt's secret lease token, for the worker alone (kept nowhere but its hash).
@@ -167,6 +182,7 @@ class LeasesService:
             bound.tool_names,
             bound.skill_names,
             bound.definition.completion_checks,
+            bound.definition.runtime_checks,
             checkpoint,
             token,
         )
@@ -207,7 +223,7 @@ class LeasesService:
                 and attempt.lease_epoch == fence.lease_epoch
                 # (Its worker's only: the attempt id and epoch are public.)
                 and token_holds(fence, attempt.lease_token_hash)
-                and attempt.status == _OUTCOME_STATUS[outcome]
+                and attempt.status in _repeated_status(outcome)
                 and attempt.end_time is not None
                 # Fix: only *this* request again. An attempt the runtime ended (a stop forced
                 # after the grace period, a deadline) has the runtime's error, not the worker's,
@@ -219,17 +235,31 @@ class LeasesService:
                 and attempt.retryable == (outcome == "FAILED_RETRYABLE")
             ):
                 # The same FinishAttempt again (a retry after a lost response): same answer.
-                return attempts.run_of(session, attempt), attempt
+                run = attempts.run_of(session, attempt)
+                if (
+                    attempt.status != "FAILED"
+                    or outcome != "SUCCEEDED_COMPLETE_RUN"
+                    or (run.terminal_reason == "COMPLETION_CHECKS_FAILED")
+                ):
+                    return run, attempt
             run, attempt = fenced(session, fence)
             now = utcnow()
-            trigger = self._trigger_for(session, run, attempt, outcome)
+            checks: list[CheckResult] = []
+            if outcome == "SUCCEEDED_COMPLETE_RUN":
+                trigger, checks = self._check_complete(session, run, attempt)
+            else:
+                trigger = self._trigger_for(session, run, attempt, outcome)
             attempts.record_result(
-                run,
-                attempt,
-                result_summary,
-                output_ref,
-                completes_run=outcome == "SUCCEEDED_COMPLETE_RUN",
+                run, attempt, result_summary, output_ref, completes_run=trigger is Trigger.COMPLETE
             )
+            message = error_message or result_summary
+            if trigger is Trigger.FAIL_CHECKS:
+                # The worker's claim stands refuted by the ledger: the run's message says
+                # why (each failed check's detail); the attempt keeps no error of the
+                # worker's, so a repeated claim is recognised as the same request.
+                message = "completion checks failed: " + "; ".join(
+                    f"{r.check.name} ({r.detail})" for r in checks if r.outcome is Outcome.FAILED
+                )
             failed_on_stop = outcome.startswith("FAILED") and trigger in (
                 Trigger.CANCEL,
                 Trigger.INTERRUPT,
@@ -243,11 +273,12 @@ class LeasesService:
                 now,
                 attempt=attempt,
                 attempt_status="FAILED" if failed_on_stop else None,
-                message=error_message or result_summary,
+                message=message,
                 error_class=error_class,
                 error_message=error_message,
                 retryable=outcome == "FAILED_RETRYABLE",
                 principal=principal,
+                completion_checks=checks,
             )
             return run, attempt
 
@@ -256,9 +287,7 @@ class LeasesService:
     def _trigger_for(
         self, session: Session, run: RunRow, attempt: AttemptRow, outcome: str
     ) -> Trigger:
-        if outcome == "SUCCEEDED_COMPLETE_RUN":
-            self._check_complete(session, run, attempt)
-            return Trigger.COMPLETE
+        """The transition a FinishAttempt other than SUCCEEDED_COMPLETE_RUN makes."""
         if outcome == "FAILED_RETRYABLE" and (run.cancel_requested or run.pause_requested):
             # The run was asked to stop: a retryable failure on the way out must not re-queue
             # it (that would undo the cancel); it stops as asked, the attempt FAILED. (A
@@ -293,8 +322,13 @@ class LeasesService:
             )
         return Trigger.WAIT_APPROVAL
 
-    def _check_complete(self, session: Session, run: RunRow, attempt: AttemptRow) -> None:
-        """A run completes only with nothing left open and every required check passed."""
+    def _check_complete(
+        self, session: Session, run: RunRow, attempt: AttemptRow
+    ) -> tuple[Trigger, list[CheckResult]]:
+        """A completion claim: refused while steps are open or inputs undelivered; then every
+        check of the completion policy is decided from the ledger (``completion``): all
+        passed, the run completes; one failed for good, it fails (COMPLETION_CHECKS_FAILED);
+        else the claim is refused (COMPLETION_CHECKS_MISSING), changing nothing."""
         open_steps = attempts.open_steps(session, attempt.id)
         if open_steps:
             raise FailedPrecondition(
@@ -306,21 +340,22 @@ class LeasesService:
                 f"{pending} input(s) were sent and not yet delivered: begin a turn to read them",
                 reason="INPUTS_PENDING",
             )
-        required = self._bound.get(session, run.agent_digest).definition.completion_checks
-        if not required:
-            return
-        passed = attempts.passed_checks(session, run.id)
-        missing = [c for c in required if c not in passed]
+        checks = self._bound.get(session, run.agent_digest).definition.completion
+        results = evaluate(checks, completion_store.read_facts(session, run.id, checks))
+        if any(r.outcome is Outcome.FAILED for r in results):
+            return Trigger.FAIL_CHECKS, results
+        missing = [r for r in results if r.outcome is Outcome.MISSING]
         if missing:
+            names = [r.check.name for r in missing]
             raise FailedPrecondition(
-                "the completion policy's checks have not all passed; missing: "
-                + ", ".join(missing),
+                "the completion policy's checks have not all passed; missing: " + ", ".join(names),
                 reason="COMPLETION_CHECKS_MISSING",
-                metadata={"missing_checks": ",".join(missing)},
+                metadata={"missing_checks": ",".join(names)},
                 violations=[
-                    ("COMPLETION_CHECK", c, "no SUCCEEDED COMPLETION_CHECK step") for c in missing
+                    ("COMPLETION_CHECK", r.check.name, f"not attested: {r.detail}") for r in missing
                 ],
             )
+        return Trigger.COMPLETE, results
 
     # -- the reaper --------------------------------------------------------------------------
 

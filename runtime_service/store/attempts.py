@@ -144,17 +144,3 @@ def pending_inputs(session: Session, run_id: str) -> int:
         )
         or 0
     )
-
-
-def passed_checks(session: Session, run_id: str) -> set[str]:
-    """The completion checks the run has passed (a SUCCEEDED COMPLETION_CHECK step, in any of
-    its attempts)."""
-    return set(
-        session.scalars(
-            sa.select(StepRow.completion_check).where(
-                StepRow.run_id == run_id,
-                StepRow.type == "COMPLETION_CHECK",
-                StepRow.status == "SUCCEEDED",
-            )
-        )
-    )

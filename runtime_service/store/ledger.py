@@ -36,6 +36,10 @@ class TurnRow(Base):
     request_id: Mapped[str] = mapped_column(sa.String(128))
 
 
+#: The condition of the model-call index (see StepRow), which its query repeats.
+MODEL_CALLS = "type = 'MODEL_CALL'"
+
+
 class StepRow(Base):
     __tablename__ = "runtime_steps"
     __table_args__ = (
@@ -53,6 +57,14 @@ class StepRow(Base):
         # can prove the index applies.
         _partial_index("ix_runtime_steps_input_ref", "input_ref", where="input_ref != ''"),
         _partial_index("ix_runtime_steps_output_ref", "output_ref", where="output_ref != ''"),
+        # BeginStep(MODEL_CALL)'s look-up of the attempt's latest model call, which a fallback
+        # follows: one index probe for max(sequence). Partial: other steps cost no page of it.
+        _partial_index(
+            "ix_runtime_steps_attempt_id_model_calls",
+            "attempt_id",
+            "sequence",
+            where=MODEL_CALLS,
+        ),
     )
 
     id: Mapped[str] = mapped_column(_ID, primary_key=True)
@@ -102,6 +114,8 @@ class StepRow(Base):
     context_digest: Mapped[str] = mapped_column(_DIGEST)
     skills_json: Mapped[str] = mapped_column(sa.Text)
     tools_json: Mapped[str] = mapped_column(sa.Text)
+    # The failed model call a fallback follows (empty before migration 0014).
+    fallback_from_step_id: Mapped[str] = mapped_column(_ID, server_default="")
 
 
 #: The conditions of the usage indexes (see StepUsageRow), which their queries repeat.

@@ -30,7 +30,7 @@ from typing import Any
 
 from agentrt_base.raw import RawTx, Statement
 from runtime_service.records import Step
-from runtime_service.step_rules import BeginView, EndView, RunView, StepRequest
+from runtime_service.step_rules import BeginView, EndView, PriorModelCall, RunView, StepRequest
 from runtime_service.store.steps import (
     begin_view,
     end_view,
@@ -75,6 +75,9 @@ class CachedStepStates(StepStates):
         self._turns: dict[str, tuple[str, str]] = {}
         #: Steps this writer began and has not seen end, by id.
         self._started: dict[str, Step] = {}
+        #: Each attempt's latest MODEL_CALL step (None: it has none), where known: read with
+        #: a MODEL_CALL's view, then kept by what this writer records and ends.
+        self._model_calls: dict[str, PriorModelCall | None] = {}
 
     def validate(self, tx: RawTx) -> None:
         """Call first in each write transaction: forget everything if another connection
@@ -91,17 +94,20 @@ class CachedStepStates(StepStates):
         self._run_of_attempt.clear()
         self._turns.clear()
         self._started.clear()
+        self._model_calls.clear()
 
     def begin(self, tx: RawTx, req: StepRequest) -> BeginView | None:
         run_id = self._run_of_attempt.get(req.attempt_id)
         run = self._runs.get(run_id) if run_id is not None else None
         turn = self._turns.get(req.turn_id)
+        model_call = req.type == "MODEL_CALL"
         if (
             run is None
             or turn is None
             or req.idempotency_key
             or req.input_ref
             or req.retry_of_step_id
+            or (model_call and req.attempt_id not in self._model_calls)
         ):
             view = read_begin(tx, req)
             # Kept by run, so only as read for its current attempt: a stale attempt's lease
@@ -110,8 +116,15 @@ class CachedStepStates(StepStates):
                 self._remember(req.attempt_id, view.run)
                 if view.turn_attempt_id is not None and view.turn_status is not None:
                     self._turns[req.turn_id] = (view.turn_attempt_id, view.turn_status)
+                if model_call:
+                    self._model_calls[req.attempt_id] = view.last_model_call
             return view
-        return BeginView(run, turn_attempt_id=turn[0], turn_status=turn[1])
+        return BeginView(
+            run,
+            turn_attempt_id=turn[0],
+            turn_status=turn[1],
+            last_model_call=self._model_calls.get(req.attempt_id),
+        )
 
     def end(self, tx: RawTx, attempt_id: str, step_id: str, output_ref: str) -> EndView | None:
         run_id = self._run_of_attempt.get(attempt_id)
@@ -122,6 +135,14 @@ class CachedStepStates(StepStates):
         return EndView(run, step=step)
 
     def wrote(self, run: RunView, step: Step) -> None:
+        if step.type == "MODEL_CALL":
+            known = self._model_calls.get(step.attempt_id)
+            # The run's latest step (one just recorded, or ended with nothing begun since) is
+            # its attempt's latest model call; so is one ended that was known to be.
+            if step.sequence == run.last_step_sequence or (
+                known is not None and known.step_id == step.id
+            ):
+                self._model_calls[step.attempt_id] = PriorModelCall.of(step)
         if step.status != "STARTED":
             self._started.pop(step.id, None)
         elif len(self._started) >= self._limit:
@@ -135,20 +156,31 @@ class CachedStepStates(StepStates):
             self._runs.pop(run.run_id, None)
 
     def _remember(self, attempt_id: str, run: RunView) -> None:
-        if len(self._runs) >= self._limit or len(self._turns) >= self._limit:
+        if (
+            len(self._runs) >= self._limit
+            or len(self._turns) >= self._limit
+            or len(self._model_calls) >= self._limit
+        ):
             self.clear()
         self._runs[run.run_id] = run
         self._run_of_attempt[attempt_id] = run.run_id
 
 
-#: A BeginStep's view depends on (attempt, turn, idempotency key, input ref, retry link); an
-#: EndStep's on (attempt, step, output ref).
-_BeginKey = tuple[str, str, str, str, str]
+#: A BeginStep's view depends on (attempt, turn, idempotency key, input ref, retry link,
+#: whether it is a model call); an EndStep's on (attempt, step, output ref).
+_BeginKey = tuple[str, str, str, str, str, bool]
 _EndKey = tuple[str, str, str]
 
 
 def _begin_key(req: StepRequest) -> _BeginKey:
-    return (req.attempt_id, req.turn_id, req.idempotency_key, req.input_ref, req.retry_of_step_id)
+    return (
+        req.attempt_id,
+        req.turn_id,
+        req.idempotency_key,
+        req.input_ref,
+        req.retry_of_step_id,
+        req.type == "MODEL_CALL",
+    )
 
 
 class PrefetchedStepStates(StepStates):
@@ -186,7 +218,9 @@ class PrefetchedStepStates(StepStates):
         """Take the rows of the reads sent (after the pipeline they were sent in)."""
         for begin_key, end_key, cursor in self._sent:
             if begin_key is not None:
-                self._begins[begin_key] = begin_view(tx, cursor.fetchone())
+                self._begins[begin_key] = begin_view(
+                    tx, cursor.fetchone(), model_call=begin_key[-1]
+                )
             elif end_key is not None:
                 self._ends[end_key] = end_view(tx, cursor.fetchone())
         self._sent.clear()

@@ -30,6 +30,7 @@ from runtime_service.step_rules import (
     BeginView,
     End,
     EndView,
+    PriorModelCall,
     Record,
     RunView,
     StepRequest,
@@ -38,7 +39,7 @@ from runtime_service.step_rules import (
     usage_rows,
 )
 from runtime_service.store import inputs
-from runtime_service.store.ledger import InputRow, StepRow, StepUsageRow
+from runtime_service.store.ledger import MODEL_CALLS, InputRow, StepRow, StepUsageRow
 
 _STEPS = cast(sa.Table, StepRow.__table__)
 STEP_COLUMNS: tuple[str, ...] = tuple(c.key for c in _STEPS.columns)
@@ -120,29 +121,62 @@ _BEGIN_COLUMNS = (
     + ", (SELECT s.run_id FROM runtime_steps s WHERE s.id = :retry_of)"
 )
 _BEGIN_TURN = " LEFT JOIN runtime_turns t ON t.id = :turn_id"
-_BEGIN = Statement(_BEGIN_COLUMNS + _FROM_ATTEMPT + _BEGIN_TURN + " WHERE a.id = :attempt_id")
-#: The same with the step the idempotency key names (the run's latest with that key) and,
-#: for an approval request, the tool call that followed its decision.
-_KEYED_SQL = (
-    _BEGIN_COLUMNS
-    + ", CASE WHEN k.type = 'APPROVAL_REQUEST' THEN (SELECT f.id FROM runtime_steps f"
+#: A MODEL_CALL's view adds the attempt's latest MODEL_CALL step (``PriorModelCall``): the
+#: one a fallback follows if it failed. max(sequence) is one probe of the partial index
+#: holding only model calls (its condition repeated word for word, so both engines can prove
+#: it applies); the step itself is then found by the run's (run_id, sequence) key.
+_PRIOR_COLUMNS = ", m.id, m.status, m.error_class, m.candidate_name"
+_PRIOR_SIZE = 4
+_PRIOR_JOIN = (
+    " LEFT JOIN runtime_steps m ON m.run_id = r.id AND m.sequence = (SELECT max(p.sequence)"
+    " FROM runtime_steps p{indexed}"
+    f" WHERE p.attempt_id = a.id AND p.{MODEL_CALLS})"
+)
+#: With the step the idempotency key names (the run's latest with that key) and, for an
+#: approval request, the tool call that followed its decision.
+_KEYED_COLUMNS = (
+    ", CASE WHEN k.type = 'APPROVAL_REQUEST' THEN (SELECT f.id FROM runtime_steps f"
     " WHERE f.run_id = r.id AND f.approval_step_id = k.id AND f.type = 'TOOL_CALL' LIMIT 1)"
-    " END, "
-    + ", ".join("k." + c for c in STEP_COLUMNS)
-    + _FROM_ATTEMPT
-    + _BEGIN_TURN
-    # The latest by max() over the key's partial index: ORDER BY sequence DESC LIMIT 1 had
-    # both engines walk the run's steps backwards through (run_id, sequence), and SQLite
-    # still prefers that index for max(sequence) unless told (INDEXED BY, SQLite only).
-    + " LEFT JOIN runtime_steps k ON k.run_id = r.id AND k.sequence = (SELECT max(s.sequence)"
-    " FROM runtime_steps s{indexed}"
+    " END, " + ", ".join("k." + c for c in STEP_COLUMNS)
+)
+# The latest by max() over the key's partial index: ORDER BY sequence DESC LIMIT 1 had both
+# engines walk the run's steps backwards through (run_id, sequence), and SQLite still prefers
+# that index for max(sequence) unless told (INDEXED BY, SQLite only).
+_KEYED_JOIN = (
+    " LEFT JOIN runtime_steps k ON k.run_id = r.id AND k.sequence = (SELECT max(s.sequence)"
+    " FROM runtime_steps s{keyed_index}"
     " WHERE s.run_id = r.id AND s.idempotency_key = :key AND s.idempotency_key != '')"
-    " WHERE a.id = :attempt_id"
 )
-_BEGIN_KEYED = Statement(
-    _KEYED_SQL.format(indexed=" INDEXED BY ix_runtime_steps_run_id_idempotency_key"),
-    postgresql=_KEYED_SQL.format(indexed=""),
-)
+
+
+def _begin_statement(*, keyed: bool, model_call: bool) -> Statement:
+    """The BeginStep read: the run view, the turn, the blob, the retry link; the attempt's
+    latest model call (``model_call``); the keyed step (``keyed``)."""
+    sql = (
+        _BEGIN_COLUMNS
+        + (_PRIOR_COLUMNS if model_call else "")
+        + (_KEYED_COLUMNS if keyed else "")
+        + _FROM_ATTEMPT
+        + _BEGIN_TURN
+        + (_PRIOR_JOIN if model_call else "")
+        + (_KEYED_JOIN if keyed else "")
+        + " WHERE a.id = :attempt_id"
+    )
+    return Statement(
+        sql.format(
+            indexed=" INDEXED BY ix_runtime_steps_attempt_id_model_calls",
+            keyed_index=" INDEXED BY ix_runtime_steps_run_id_idempotency_key",
+        ),
+        postgresql=sql.format(indexed="", keyed_index=""),
+    )
+
+
+#: By (keyed, model call).
+_BEGIN = {
+    (keyed, model_call): _begin_statement(keyed=keyed, model_call=model_call)
+    for keyed in (False, True)
+    for model_call in (False, True)
+}
 
 
 def read_begin(tx: RawTx, req: StepRequest) -> BeginView:
@@ -150,7 +184,7 @@ def read_begin(tx: RawTx, req: StepRequest) -> BeginView:
     the lock in the same round trip)."""
     with tx.pipeline():
         cursor = send_begin_read(tx, req)
-    return begin_view(tx, cursor.fetchone())
+    return begin_view(tx, cursor.fetchone(), model_call=req.type == "MODEL_CALL")
 
 
 def send_begin_read(tx: RawTx, req: StepRequest) -> Any:
@@ -163,12 +197,15 @@ def send_begin_read(tx: RawTx, req: StepRequest) -> Any:
         "input_ref": req.input_ref,
         "retry_of": req.retry_of_step_id,
     }
+    statement = _BEGIN[bool(req.idempotency_key), req.type == "MODEL_CALL"]
     if req.idempotency_key:
-        return tx.execute(_BEGIN_KEYED, {**params, "key": req.idempotency_key})
-    return tx.execute(_BEGIN, params)
+        params["key"] = req.idempotency_key
+    return tx.execute(statement, params)
 
 
-def begin_view(tx: RawTx, row: Sequence[Any] | None) -> BeginView:
+def begin_view(tx: RawTx, row: Sequence[Any] | None, *, model_call: bool) -> BeginView:
+    """The view in a row of :func:`send_begin_read`'s statement (``model_call``: it was read
+    for a MODEL_CALL request, so it holds the attempt's latest model call)."""
     if row is None:
         return BeginView(None)
     n = _RUN_VIEW_SIZE
@@ -179,9 +216,14 @@ def begin_view(tx: RawTx, row: Sequence[Any] | None) -> BeginView:
         input_blob=bool(row[n + 2]),
         retry_of_run_id=row[n + 3],
     )
-    if len(row) > n + 4:
-        view.keyed_follower_id = row[n + 4]
-        view.keyed = _step_of_row(tx, row[n + 5 :])
+    n += 4
+    if model_call:
+        if row[n] is not None:
+            view.last_model_call = PriorModelCall(*row[n : n + _PRIOR_SIZE])
+        n += _PRIOR_SIZE
+    if len(row) > n:
+        view.keyed_follower_id = row[n]
+        view.keyed = _step_of_row(tx, row[n + 1 :])
     return view
 
 

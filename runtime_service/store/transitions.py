@@ -8,6 +8,7 @@ all in the caller's transaction.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -15,6 +16,7 @@ from sqlalchemy.orm import Session
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
 from agentrt_base.errors import FailedPrecondition
 from runtime_service import events, lifecycle, notify, step_events
+from runtime_service.completion import CheckResult
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.records import step_of
 from runtime_service.store.ledger import InputRow, StepRow, TurnRow
@@ -136,6 +138,7 @@ def apply(
     retryable: bool = False,
     attempt_status: str | None = None,
     principal: str = "",
+    completion_checks: Sequence[CheckResult] = (),
 ) -> lifecycle.Transition:
     """Move ``run`` (loaded FOR UPDATE by the caller) by ``trigger``; refuse if illegal.
 
@@ -144,6 +147,8 @@ def apply(
     attempt fails the run, but the attempt itself was LOST, not FAILED). ``principal`` is
     the authenticated principal whose call moves the run, recorded in the event; a client's
     or a worker's move must name one, the runtime's own moves have none.
+    ``completion_checks``: what the completion policy's checks were found to be, recorded
+    on the ``run.ended`` of a completion claim.
     """
     if (actor is Actor.RUNTIME) == bool(principal):
         raise AssertionError(f"{actor.value} move with principal {principal!r}")
@@ -200,6 +205,7 @@ def apply(
                 output_ref=run.output_ref,
                 actor_principal=principal,
                 result_summary=run.result_summary,
+                completion_checks=[_check_result(r) for r in completion_checks],
             ),
             now,
         )
@@ -256,3 +262,15 @@ def _release_waiters(session: Session, run: RunRow) -> None:
         released = released or not earlier
     if released:
         notify.wake(session, notify.WORK)
+
+
+def _check_result(result: CheckResult) -> message_pb2.CompletionCheckResult:
+    return message_pb2.CompletionCheckResult(
+        name=result.check.name,
+        condition=result.check.condition,
+        passed=result.passed,
+        step_ids=result.step_ids,
+        artifact_ids=result.artifact_ids,
+        attested_by=result.attested_by,
+        detail=result.detail,
+    )

@@ -227,9 +227,10 @@ def publish_variant(
     *,
     permission_rules: dict[str, Any] | None = None,
     model_policy: rmsg.ComponentDraft | None = None,
+    completion_policy: rmsg.ComponentDraft | None = None,
 ) -> str:
     """Publish another agent over coding_agent's components (which must be published), with
-    its own permission policy and/or model policy; return its digest."""
+    its own permission policy, model policy and/or completion policy; return its digest."""
     definition = registry_data.coding_definition(agent_id=agent_id, label="v1")
     drafts = []
     if permission_rules is not None:
@@ -253,6 +254,9 @@ def publish_variant(
     if model_policy is not None:
         drafts.append(model_policy)
         definition.model_policy = f"{model_policy.name}@{model_policy.version}"
+    if completion_policy is not None:
+        drafts.append(completion_policy)
+        definition.completion_policy = f"{completion_policy.name}@{completion_policy.version}"
     registry_data.publish_all(stubs.registry, drafts)
     version = stubs.registry.PublishAgentVersion(
         rpb.PublishAgentVersionRequest(definition=definition), timeout=T

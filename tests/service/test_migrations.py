@@ -40,16 +40,17 @@ def test_upgrade_applies_every_revision_in_order(empty_database_url: str) -> Non
         database.dispose()
 
 
-def test_the_step_paths_key_lookup_is_served_by_the_partial_key_index(
+def test_the_step_paths_look_ups_are_served_by_their_partial_indexes(
     empty_database_url: str,
 ) -> None:
-    """BeginStep looks a repeated idempotency key up in a partial index (keyed steps only):
-    its statement must repeat the index's condition for SQLite to use it."""
+    """BeginStep looks a repeated idempotency key up in a partial index (keyed steps only),
+    and a model call's previous model call in another (model calls only): its statement must
+    repeat each index's condition for SQLite to use it."""
     database = Database(empty_database_url)
     try:
         migrate.upgrade(database)
         dialect = database.write_engine.dialect.name
-        statement = step_store._BEGIN_KEYED
+        statement = step_store._BEGIN[True, True]  # keyed, a model call
         params = {"attempt_id": "a", "turn_id": "t", "key": "k", "input_ref": "", "retry_of": ""}
         raw = database.write_engine.raw_connection()
         try:
@@ -65,6 +66,7 @@ def test_the_step_paths_key_lookup_is_served_by_the_partial_key_index(
         finally:
             raw.close()
         assert "ix_runtime_steps_run_id_idempotency_key" in plan, plan
+        assert "ix_runtime_steps_attempt_id_model_calls" in plan, plan
     finally:
         database.dispose()
 

@@ -9,6 +9,7 @@ import grpc
 from google.protobuf import json_format
 
 from agentrt.runtime.v1 import enum_pb2 as E
+from agentrt.runtime.v1 import message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from tests.runtime_support import Stubs
@@ -221,7 +222,13 @@ def test_completion_requires_every_check_of_the_bound_policy(stubs: Stubs) -> No
         stubs.worker.Heartbeat(wpb.HeartbeatRequest(fence=w.fence), timeout=T)
 
     refused(["tests-pass", "diff-reviewed"])
-    w.check("tests-pass", FAILED)  # a failed check does not count
+    # A check failed retryably is not passed (one failed not retryable fails the run:
+    # test_ledger_facts.py).
+    failed = w.begin(
+        type=E.STEP_TYPE_COMPLETION_CHECK,
+        completion_check=message_pb2.CompletionCheckSpec(check="tests-pass"),
+    ).step
+    w.end(failed.id, FAILED, retryable=True)
     refused(["tests-pass", "diff-reviewed"])
     passed = w.check("tests-pass")
     assert passed.completion_check == "tests-pass"

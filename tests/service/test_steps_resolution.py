@@ -37,16 +37,12 @@ def test_a_rate_limited_model_call_is_retried_on_the_fallback_candidate(stubs: S
     assert primary.versions.model.candidate_name == "primary"
     w.end(primary.id, FAILED, error_class=RATE_LIMITED, retryable=True)
 
-    retry = w.model(
-        "m1",
-        estimated_input_tokens=1000,
-        previous_error_class=RATE_LIMITED,
-        previous_candidate="primary",
-    )
+    retry = w.model("m1", estimated_input_tokens=1000)
     model = retry.step.versions.model
-    assert (model.candidate_name, model.reason) == (
+    assert (model.candidate_name, model.reason, model.fallback_from_step_id) == (
         "fallback",
         E.CANDIDATE_REASON_FALLBACK_AFTER_ERROR,
+        primary.id,
     )
     assert (model.provider, model.requested_model_id) == ("openai", "gpt-4.1")
     assert json_format.MessageToDict(model.parameters) == {"temperature": 0.2}
@@ -61,9 +57,10 @@ def test_a_rate_limited_model_call_is_retried_on_the_fallback_candidate(stubs: S
     assert second.versions.model.reported_model_id == "gpt-4.1-2025-04-14"
 
     # An error the primary does not fall back on retries the primary itself.
-    other = w.model(
-        "m2", previous_error_class=E.ERROR_CLASS_PROVIDER_ERROR, previous_candidate="primary"
-    ).step
+    again = w.model("m2").step
+    assert again.versions.model.candidate_name == "primary"
+    w.end(again.id, FAILED, error_class=E.ERROR_CLASS_PROVIDER_ERROR)
+    other = w.model("m2").step
     assert other.versions.model.candidate_name == "primary"
     assert other.versions.model.reason == E.CANDIDATE_REASON_PRIMARY
 
@@ -119,18 +116,18 @@ def test_context_size_routes_to_a_candidate_that_fits_or_refuses(stubs: Stubs) -
         "medium",
         E.CANDIDATE_REASON_CONTEXT_LENGTH_ROUTE,
     )
+    small = t.model(estimated_input_tokens=900).step
+    assert small.versions.model.candidate_name == "small"
+    t.end(small.id, FAILED, error_class=RATE_LIMITED)
     # After a rate limit on "small", the only candidate left must still fit the context.
-    expect(
+    details = expect(
         grpc.StatusCode.FAILED_PRECONDITION,
         t.model,
         estimated_input_tokens=3000,
-        previous_error_class=RATE_LIMITED,
-        previous_candidate="small",
         reason="NO_MODEL_CANDIDATE",
     )
-    fallback = t.model(
-        estimated_input_tokens=900, previous_error_class=RATE_LIMITED, previous_candidate="small"
-    ).step.versions.model
+    assert details["ErrorInfo"].metadata["failed_step_id"] == small.id
+    fallback = t.model(estimated_input_tokens=900).step.versions.model
     assert (fallback.candidate_name, fallback.reason) == (
         "medium",
         E.CANDIDATE_REASON_FALLBACK_AFTER_ERROR,

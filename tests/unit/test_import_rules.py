@@ -71,6 +71,7 @@ RULES = (
             "runtime_service.fence",
             "runtime_service.blob_rules",
             "runtime_service.records",
+            "runtime_service.completion",
         ),
         (
             "sqlalchemy",
@@ -83,7 +84,8 @@ RULES = (
             "agentrt_base.group_commit",
             "agentrt_base.raw",
         ),
-        "the step rules are pure: no database, transport, generated protobuf or event loop",
+        "the step and completion rules are pure: no database, transport, generated protobuf "
+        "or event loop",
     ),
     Rule(
         ("runtime_service.services", "runtime_service.services.*"),

@@ -229,3 +229,27 @@ def test_bound_definition_from_the_acquired_document() -> None:
     assert bound.tools["write"].schema_digest == ""
     assert bound.permission_policy is None
     assert bound.completion_checks == ["tests-pass", "reviewed"]
+
+
+def test_a_model_call_is_handed_every_skill_unless_the_spec_names_some() -> None:
+    def pinned(name: str) -> Pinned:
+        return Pinned(name, "1", f"sha256:{name}", {})
+
+    bound = BoundDefinition(
+        digest="sha256:agent",
+        agent_id="a",
+        version_label="v1",
+        system_prompt=pinned("prompt"),
+        model_policy=pinned("models"),
+        skills={"search": pinned("search"), "debug": pinned("debug")},
+    )
+    assert resolution.skills_for_call(bound, []) == ("debug", "search")
+    assert resolution.skills_for_call(bound, ["search", "search"]) == ("search",)
+    none = BoundDefinition(
+        digest="sha256:b",
+        agent_id="b",
+        version_label="v1",
+        system_prompt=pinned("prompt"),
+        model_policy=pinned("models"),
+    )
+    assert resolution.skills_for_call(none, []) == ()

@@ -4,6 +4,7 @@ decisions that write are exactly those whose fence holds, whose turn is open, ..
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
 from typing import Any
@@ -27,6 +28,7 @@ from runtime_service.step_rules import (
     BeginView,
     End,
     EndView,
+    PriorModelCall,
     Record,
     Refuse,
     Reuse,
@@ -203,20 +205,64 @@ def test_pending_steers_go_to_the_next_model_call_only() -> None:
     assert isinstance(tool, Record) and not tool.deliver_steers
 
 
-def test_a_fallback_follows_the_policy() -> None:
-    decision = begin(
-        view(), request(previous_error_class="RATE_LIMITED", previous_candidate="primary")
-    )
+def test_a_fallback_follows_the_failed_model_call_the_ledger_holds() -> None:
+    failed = PriorModelCall("stp_5", "FAILED", "RATE_LIMITED", "primary")
+    decision = begin(view(last_model_call=failed), request())
     assert isinstance(decision, Record)
-    assert (decision.step.candidate_name, decision.step.candidate_reason) == (
+    step = decision.step
+    assert (step.candidate_name, step.candidate_reason, step.fallback_from_step_id) == (
         "fallback",
         "FALLBACK_AFTER_ERROR",
+        "stp_5",
     )
     # A class the failed candidate does not fall back on: the same candidate again.
-    same = begin(
-        view(), request(previous_error_class="RATE_LIMITED", previous_candidate="fallback")
+    again = PriorModelCall("stp_6", "FAILED", "RATE_LIMITED", "fallback")
+    same = begin(view(last_model_call=again), request())
+    assert isinstance(same, Record)
+    assert (same.step.candidate_name, same.step.fallback_from_step_id) == ("fallback", "stp_6")
+    primary = PriorModelCall("stp_7", "FAILED", "PROVIDER_ERROR", "primary")
+    retried = begin(view(last_model_call=primary), request())
+    assert isinstance(retried, Record)
+    assert (retried.step.candidate_reason, retried.step.fallback_from_step_id) == ("PRIMARY", "")
+
+
+def test_a_fallback_is_never_taken_on_the_workers_word() -> None:
+    """No failed model call in the ledger (none, or the latest did not fail): the primary,
+    whatever the request claims (its claim is not even part of the request any more)."""
+    assert not {"previous_error_class", "previous_candidate"} & set(
+        StepRequest.__dataclass_fields__
     )
-    assert isinstance(same, Record) and same.step.candidate_name == "fallback"
+    for prior in (
+        None,
+        PriorModelCall("stp_5", "SUCCEEDED", "", "fallback"),
+        PriorModelCall("stp_5", "STARTED", "", "primary"),
+        PriorModelCall("stp_5", "DENIED", "PERMISSION_DENIED", "primary"),
+        PriorModelCall("stp_5", "FAILED", "", "primary"),
+    ):
+        decision = begin(view(last_model_call=prior), request())
+        assert isinstance(decision, Record), prior
+        step = decision.step
+        assert (step.candidate_name, step.candidate_reason, step.fallback_from_step_id) == (
+            "primary",
+            "PRIMARY",
+            "",
+        ), prior
+
+
+def test_no_candidate_after_a_recorded_failure_names_the_failed_step() -> None:
+    failed = PriorModelCall("stp_8", "FAILED", "RATE_LIMITED", "primary")
+    decision = begin(view(last_model_call=failed), request(estimated_input_tokens=10))
+    assert isinstance(decision, Record)  # (the fallback has no limit)
+    tight = {
+        "candidates": [
+            {"name": "primary", "model_id": "m1", "fallback_on": ["RATE_LIMITED"]},
+        ]
+    }
+    bound = dataclasses.replace(BOUND, model_policy=Pinned("t", "1", DIGEST, tight))
+    refused = decide_begin(view(last_model_call=failed), bound, request(), NOW, "stp_new")
+    assert isinstance(refused, Refuse) and isinstance(refused.error, FailedPrecondition)
+    assert refused.error.reason == "NO_MODEL_CANDIDATE"
+    assert refused.error.metadata["failed_step_id"] == "stp_8"
 
 
 def test_tool_calls_allowed_denied_needing_approval_or_with_bad_arguments() -> None:

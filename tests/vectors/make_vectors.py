@@ -166,6 +166,37 @@ COMPONENTS: dict[str, tuple[str, dict[str, Any]]] = {
             },
         },
     ),
+    "completion_policy_conditions": (
+        "A COMPLETION_POLICY with checks the runtime evaluates from the ledger: condition is "
+        "an enum name (ARTIFACT_EXISTS, TOOL_SUCCEEDED_AFTER_SIDE_EFFECTS, NO_OPEN_STEPS), "
+        "written only when set, with its artifact_kind or tool; a worker-attested check has "
+        "no condition member (UNSPECIFIED and empty strings are omitted), exactly as before "
+        "conditions existed.",
+        {
+            "kind": "COMPLETION_POLICY",
+            "name": "ledger-checks",
+            "version": "1",
+            "description": "What the runtime can see for itself.",
+            "spec": {
+                "checks": [
+                    {
+                        "tool": "run_tests",
+                        "name": "tests-after-changes",
+                        "condition": "TOOL_SUCCEEDED_AFTER_SIDE_EFFECTS",
+                        "artifact_kind": "",
+                    },
+                    {"name": "nothing-open", "condition": "NO_OPEN_STEPS", "tool": ""},
+                    {
+                        "name": "diff-produced",
+                        "description": "A diff artifact exists.",
+                        "condition": "ARTIFACT_EXISTS",
+                        "artifact_kind": "diff",
+                    },
+                    {"name": "reviewed", "condition": "UNSPECIFIED", "description": "Read."},
+                ]
+            },
+        },
+    ),
     "numbers": (
         "Numbers are IEEE-754 doubles written as ECMAScript Number.toString (RFC 8785 "
         "§3.2.2.3): 1.0 is 1, -0.0 is 0, 1e21 is 1e+21, 1e20 is written out, 1e-7 is 1e-7, "

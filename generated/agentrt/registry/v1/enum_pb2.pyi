@@ -154,6 +154,50 @@ ERROR_CLASS_WORKER_ERROR: ErrorClass.ValueType  # 16
 """A failure inside the worker itself (crash, bug, resource exhaustion)."""
 Global___ErrorClass: _TypeAlias = ErrorClass  # noqa: Y015
 
+class _CompletionCondition:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CompletionConditionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CompletionCondition.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    COMPLETION_CONDITION_UNSPECIFIED: _CompletionCondition.ValueType  # 0
+    """The worker attests it: a SUCCEEDED COMPLETION_CHECK step it records,
+    recorded as attested by the attempt's worker principal.
+    """
+    COMPLETION_CONDITION_ARTIFACT_EXISTS: _CompletionCondition.ValueType  # 1
+    """The runtime evaluates it: an artifact of the run whose label `kind` equals
+    CompletionCheck.artifact_kind exists.
+    """
+    COMPLETION_CONDITION_TOOL_SUCCEEDED_AFTER_SIDE_EFFECTS: _CompletionCondition.ValueType  # 2
+    """The runtime evaluates it: a TOOL_CALL step of CompletionCheck.tool
+    SUCCEEDED, and no step with side effects came after it.
+    """
+    COMPLETION_CONDITION_NO_OPEN_STEPS: _CompletionCondition.ValueType  # 3
+    """The runtime evaluates it: no step of the run is left open (STARTED or
+    WAITING_APPROVAL).
+    """
+
+class CompletionCondition(_CompletionCondition, metaclass=_CompletionConditionEnumTypeWrapper):
+    """How a completion check is decided (CompletionCheck.condition)."""
+
+COMPLETION_CONDITION_UNSPECIFIED: CompletionCondition.ValueType  # 0
+"""The worker attests it: a SUCCEEDED COMPLETION_CHECK step it records,
+recorded as attested by the attempt's worker principal.
+"""
+COMPLETION_CONDITION_ARTIFACT_EXISTS: CompletionCondition.ValueType  # 1
+"""The runtime evaluates it: an artifact of the run whose label `kind` equals
+CompletionCheck.artifact_kind exists.
+"""
+COMPLETION_CONDITION_TOOL_SUCCEEDED_AFTER_SIDE_EFFECTS: CompletionCondition.ValueType  # 2
+"""The runtime evaluates it: a TOOL_CALL step of CompletionCheck.tool
+SUCCEEDED, and no step with side effects came after it.
+"""
+COMPLETION_CONDITION_NO_OPEN_STEPS: CompletionCondition.ValueType  # 3
+"""The runtime evaluates it: no step of the run is left open (STARTED or
+WAITING_APPROVAL).
+"""
+Global___CompletionCondition: _TypeAlias = CompletionCondition  # noqa: Y015
+
 class _PermissionDecision:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015

@@ -456,8 +456,10 @@ Global___PermissionRule: _TypeAlias = PermissionRule  # noqa: Y015
 
 @_typing.final
 class CompletionPolicySpec(_message.Message):
-    """Checks that must pass, each recorded as a COMPLETION_CHECK step, before a run
-    may complete.
+    """Checks that must all pass before a run may complete: each attested by the
+    worker (a COMPLETION_CHECK step) or evaluated by the runtime from the ledger
+    (see CompletionCheck.condition), when the worker claims completion
+    (FinishAttempt SUCCEEDED_COMPLETE_RUN; docs/lifecycle.md).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -488,21 +490,39 @@ class CompletionCheck(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     DESCRIPTION_FIELD_NUMBER: _builtins.int
+    CONDITION_FIELD_NUMBER: _builtins.int
+    ARTIFACT_KIND_FIELD_NUMBER: _builtins.int
+    TOOL_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Required. Stable id of the check (`tests-pass`), matched against the
     COMPLETION_CHECK steps a worker records.
     """
     description: _builtins.str
     """What the check verifies, for the worker and for humans."""
+    condition: _enum_pb2.CompletionCondition.ValueType
+    """Unset: the worker attests the check. Set: the runtime evaluates it from the
+    ledger, and a worker may not attest it (BeginStep refuses the step).
+    """
+    artifact_kind: _builtins.str
+    """ARTIFACT_EXISTS (required there, empty otherwise): the value of the label
+    `kind` an artifact of the run must have (`diff`).
+    """
+    tool: _builtins.str
+    """TOOL_SUCCEEDED_AFTER_SIDE_EFFECTS (required there, empty otherwise): the
+    tool (component name, no version) whose call must have succeeded.
+    """
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         description: _builtins.str = ...,
+        condition: _enum_pb2.CompletionCondition.ValueType = ...,
+        artifact_kind: _builtins.str = ...,
+        tool: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_kind", b"artifact_kind", "condition", b"condition", "description", b"description", "name", b"name", "tool", b"tool"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

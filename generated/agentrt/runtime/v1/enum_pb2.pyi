@@ -98,8 +98,11 @@ class _TerminalReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Termin
     TERMINAL_REASON_WORKER_REPORTED_FAILURE: _TerminalReason.ValueType  # 7
     """FAILED: the worker finished with ATTEMPT_OUTCOME_FAILED_PERMANENT."""
     TERMINAL_REASON_COMPLETION_CHECKS_FAILED: _TerminalReason.ValueType  # 8
-    """FAILED: a COMPLETION_CHECK step required by the bound completion policy
-    ended FAILED and not retryable, so the run cannot complete.
+    """FAILED: the worker claimed completion (SUCCEEDED_COMPLETE_RUN) while a
+    check of the bound completion policy had failed for good: a check the
+    runtime evaluates from the ledger did not hold, or an attested check's
+    latest COMPLETION_CHECK step ended FAILED and not retryable
+    (docs/lifecycle.md §2.1). The run.ended event records every check's result.
     """
 
 class TerminalReason(_TerminalReason, metaclass=_TerminalReasonEnumTypeWrapper):
@@ -123,8 +126,11 @@ concurrency policy.
 TERMINAL_REASON_WORKER_REPORTED_FAILURE: TerminalReason.ValueType  # 7
 """FAILED: the worker finished with ATTEMPT_OUTCOME_FAILED_PERMANENT."""
 TERMINAL_REASON_COMPLETION_CHECKS_FAILED: TerminalReason.ValueType  # 8
-"""FAILED: a COMPLETION_CHECK step required by the bound completion policy
-ended FAILED and not retryable, so the run cannot complete.
+"""FAILED: the worker claimed completion (SUCCEEDED_COMPLETE_RUN) while a
+check of the bound completion policy had failed for good: a check the
+runtime evaluates from the ledger did not hold, or an attested check's
+latest COMPLETION_CHECK step ended FAILED and not retryable
+(docs/lifecycle.md §2.1). The run.ended event records every check's result.
 """
 Global___TerminalReason: _TypeAlias = TerminalReason  # noqa: Y015
 
@@ -296,9 +302,11 @@ class _AttemptOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Attemp
     DESCRIPTOR: _descriptor.EnumDescriptor
     ATTEMPT_OUTCOME_UNSPECIFIED: _AttemptOutcome.ValueType  # 0
     ATTEMPT_OUTCOME_SUCCEEDED_COMPLETE_RUN: _AttemptOutcome.ValueType  # 1
-    """The goal is reached: the run becomes COMPLETED. Refused with
-    FAILED_PRECONDITION (COMPLETION_CHECKS_MISSING) unless every check of the
-    bound completion policy has a SUCCEEDED COMPLETION_CHECK step.
+    """The goal is reached: the run becomes COMPLETED if every check of the bound
+    completion policy passes, FAILED (COMPLETION_CHECKS_FAILED, the attempt
+    FAILED) if one has failed for good; refused with FAILED_PRECONDITION
+    (COMPLETION_CHECKS_MISSING) while an attested check is not yet attested
+    (docs/lifecycle.md §2.1).
     """
     ATTEMPT_OUTCOME_FAILED_RETRYABLE: _AttemptOutcome.ValueType  # 2
     """The attempt failed; the run is re-queued if attempts remain, else FAILED
@@ -320,9 +328,11 @@ class AttemptOutcome(_AttemptOutcome, metaclass=_AttemptOutcomeEnumTypeWrapper):
 
 ATTEMPT_OUTCOME_UNSPECIFIED: AttemptOutcome.ValueType  # 0
 ATTEMPT_OUTCOME_SUCCEEDED_COMPLETE_RUN: AttemptOutcome.ValueType  # 1
-"""The goal is reached: the run becomes COMPLETED. Refused with
-FAILED_PRECONDITION (COMPLETION_CHECKS_MISSING) unless every check of the
-bound completion policy has a SUCCEEDED COMPLETION_CHECK step.
+"""The goal is reached: the run becomes COMPLETED if every check of the bound
+completion policy passes, FAILED (COMPLETION_CHECKS_FAILED, the attempt
+FAILED) if one has failed for good; refused with FAILED_PRECONDITION
+(COMPLETION_CHECKS_MISSING) while an attested check is not yet attested
+(docs/lifecycle.md §2.1).
 """
 ATTEMPT_OUTCOME_FAILED_RETRYABLE: AttemptOutcome.ValueType  # 2
 """The attempt failed; the run is re-queued if attempts remain, else FAILED
@@ -573,8 +583,9 @@ class _CandidateReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Candi
     CANDIDATE_REASON_PRIMARY: _CandidateReason.ValueType  # 1
     """The model policy's first choice."""
     CANDIDATE_REASON_FALLBACK_AFTER_ERROR: _CandidateReason.ValueType  # 2
-    """A fallback chosen because the previous try failed with
-    ModelCallSpec.previous_error_class.
+    """A fallback chosen because the attempt's latest MODEL_CALL step failed with
+    an error class its candidate falls back on (or a retry of such a fallback):
+    the failed step is RecordedModel.fallback_from_step_id.
     """
     CANDIDATE_REASON_CONTEXT_LENGTH_ROUTE: _CandidateReason.ValueType  # 3
     """A candidate chosen because the estimated context exceeds the primary's window."""
@@ -586,8 +597,9 @@ CANDIDATE_REASON_UNSPECIFIED: CandidateReason.ValueType  # 0
 CANDIDATE_REASON_PRIMARY: CandidateReason.ValueType  # 1
 """The model policy's first choice."""
 CANDIDATE_REASON_FALLBACK_AFTER_ERROR: CandidateReason.ValueType  # 2
-"""A fallback chosen because the previous try failed with
-ModelCallSpec.previous_error_class.
+"""A fallback chosen because the attempt's latest MODEL_CALL step failed with
+an error class its candidate falls back on (or a retry of such a fallback):
+the failed step is RecordedModel.fallback_from_step_id.
 """
 CANDIDATE_REASON_CONTEXT_LENGTH_ROUTE: CandidateReason.ValueType  # 3
 """A candidate chosen because the estimated context exceeds the primary's window."""

@@ -492,6 +492,7 @@ class RunEndedAttributes(_message.Message):
     OUTPUT_REF_FIELD_NUMBER: _builtins.int
     ACTOR_PRINCIPAL_FIELD_NUMBER: _builtins.int
     RESULT_SUMMARY_FIELD_NUMBER: _builtins.int
+    COMPLETION_CHECKS_FIELD_NUMBER: _builtins.int
     status: _enum_pb2.RunStatus.ValueType
     terminal_reason: _enum_pb2.TerminalReason.ValueType
     terminal_message: _builtins.str
@@ -507,6 +508,13 @@ class RunEndedAttributes(_message.Message):
     def usage(self) -> _message_pb2.Usage:
         """The run's total usage."""
 
+    @_builtins.property
+    def completion_checks(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.CompletionCheckResult]:
+        """COMPLETED, and FAILED with COMPLETION_CHECKS_FAILED: every check of the
+        bound completion policy as found at the worker's completion claim, with
+        its evidence.
+        """
+
     def __init__(
         self,
         *,
@@ -517,10 +525,11 @@ class RunEndedAttributes(_message.Message):
         output_ref: _builtins.str = ...,
         actor_principal: _builtins.str = ...,
         result_summary: _builtins.str = ...,
+        completion_checks: _abc.Iterable[_message_pb2.CompletionCheckResult] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor_principal", b"actor_principal", "output_ref", b"output_ref", "result_summary", b"result_summary", "status", b"status", "terminal_message", b"terminal_message", "terminal_reason", b"terminal_reason", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor_principal", b"actor_principal", "completion_checks", b"completion_checks", "output_ref", b"output_ref", "result_summary", b"result_summary", "status", b"status", "terminal_message", b"terminal_message", "terminal_reason", b"terminal_reason", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

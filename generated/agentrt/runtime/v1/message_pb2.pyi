@@ -756,6 +756,7 @@ class BoundAgent(_message.Message):
     TOOL_NAMES_FIELD_NUMBER: _builtins.int
     SKILL_NAMES_FIELD_NUMBER: _builtins.int
     COMPLETION_CHECKS_FIELD_NUMBER: _builtins.int
+    RUNTIME_CHECKS_FIELD_NUMBER: _builtins.int
     agent_digest: _builtins.str
     """Equals Run.agent.agent_digest."""
     agent_id: _builtins.str
@@ -780,7 +781,15 @@ class BoundAgent(_message.Message):
     @_builtins.property
     def completion_checks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Names of the checks the completion policy requires before the run may
-        complete.
+        complete: the worker attests each one not in runtime_checks with a
+        COMPLETION_CHECK step.
+        """
+
+    @_builtins.property
+    def runtime_checks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The checks among completion_checks the runtime evaluates itself from the
+        ledger when the worker claims completion (the policy's condition, in
+        definition_json); BeginStep refuses a COMPLETION_CHECK step for them.
         """
 
     def __init__(
@@ -793,14 +802,76 @@ class BoundAgent(_message.Message):
         tool_names: _abc.Iterable[_builtins.str] | None = ...,
         skill_names: _abc.Iterable[_builtins.str] | None = ...,
         completion_checks: _abc.Iterable[_builtins.str] | None = ...,
+        runtime_checks: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_digest", b"agent_digest", "agent_id", b"agent_id", "completion_checks", b"completion_checks", "definition_json", b"definition_json", "skill_names", b"skill_names", "tool_names", b"tool_names", "version_label", b"version_label"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_digest", b"agent_digest", "agent_id", b"agent_id", "completion_checks", b"completion_checks", "definition_json", b"definition_json", "runtime_checks", b"runtime_checks", "skill_names", b"skill_names", "tool_names", b"tool_names", "version_label", b"version_label"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BoundAgent: _TypeAlias = BoundAgent  # noqa: Y015
+
+@_typing.final
+class CompletionCheckResult(_message.Message):
+    """One check of the bound completion policy as the runtime found it when the
+    worker claimed completion (FinishAttempt SUCCEEDED_COMPLETE_RUN), recorded on
+    the run.ended event that claim writes (docs/lifecycle.md).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    CONDITION_FIELD_NUMBER: _builtins.int
+    PASSED_FIELD_NUMBER: _builtins.int
+    STEP_IDS_FIELD_NUMBER: _builtins.int
+    ARTIFACT_IDS_FIELD_NUMBER: _builtins.int
+    ATTESTED_BY_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The check's name in the completion policy."""
+    condition: _builtins.str
+    """How it is decided: "ATTESTED" (by the worker, with a COMPLETION_CHECK
+    step), or the condition the runtime evaluated from the ledger
+    (agentrt.registry.v1.CompletionCondition without its prefix:
+    "ARTIFACT_EXISTS", "TOOL_SUCCEEDED_AFTER_SIDE_EFFECTS", "NO_OPEN_STEPS").
+    """
+    passed: _builtins.bool
+    attested_by: _builtins.str
+    """ATTESTED: the principal of the worker whose attempt recorded the step
+    (Attempt.worker_principal); empty for the runtime's own checks.
+    """
+    detail: _builtins.str
+    """Why, in words."""
+    @_builtins.property
+    def step_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The steps the result rests on: the attesting COMPLETION_CHECK step (the
+        worker's latest that ended SUCCEEDED or FAILED); the tool call that
+        succeeded, then the run's last step with side effects; the open steps.
+        """
+
+    @_builtins.property
+    def artifact_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """ARTIFACT_EXISTS: the run's artifacts of the kind."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        condition: _builtins.str = ...,
+        passed: _builtins.bool = ...,
+        step_ids: _abc.Iterable[_builtins.str] | None = ...,
+        artifact_ids: _abc.Iterable[_builtins.str] | None = ...,
+        attested_by: _builtins.str = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_ids", b"artifact_ids", "attested_by", b"attested_by", "condition", b"condition", "detail", b"detail", "name", b"name", "passed", b"passed", "step_ids", b"step_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompletionCheckResult: _TypeAlias = CompletionCheckResult  # noqa: Y015
 
 @_typing.final
 class Turn(_message.Message):
@@ -1013,7 +1084,9 @@ class StepVersions(_message.Message):
 
     @_builtins.property
     def skills(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordedSkill]:
-        """MODEL_CALL: skills loaded."""
+        """MODEL_CALL: the skills the runtime handed out for the call (see
+        ModelCallSpec.skills), sorted by name.
+        """
 
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordedTool]:
@@ -1049,6 +1122,7 @@ class RecordedModel(_message.Message):
     REQUESTED_MODEL_ID_FIELD_NUMBER: _builtins.int
     PARAMETERS_FIELD_NUMBER: _builtins.int
     REPORTED_MODEL_ID_FIELD_NUMBER: _builtins.int
+    FALLBACK_FROM_STEP_ID_FIELD_NUMBER: _builtins.int
     policy_digest: _builtins.str
     """Digest of the model policy component that chose the candidate."""
     candidate_name: _builtins.str
@@ -1059,6 +1133,11 @@ class RecordedModel(_message.Message):
     """Model id the runtime told the worker to request."""
     reported_model_id: _builtins.str
     """Model id the provider reported back (EndStepRequest.reported_model_id)."""
+    fallback_from_step_id: _builtins.str
+    """reason FALLBACK_AFTER_ERROR: the failed MODEL_CALL step of the same attempt
+    this call follows (the attempt's latest model call, whose recorded error
+    class and candidate chose this one). Empty for any other reason.
+    """
     @_builtins.property
     def parameters(self) -> _struct_pb2.Struct:
         """Parameters the runtime told the worker to send (temperature ...)."""
@@ -1073,10 +1152,11 @@ class RecordedModel(_message.Message):
         requested_model_id: _builtins.str = ...,
         parameters: _struct_pb2.Struct | None = ...,
         reported_model_id: _builtins.str = ...,
+        fallback_from_step_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["parameters", b"parameters"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidate_name", b"candidate_name", "parameters", b"parameters", "policy_digest", b"policy_digest", "provider", b"provider", "reason", b"reason", "reported_model_id", b"reported_model_id", "requested_model_id", b"requested_model_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidate_name", b"candidate_name", "fallback_from_step_id", b"fallback_from_step_id", "parameters", b"parameters", "policy_digest", b"policy_digest", "provider", b"provider", "reason", b"reason", "reported_model_id", b"reported_model_id", "requested_model_id", b"requested_model_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1201,16 +1281,30 @@ class ModelCallSpec(_message.Message):
     routing and the token budget check.
     """
     previous_error_class: _enum_pb2.ErrorClass.ValueType
-    """When this call retries a failed one: the error that made it fail. Drives
-    fallback to another candidate.
+    """Ignored (a value outside the enum is still refused INVALID_ARGUMENT): the
+    runtime reads what failed from the ledger, not from the worker. When the
+    attempt's latest MODEL_CALL step ended FAILED, this call follows it: that
+    step's recorded error_class and candidate drive the fallback (the next
+    candidate if the failed one lists the class in fallback_on, else the same
+    one again), whatever this field says, and a FALLBACK_AFTER_ERROR names the
+    step (RecordedModel.fallback_from_step_id). Set or not, agreeing or not,
+    the answer is the same.
     """
     previous_candidate: _builtins.str
-    """When this call retries a failed one: the candidate that failed."""
+    """Ignored, as previous_error_class: the failed candidate is the one the
+    failed step recorded.
+    """
     context_digest: _builtins.str
     """Digest of the assembled context the worker will send (`sha256:...`)."""
     @_builtins.property
     def skills(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Skills the worker will load (names from BoundAgent.skill_names)."""
+        """Skills the worker will load (names from BoundAgent.skill_names). The
+        runtime decides what the call gets: none listed hands out every skill of
+        the bound definition; a list hands out exactly those (a name outside the
+        definition is refused PERMISSION_DENIED NOT_IN_DEFINITION). The skills
+        handed out come back with their contents (ResolvedVersions.skills) and are
+        recorded on the step (StepVersions.skills), which FindUsages reads.
+        """
 
     @_builtins.property
     def tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -1307,7 +1401,9 @@ class ResolvedVersions(_message.Message):
 
     @_builtins.property
     def skills(self) -> _containers.RepeatedCompositeFieldContainer[Global___ResolvedSkill]:
-        """MODEL_CALL: the requested skills with their contents."""
+        """MODEL_CALL: the skills handed out (see ModelCallSpec.skills) with their
+        contents.
+        """
 
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___ResolvedTool]:

@@ -196,7 +196,8 @@ class WorkerServiceServicer:
 
         Errors: ABORTED (LEASE_LOST); INVALID_ARGUMENT (type APPROVAL_REQUEST or
         CHECKPOINT, details not matching type, a check not in the completion
-        policy); FAILED_PRECONDITION (turn not open, ErrorInfo "NO_MODEL_CANDIDATE"
+        policy or one the runtime evaluates itself: BoundAgent.runtime_checks);
+        FAILED_PRECONDITION (turn not open, ErrorInfo "NO_MODEL_CANDIDATE"
         when the model policy has no fallback left, "BLOB_MISSING");
         RESOURCE_EXHAUSTED with ErrorInfo(reason="BUDGET_EXCEEDED", metadata
         "budget") when the step would exceed the run's budget; the run then ends
@@ -262,10 +263,13 @@ class WorkerServiceServicer:
         for SUCCEEDED_COMPLETE_RUN while steps are STARTED or inputs undelivered;
         reason "COMPLETION_CHECKS_MISSING" (metadata "missing_checks", comma
         separated, plus a PreconditionFailure violation per check) for
-        SUCCEEDED_COMPLETE_RUN while a check of the bound completion policy has no
-        SUCCEEDED COMPLETION_CHECK step in the run; and for CANCELLED / PAUSED
-        without a request, or WAITING_APPROVAL without an approval step in this
-        attempt. A refused FinishAttempt changes nothing: the attempt stays active.
+        SUCCEEDED_COMPLETE_RUN while a worker-attested check of the bound
+        completion policy is not attested (no COMPLETION_CHECK step of it ended, or
+        its latest failed retryable) and none has failed for good; and for
+        CANCELLED / PAUSED without a request, or WAITING_APPROVAL without an
+        approval step in this attempt. A refused FinishAttempt changes nothing: the
+        attempt stays active. A SUCCEEDED_COMPLETE_RUN while a check has failed for
+        good is not refused: it answers the run FAILED (COMPLETION_CHECKS_FAILED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -113,7 +113,8 @@ class WorkerServiceStub:
 
     Errors: ABORTED (LEASE_LOST); INVALID_ARGUMENT (type APPROVAL_REQUEST or
     CHECKPOINT, details not matching type, a check not in the completion
-    policy); FAILED_PRECONDITION (turn not open, ErrorInfo "NO_MODEL_CANDIDATE"
+    policy or one the runtime evaluates itself: BoundAgent.runtime_checks);
+    FAILED_PRECONDITION (turn not open, ErrorInfo "NO_MODEL_CANDIDATE"
     when the model policy has no fallback left, "BLOB_MISSING");
     RESOURCE_EXHAUSTED with ErrorInfo(reason="BUDGET_EXCEEDED", metadata
     "budget") when the step would exceed the run's budget; the run then ends
@@ -163,10 +164,13 @@ class WorkerServiceStub:
     for SUCCEEDED_COMPLETE_RUN while steps are STARTED or inputs undelivered;
     reason "COMPLETION_CHECKS_MISSING" (metadata "missing_checks", comma
     separated, plus a PreconditionFailure violation per check) for
-    SUCCEEDED_COMPLETE_RUN while a check of the bound completion policy has no
-    SUCCEEDED COMPLETION_CHECK step in the run; and for CANCELLED / PAUSED
-    without a request, or WAITING_APPROVAL without an approval step in this
-    attempt. A refused FinishAttempt changes nothing: the attempt stays active.
+    SUCCEEDED_COMPLETE_RUN while a worker-attested check of the bound
+    completion policy is not attested (no COMPLETION_CHECK step of it ended, or
+    its latest failed retryable) and none has failed for good; and for
+    CANCELLED / PAUSED without a request, or WAITING_APPROVAL without an
+    approval step in this attempt. A refused FinishAttempt changes nothing: the
+    attempt stays active. A SUCCEEDED_COMPLETE_RUN while a check has failed for
+    good is not refused: it answers the run FAILED (COMPLETION_CHECKS_FAILED).
     """
 
 @_typing.type_check_only
@@ -254,7 +258,8 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
 
     Errors: ABORTED (LEASE_LOST); INVALID_ARGUMENT (type APPROVAL_REQUEST or
     CHECKPOINT, details not matching type, a check not in the completion
-    policy); FAILED_PRECONDITION (turn not open, ErrorInfo "NO_MODEL_CANDIDATE"
+    policy or one the runtime evaluates itself: BoundAgent.runtime_checks);
+    FAILED_PRECONDITION (turn not open, ErrorInfo "NO_MODEL_CANDIDATE"
     when the model policy has no fallback left, "BLOB_MISSING");
     RESOURCE_EXHAUSTED with ErrorInfo(reason="BUDGET_EXCEEDED", metadata
     "budget") when the step would exceed the run's budget; the run then ends
@@ -304,10 +309,13 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     for SUCCEEDED_COMPLETE_RUN while steps are STARTED or inputs undelivered;
     reason "COMPLETION_CHECKS_MISSING" (metadata "missing_checks", comma
     separated, plus a PreconditionFailure violation per check) for
-    SUCCEEDED_COMPLETE_RUN while a check of the bound completion policy has no
-    SUCCEEDED COMPLETION_CHECK step in the run; and for CANCELLED / PAUSED
-    without a request, or WAITING_APPROVAL without an approval step in this
-    attempt. A refused FinishAttempt changes nothing: the attempt stays active.
+    SUCCEEDED_COMPLETE_RUN while a worker-attested check of the bound
+    completion policy is not attested (no COMPLETION_CHECK step of it ended, or
+    its latest failed retryable) and none has failed for good; and for
+    CANCELLED / PAUSED without a request, or WAITING_APPROVAL without an
+    approval step in this attempt. A refused FinishAttempt changes nothing: the
+    attempt stays active. A SUCCEEDED_COMPLETE_RUN while a check has failed for
+    good is not refused: it answers the run FAILED (COMPLETION_CHECKS_FAILED).
     """
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -422,7 +430,8 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
 
         Errors: ABORTED (LEASE_LOST); INVALID_ARGUMENT (type APPROVAL_REQUEST or
         CHECKPOINT, details not matching type, a check not in the completion
-        policy); FAILED_PRECONDITION (turn not open, ErrorInfo "NO_MODEL_CANDIDATE"
+        policy or one the runtime evaluates itself: BoundAgent.runtime_checks);
+        FAILED_PRECONDITION (turn not open, ErrorInfo "NO_MODEL_CANDIDATE"
         when the model policy has no fallback left, "BLOB_MISSING");
         RESOURCE_EXHAUSTED with ErrorInfo(reason="BUDGET_EXCEEDED", metadata
         "budget") when the step would exceed the run's budget; the run then ends
@@ -496,10 +505,13 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         for SUCCEEDED_COMPLETE_RUN while steps are STARTED or inputs undelivered;
         reason "COMPLETION_CHECKS_MISSING" (metadata "missing_checks", comma
         separated, plus a PreconditionFailure violation per check) for
-        SUCCEEDED_COMPLETE_RUN while a check of the bound completion policy has no
-        SUCCEEDED COMPLETION_CHECK step in the run; and for CANCELLED / PAUSED
-        without a request, or WAITING_APPROVAL without an approval step in this
-        attempt. A refused FinishAttempt changes nothing: the attempt stays active.
+        SUCCEEDED_COMPLETE_RUN while a worker-attested check of the bound
+        completion policy is not attested (no COMPLETION_CHECK step of it ended, or
+        its latest failed retryable) and none has failed for good; and for
+        CANCELLED / PAUSED without a request, or WAITING_APPROVAL without an
+        approval step in this attempt. A refused FinishAttempt changes nothing: the
+        attempt stays active. A SUCCEEDED_COMPLETE_RUN while a check has failed for
+        good is not refused: it answers the run FAILED (COMPLETION_CHECKS_FAILED).
         """
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
