@@ -13,6 +13,7 @@ from agentrt_base.auth import display_actor
 from agentrt_base.errors import (
     AgentrtError,
     FailedPrecondition,
+    FieldViolation,
     InvalidArgument,
     NotFound,
     PermissionDenied,
@@ -249,6 +250,12 @@ def _model_call(new: _NewStep, bound: BoundDefinition) -> BeginDecision:
     )
 
 
+#: The most schema violations a refused tool call's step records one by one (the rest are
+#: counted): arguments of a few MB breaking an `items` rule everywhere must not make a step
+#: row of as many MB.
+_RECORDED_VIOLATIONS = 100
+
+
 def _tool_call(new: _NewStep, bound: BoundDefinition) -> BeginDecision:
     req = new.req
     pinned = bound.tools.get(req.tool)
@@ -270,11 +277,27 @@ def _tool_call(new: _NewStep, bound: BoundDefinition) -> BeginDecision:
             message,
             tools=tools,
         )
-    problem = resolution.argument_error(pinned, req.arguments)
-    if problem is not None:
-        message = f"arguments do not match the schema of {pinned.name}@{pinned.version}: {problem}"
+    problems = resolution.argument_errors(pinned, req.arguments)
+    if problems:
+        schema = f"{pinned.name}@{pinned.version}"
+        # Every violation, one field each (the wire carries the first few: grpc_errors),
+        # and all of them in the recorded step.
+        found = [f"{p.json_path}: {p.message}" for p in problems]
+        message = f"arguments do not match the schema of {schema}: " + "; ".join(
+            found[:_RECORDED_VIOLATIONS]
+        )
+        if len(found) > _RECORDED_VIOLATIONS:
+            message += f" (and {len(found) - _RECORDED_VIOLATIONS} more)"
+        error = InvalidArgument(
+            f"arguments do not match the schema of {schema}: {found[0]}"
+            + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""),
+            [
+                FieldViolation(p.field("tool_call.arguments"), f"{text} (schema of {schema})")
+                for p, text in zip(problems, found, strict=True)
+            ],
+        )
         return new.deny(
-            InvalidArgument.for_field(f"tool_call.arguments{problem.split(':')[0][1:]}", message),
+            error,
             message,
             status="FAILED",
             error_class="INVALID_ARGUMENTS",

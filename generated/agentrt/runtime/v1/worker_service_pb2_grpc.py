@@ -181,7 +181,10 @@ class WorkerServiceServicer:
         bound definition, or a tool the permission policy or the run's ceiling
         denies, is stored as a DENIED step and answered PERMISSION_DENIED; tool
         arguments failing the pinned JSON Schema are stored as a FAILED step
-        (INVALID_ARGUMENTS) and answered INVALID_ARGUMENT naming the schema path.
+        (INVALID_ARGUMENTS) and answered INVALID_ARGUMENT with one BadRequest
+        violation per schema violation, its JSON path in `field`
+        (`tool_call.arguments.lines[1]`; the first 5, ErrorInfo metadata
+        "violation_count" giving the total when there are more).
         Both errors carry ErrorInfo metadata "step_id". When approval is required,
         an APPROVAL_REQUEST step (WAITING_APPROVAL) is returned instead: checkpoint
         and FinishAttempt(WAITING_APPROVAL); the run waits for ResolveApproval. The
