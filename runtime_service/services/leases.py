@@ -28,7 +28,7 @@ from runtime_service.fence import FenceClaim, new_lease_token, token_holds
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime
-from runtime_service.store import attempts, leases, transitions
+from runtime_service.store import attempts, leases, run_requests, transitions
 from runtime_service.store.fencing import fenced
 from runtime_service.store.ledger import CheckpointRow
 from runtime_service.store.runs import active_attempt
@@ -230,11 +230,13 @@ class LeasesService:
                 output_ref,
                 completes_run=outcome == "SUCCEEDED_COMPLETE_RUN",
             )
-            failed_on_stop = outcome.startswith("FAILED") and trigger in (
-                Trigger.CANCEL,
-                Trigger.INTERRUPT,
-                Trigger.PAUSE,
-            )
+            stops = trigger in (Trigger.CANCEL, Trigger.INTERRUPT, Trigger.PAUSE)
+            failed_on_stop = outcome.startswith("FAILED") and stops
+            message = error_message or result_summary
+            if stops:
+                # The run stops because it was asked to: the asker's reason says why (the
+                # worker's own words stay on the attempt).
+                message = run_requests.stop_reason_given(session, run) or message
             transitions.apply(
                 session,
                 run,
@@ -243,7 +245,7 @@ class LeasesService:
                 now,
                 attempt=attempt,
                 attempt_status="FAILED" if failed_on_stop else None,
-                message=error_message or result_summary,
+                message=message,
                 error_class=error_class,
                 error_message=error_message,
                 retryable=outcome == "FAILED_RETRYABLE",
@@ -374,6 +376,13 @@ class LeasesService:
                 trigger = Trigger.INTERRUPT
             else:
                 trigger = Trigger.CANCEL
+            # Say which happened: the worker may still have been heartbeating past the grace
+            # period, or its lease may simply have run out first.
+            why = (
+                "the worker did not stop within the grace period"
+                if stop_overdue
+                else "the worker's lease expired before it stopped"
+            )
             transitions.apply(
                 session,
                 run,
@@ -381,9 +390,9 @@ class LeasesService:
                 Actor.RUNTIME,
                 now,
                 attempt=attempt,
-                message="the worker did not stop within the grace period",
+                message=run_requests.stop_reason_given(session, run) or why,
                 error_class="CANCELLED",
-                error_message="stopped by the runtime",
+                error_message=f"stopped by the runtime: {why}",
             )
             return
         if lease_expired:
