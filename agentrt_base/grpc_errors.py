@@ -34,7 +34,7 @@ import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
-from agentrt_base import errors
+from agentrt_base import errors, reasons
 from agentrt_base.auth import CALLER
 from agentrt_base.db_failures import database_failure
 from agentrt_base.ids import new_id
@@ -167,7 +167,9 @@ def _internal_status(error_id: str) -> status_pb2.Status:
         details=[
             _pack(
                 error_details_pb2.ErrorInfo(
-                    reason="INTERNAL", domain=errors.ERROR_DOMAIN, metadata={"error_id": error_id}
+                    reason=reasons.INTERNAL,
+                    domain=errors.ERROR_DOMAIN,
+                    metadata={"error_id": error_id},
                 )
             )
         ],

@@ -13,6 +13,7 @@ from typing import Any
 
 import jsonschema
 
+from agentrt_base import reasons
 from agentrt_base.errors import FailedPrecondition
 from agentrt_base.lru import LruCache
 
@@ -91,7 +92,7 @@ def choose_model(
             raise FailedPrecondition(
                 f"the model policy has no candidate after {failed_candidate.get('name')!r} "
                 f"for {previous_error_class}",
-                reason="NO_MODEL_CANDIDATE",
+                reason=reasons.NO_MODEL_CANDIDATE,
                 metadata={"previous_candidate": str(failed_candidate.get("name", ""))},
             )
         if fits(failed_candidate):
@@ -102,7 +103,7 @@ def choose_model(
             return ModelChoice(candidate, "PRIMARY" if index == 0 else "CONTEXT_LENGTH_ROUTE")
     raise FailedPrecondition(
         f"no model candidate admits {estimated_input_tokens} input tokens",
-        reason="NO_MODEL_CANDIDATE",
+        reason=reasons.NO_MODEL_CANDIDATE,
         metadata={"estimated_input_tokens": str(estimated_input_tokens)},
     )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from agentrt_base import reasons
 from agentrt_base.auth import display_actor
 from agentrt_base.errors import (
     AgentrtError,
@@ -63,7 +64,7 @@ def decide_begin(
         return Refuse(
             FailedPrecondition(
                 f"turn {req.turn_id} is not the open turn of this attempt",
-                reason="TURN_NOT_OPEN",
+                reason=reasons.TURN_NOT_OPEN,
             )
         )
     if req.input_ref and not view.input_blob:
@@ -128,14 +129,14 @@ def decide_end(
         return Refuse(
             FailedPrecondition(
                 f"step {step_id} already ended {step.status}; it cannot end {outcome.status}",
-                reason="STEP_ENDED",
+                reason=reasons.STEP_ENDED,
                 metadata={"current_status": step.status},
             )
         )
     if step.attempt_id != fence.attempt_id:
         return Refuse(
             FailedPrecondition(
-                "the step belongs to another attempt", reason="STEP_OF_OTHER_ATTEMPT"
+                "the step belongs to another attempt", reason=reasons.STEP_OF_OTHER_ATTEMPT
             )
         )
     if outcome.output_ref and not view.output_blob:
@@ -230,7 +231,7 @@ def _model_call(new: _NewStep, bound: BoundDefinition) -> BeginDecision:
         )
         return new.deny(
             PermissionDenied(
-                message, reason="NOT_IN_DEFINITION", metadata={"denied": ",".join(unknown)}
+                message, reason=reasons.NOT_IN_DEFINITION, metadata={"denied": ",".join(unknown)}
             ),
             message,
         )
@@ -265,7 +266,9 @@ def _tool_call(new: _NewStep, bound: BoundDefinition) -> BeginDecision:
             f"{bound.agent_id}@{bound.version_label}"
         )
         return new.deny(
-            PermissionDenied(message, reason="NOT_IN_DEFINITION", metadata={"tool": req.tool}),
+            PermissionDenied(
+                message, reason=reasons.NOT_IN_DEFINITION, metadata={"tool": req.tool}
+            ),
             message,
         )
     decision = resolution.permission(bound, req.tool, new.run.permission_ceiling)
@@ -273,7 +276,7 @@ def _tool_call(new: _NewStep, bound: BoundDefinition) -> BeginDecision:
     if decision == "DENY":
         message = f"tool {req.tool!r} is denied by the permission policy or the run's ceiling"
         return new.deny(
-            PermissionDenied(message, reason="TOOL_DENIED", metadata={"tool": req.tool}),
+            PermissionDenied(message, reason=reasons.TOOL_DENIED, metadata={"tool": req.tool}),
             message,
             tools=tools,
         )

@@ -18,6 +18,7 @@ from functools import partial
 
 from sqlalchemy.orm import Session
 
+from agentrt_base import reasons
 from agentrt_base.access import Visibility
 from agentrt_base.auth import caller_name
 from agentrt_base.db import utcnow
@@ -277,7 +278,7 @@ class LeasesService:
         if outcome == "CANCELLED":
             if not run.cancel_requested:
                 raise FailedPrecondition(
-                    "no cancel was requested for this run", reason="NO_STOP_REQUESTED"
+                    "no cancel was requested for this run", reason=reasons.NO_STOP_REQUESTED
                 )
             return (
                 Trigger.INTERRUPT if run.stop_reason == "INTERRUPTED_BY_NEW_RUN" else Trigger.CANCEL
@@ -285,13 +286,13 @@ class LeasesService:
         if outcome == "PAUSED":
             if not run.pause_requested:
                 raise FailedPrecondition(
-                    "no pause was requested for this run", reason="NO_STOP_REQUESTED"
+                    "no pause was requested for this run", reason=reasons.NO_STOP_REQUESTED
                 )
             return Trigger.PAUSE
         if not attempts.approvals_waiting(session, attempt.id):
             raise FailedPrecondition(
                 "the attempt has no approval step waiting for a decision",
-                reason="NO_APPROVAL_PENDING",
+                reason=reasons.NO_APPROVAL_PENDING,
             )
         return Trigger.WAIT_APPROVAL
 
@@ -300,13 +301,13 @@ class LeasesService:
         open_steps = attempts.open_steps(session, attempt.id)
         if open_steps:
             raise FailedPrecondition(
-                f"{open_steps} step(s) are still STARTED: end them first", reason="STEPS_OPEN"
+                f"{open_steps} step(s) are still STARTED: end them first", reason=reasons.STEPS_OPEN
             )
         pending = attempts.pending_inputs(session, run.id)
         if pending:
             raise FailedPrecondition(
                 f"{pending} input(s) were sent and not yet delivered: begin a turn to read them",
-                reason="INPUTS_PENDING",
+                reason=reasons.INPUTS_PENDING,
             )
         required = self._bound.get(session, run.agent_digest).definition.completion_checks
         if not required:
@@ -317,7 +318,7 @@ class LeasesService:
             raise FailedPrecondition(
                 "the completion policy's checks have not all passed; missing: "
                 + ", ".join(missing),
-                reason="COMPLETION_CHECKS_MISSING",
+                reason=reasons.COMPLETION_CHECKS_MISSING,
                 metadata={"missing_checks": ",".join(missing)},
                 violations=[
                     ("COMPLETION_CHECK", c, "no SUCCEEDED COMPLETION_CHECK step") for c in missing
