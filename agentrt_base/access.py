@@ -25,6 +25,7 @@ from enum import Enum
 from functools import lru_cache
 from typing import Any
 
+from agentrt_base import reasons
 from agentrt_base.auth import CALLER, ROLES, Principal
 from agentrt_base.errors import InvalidArgument, PermissionDenied
 
@@ -321,12 +322,12 @@ def decide(principal: Principal, rule: Rule, resource: Resource | None) -> str |
     not (the ErrorInfo reason). The one function that decides."""
     roles = _granting(principal, rule.permission)
     if not roles:
-        return "ROLE_MISSING"
+        return reasons.ROLE_MISSING
     if resource is None:
         return None
     if any(_role_visibility(principal, r).admits(resource) for r in roles):
         return None
-    return "OUTSIDE_SCOPE"
+    return reasons.OUTSIDE_SCOPE
 
 
 def field_value(request: Any, path: str) -> str:
@@ -354,7 +355,9 @@ class Authorizer:
         rule = RULES.get(method)
         if rule is None:
             raise PermissionDenied(
-                f"{method} has no permission rule", reason="NO_RULE", metadata={"method": method}
+                f"{method} has no permission rule",
+                reason=reasons.NO_RULE,
+                metadata={"method": method},
             )
         resource = await self._resource(rule, request)
         why = decide(principal, rule, resource)
@@ -382,7 +385,7 @@ def _denied(
     principal: Principal, permission: str, why: str, resource: Resource | None
 ) -> PermissionDenied:
     metadata = {"permission": permission, "principal": principal.name}
-    if why == "ROLE_MISSING":
+    if why == reasons.ROLE_MISSING:
         message = f"{principal.name} has no role that grants {permission}"
     else:
         where = []

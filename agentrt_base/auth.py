@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentrt_base import oidc
+from agentrt_base import oidc, reasons
 from agentrt_base.errors import Unauthenticated
 from agentrt_base.limits import LimitOverrides
 
@@ -466,7 +466,7 @@ class Authenticator:
             raise Unauthenticated(
                 "no valid credentials: send `authorization: Bearer <token>` or connect with a"
                 " client certificate this server knows",
-                reason="UNAUTHENTICATED",
+                reason=reasons.UNAUTHENTICATED,
             )
         CALLER.set(principal)
 

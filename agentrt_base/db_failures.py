@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from agentrt_base import errors
+from agentrt_base import errors, reasons
 
 
 class DatabaseUnavailable(Exception):
@@ -77,7 +77,7 @@ def database_failure(exc: BaseException) -> errors.AgentrtError | None:
                 "the database did not commit the write within the server's deadline: it may"
                 " or may not have taken effect; retry with the same idempotency key or"
                 " request id",
-                reason="COMMIT_OUTCOME_UNKNOWN",
+                reason=reasons.COMMIT_OUTCOME_UNKNOWN,
             )
         return _timeout("the write waited past the server's deadline; nothing was written")
     if isinstance(exc, sa.exc.TimeoutError):  # the pool had no connection free in time
@@ -93,7 +93,7 @@ def database_failure(exc: BaseException) -> errors.AgentrtError | None:
         if sqlstate in _CONFLICT:
             return errors.Aborted(
                 "the transaction conflicted with another and was rolled back; retry",
-                reason="TRANSACTION_CONFLICT",
+                reason=reasons.TRANSACTION_CONFLICT,
             )
         if sqlstate in _PG_TIMEOUT:
             return _timeout("the database did not answer within the server's deadline")
@@ -112,7 +112,8 @@ def database_failure(exc: BaseException) -> errors.AgentrtError | None:
         primary = code & 0xFF if isinstance(code, int) else None
         if primary in _SQLITE_BUSY:
             return errors.Unavailable(
-                "the database stayed locked past the busy timeout; retry", reason="DATABASE_BUSY"
+                "the database stayed locked past the busy timeout; retry",
+                reason=reasons.DATABASE_BUSY,
             )
         if primary == _SQLITE_FULL:
             return _full()
@@ -121,7 +122,7 @@ def database_failure(exc: BaseException) -> errors.AgentrtError | None:
         if primary == _SQLITE_IOERR:
             return errors.Unavailable(
                 "the database file could not be read or written (an I/O error); retry",
-                reason="DATABASE_IO_ERROR",
+                reason=reasons.DATABASE_IO_ERROR,
             )
         if primary == _SQLITE_CANTOPEN:
             return _lost()
@@ -129,20 +130,20 @@ def database_failure(exc: BaseException) -> errors.AgentrtError | None:
 
 
 def _timeout(what: str) -> errors.AgentrtError:
-    return errors.Unavailable(f"{what}; retry", reason="DATABASE_TIMEOUT")
+    return errors.Unavailable(f"{what}; retry", reason=reasons.DATABASE_TIMEOUT)
 
 
 def _full() -> errors.AgentrtError:
     return errors.ResourceExhausted(
         "the database or its disk is full; nothing was written; retry when space is freed",
-        reason="DATABASE_FULL",
+        reason=reasons.DATABASE_FULL,
     )
 
 
 def _read_only() -> errors.AgentrtError:
     return errors.Unavailable(
         "the database accepts no writes now (read-only); nothing was written; retry",
-        reason="DATABASE_READ_ONLY",
+        reason=reasons.DATABASE_READ_ONLY,
     )
 
 
@@ -150,5 +151,5 @@ def _lost() -> errors.AgentrtError:
     return errors.Unavailable(
         "the database connection was lost during the call: it may or may not have taken"
         " effect; retry with the same idempotency key or request id",
-        reason="DATABASE_UNAVAILABLE",
+        reason=reasons.DATABASE_UNAVAILABLE,
     )

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentrt_base import reasons
+
 #: The ``google.rpc.ErrorInfo.domain`` of every error agentrt reports.
 ERROR_DOMAIN = "agentrt"
 
@@ -28,7 +30,7 @@ class AgentrtError(Exception):
     """Base of every error a caller can cause; carries an ``ErrorInfo`` reason and metadata."""
 
     #: Machine-readable reason (``google.rpc.ErrorInfo.reason``), UPPER_SNAKE_CASE.
-    reason: str = "ERROR"
+    reason: str = reasons.ERROR
 
     def __init__(
         self,
@@ -59,7 +61,7 @@ def _rebuilt(cls: type[AgentrtError], args: tuple[Any, ...], state: dict[str, An
 class InvalidArgument(AgentrtError):
     """The request is malformed; ``violations`` name each bad field (``BadRequest``)."""
 
-    reason = "INVALID_ARGUMENT"
+    reason = reasons.INVALID_ARGUMENT
 
     def __init__(
         self,
@@ -81,7 +83,7 @@ class InvalidArgument(AgentrtError):
 class NotFound(AgentrtError):
     """A named resource does not exist; ``resource_type``/``resource_name`` say which."""
 
-    reason = "NOT_FOUND"
+    reason = reasons.NOT_FOUND
 
     def __init__(self, resource_type: str, resource_name: str, message: str | None = None) -> None:
         super().__init__(message or f"{resource_type} {resource_name!r} not found")
@@ -92,7 +94,7 @@ class NotFound(AgentrtError):
 class AlreadyExists(AgentrtError):
     """Creating something whose identity is taken by different content."""
 
-    reason = "ALREADY_EXISTS"
+    reason = reasons.ALREADY_EXISTS
 
     def __init__(
         self,
@@ -119,7 +121,7 @@ class FailedPrecondition(AgentrtError):
     ``google.rpc.PreconditionFailure`` (e.g. one per missing completion check).
     """
 
-    reason = "FAILED_PRECONDITION"
+    reason = reasons.FAILED_PRECONDITION
 
     def __init__(
         self,
@@ -136,13 +138,13 @@ class FailedPrecondition(AgentrtError):
 class Aborted(AgentrtError):
     """A concurrency conflict: a lost compare-and-swap or a stale lease fence."""
 
-    reason = "ABORTED"
+    reason = reasons.ABORTED
 
 
 class LeaseLost(Aborted):
     """A worker wrote with a fence that is no longer current; nothing was changed."""
 
-    reason = "LEASE_LOST"
+    reason = reasons.LEASE_LOST
 
 
 class ResourceExhausted(AgentrtError):
@@ -153,7 +155,7 @@ class ResourceExhausted(AgentrtError):
     budget that will never grow back leaves it None.
     """
 
-    reason = "RESOURCE_EXHAUSTED"
+    reason = reasons.RESOURCE_EXHAUSTED
 
     def __init__(
         self,
@@ -170,25 +172,25 @@ class ResourceExhausted(AgentrtError):
 class PermissionDenied(AgentrtError):
     """The caller (or the agent acting through a worker) may not do this."""
 
-    reason = "PERMISSION_DENIED"
+    reason = reasons.PERMISSION_DENIED
 
 
 class Unauthenticated(AgentrtError):
     """The caller did not prove who it is."""
 
-    reason = "UNAUTHENTICATED"
+    reason = reasons.UNAUTHENTICATED
 
 
 class Unavailable(AgentrtError):
     """The server cannot serve the call right now; the caller may retry it (idempotently)."""
 
-    reason = "UNAVAILABLE"
+    reason = reasons.UNAVAILABLE
 
 
 class Unimplemented(AgentrtError):
     """The RPC exists in the contract but this server does not provide it yet."""
 
-    reason = "UNIMPLEMENTED"
+    reason = reasons.UNIMPLEMENTED
 
 
 @dataclass

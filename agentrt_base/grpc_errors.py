@@ -34,7 +34,7 @@ import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
-from agentrt_base import errors
+from agentrt_base import errors, reasons
 from agentrt_base.auth import CALLER
 from agentrt_base.db_failures import database_failure
 from agentrt_base.ids import new_id
@@ -82,6 +82,12 @@ def _pack(message: Any) -> any_pb2.Any:
 #: case stays near 6 KiB: message 1.2 KiB + details 4.4 KiB x 4/3.
 _MAX_MESSAGE = 400
 _MAX_TEXT = 160
+#: Field violations (or precondition violations) sent at most, the first ones in the order
+#: found. The cap stays: each may take ~330 bytes, and a tool call breaking its schema in a
+#: thousand places would otherwise push the trailer past the clients' limit and arrive as a
+#: bare RESOURCE_EXHAUSTED. When some are left out, ErrorInfo.metadata["violation_count"]
+#: says how many there were in all (docs/api.md, "Errors"); a refused tool call's step
+#: records them all.
 _MAX_VIOLATIONS = 5
 
 
@@ -96,12 +102,15 @@ def _clip(text: str, limit: int = _MAX_TEXT) -> str:
 def to_status(error: errors.AgentrtError) -> tuple[grpc.StatusCode, status_pb2.Status]:
     """Build the ``google.rpc.Status`` (with details) for a domain error."""
     code = status_code_for(error)
+    metadata = {_clip(k): _clip(v) for k, v in error.metadata.items()}
+    if isinstance(error, errors.InvalidArgument | errors.FailedPrecondition) and (
+        len(error.violations) > _MAX_VIOLATIONS
+    ):
+        metadata["violation_count"] = str(len(error.violations))
     details = [
         _pack(
             error_details_pb2.ErrorInfo(
-                reason=error.reason,
-                domain=errors.ERROR_DOMAIN,
-                metadata={_clip(k): _clip(v) for k, v in error.metadata.items()},
+                reason=error.reason, domain=errors.ERROR_DOMAIN, metadata=metadata
             )
         )
     ]
@@ -158,7 +167,9 @@ def _internal_status(error_id: str) -> status_pb2.Status:
         details=[
             _pack(
                 error_details_pb2.ErrorInfo(
-                    reason="INTERNAL", domain=errors.ERROR_DOMAIN, metadata={"error_id": error_id}
+                    reason=reasons.INTERNAL,
+                    domain=errors.ERROR_DOMAIN,
+                    metadata={"error_id": error_id},
                 )
             )
         ],

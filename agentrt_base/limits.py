@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
+from agentrt_base import reasons
 from agentrt_base.errors import ResourceExhausted
 
 
@@ -42,7 +43,7 @@ METHOD_KINDS: dict[str, Kind] = {
     "/agentrt.runtime.v1.WorkerService/AcquireRun": Kind.LONG_POLL,
 }
 
-_REASONS = {Kind.WATCH: "TOO_MANY_WATCHES", Kind.LONG_POLL: "TOO_MANY_LONG_POLLS"}
+_REASONS = {Kind.WATCH: reasons.TOO_MANY_WATCHES, Kind.LONG_POLL: reasons.TOO_MANY_LONG_POLLS}
 _WHAT = {Kind.WATCH: "open watch streams", Kind.LONG_POLL: "concurrent AcquireRun long polls"}
 
 #: The RetryInfo delay of a refused watch or long poll: a slot frees when another call of the
@@ -253,7 +254,7 @@ class Limiter:
             raise ResourceExhausted(
                 f"{principal} is over its rate of {limits.requests_per_second:g} calls a second"
                 f" (burst {limits.burst}); retry after the delay given",
-                reason="RATE_LIMITED",
+                reason=reasons.RATE_LIMITED,
                 metadata={
                     "principal": principal,
                     "limit_requests_per_second": f"{limits.requests_per_second:g}",

@@ -31,6 +31,7 @@ from typing import Any
 
 import jwt
 
+from agentrt_base import reasons
 from agentrt_base.errors import Unauthenticated, Unavailable
 
 log = logging.getLogger("agentrt.auth")
@@ -59,7 +60,9 @@ FETCH_TIMEOUT_SECONDS = 5.0
 def refuse(cause: str, message: str) -> Unauthenticated:
     """The one shape of a refused bearer token: reason UNAUTHENTICATED, metadata ``cause``."""
     return Unauthenticated(
-        f"bearer token refused: {message}", reason="UNAUTHENTICATED", metadata={"cause": cause}
+        f"bearer token refused: {message}",
+        reason=reasons.UNAUTHENTICATED,
+        metadata={"cause": cause},
     )
 
 
@@ -213,7 +216,7 @@ class JwksKeys:
         if self._keys is None:
             raise Unavailable(
                 "the token's issuer keys could not be obtained; retry later",
-                reason="JWKS_UNAVAILABLE",
+                reason=reasons.JWKS_UNAVAILABLE,
             )
         raise refuse("unknown_key", "signed with a key its issuer does not publish")
 

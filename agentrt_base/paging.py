@@ -45,14 +45,21 @@ def _fingerprint(filters: dict[str, Any]) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
+#: What page_size 0 means, for every list of every service (the protos say so: one number,
+#: whichever list a client pages through).
+DEFAULT_PAGE_SIZE = 100
+#: The most one page holds; a larger page_size is treated as this.
+MAX_PAGE_SIZE = 1000
+
+
 def page_request(
     page_size: int,
     page_token: str,
     filters: dict[str, Any],
     *,
     key: tuple[KeyPart, ...],
-    default: int = 100,
-    maximum: int = 1000,
+    default: int = DEFAULT_PAGE_SIZE,
+    maximum: int = MAX_PAGE_SIZE,
 ) -> PageRequest:
     """Validate ``page_size`` (0 = default, capped at maximum) and decode ``page_token``,
     whose position must have the shape ``key`` (the position comes back typed: datetimes

@@ -30,6 +30,7 @@ from typing import Any
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
+from agentrt_base import reasons
 from agentrt_base.errors import FieldViolation, InvalidArgument
 
 #: ``google/protobuf/timestamp.proto``: "Range is from 0001-01-01T00:00:00Z to
@@ -59,7 +60,7 @@ class Undecodable:
         return InvalidArgument(
             f"the request is not a valid {self.type_name}: {self.reason}{where}",
             [violation],
-            reason="MALFORMED_REQUEST",
+            reason=reasons.MALFORMED_REQUEST,
         )
 
 
@@ -103,7 +104,7 @@ def check_request(message: Any) -> None:
         raise InvalidArgument(
             f"invalid request: {first.field}: {first.description}{more}",
             problems,
-            reason="INVALID_FIELD_VALUE",
+            reason=reasons.INVALID_FIELD_VALUE,
         )
 
 

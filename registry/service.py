@@ -16,6 +16,7 @@ from typing import Generic, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from agentrt_base import reasons
 from agentrt_base.auth import CALLER, TagPolicy, caller_name
 from agentrt_base.db import Database, utcnow
 from agentrt_base.errors import (
@@ -427,7 +428,7 @@ class RegistryService:
                 f"{draft.name}@{draft.version}",
                 f"{draft.name}@{draft.version} is already published with different content "
                 f"({existing.digest}); publish a new version",
-                reason="VERSION_CONFLICT",
+                reason=reasons.VERSION_CONFLICT,
                 metadata={"existing_digest": existing.digest},
             )
         sibling = store.any_component_named(session, draft.name)
@@ -435,14 +436,14 @@ class RegistryService:
             if sibling.kind != draft.kind.value:
                 raise FailedPrecondition(
                     f"{draft.name!r} is a {sibling.kind} component; a name keeps its kind",
-                    reason="KIND_MISMATCH",
+                    reason=reasons.KIND_MISMATCH,
                     metadata={"existing_kind": sibling.kind},
                 )
             if refs.is_int_version(sibling.version) != refs.is_int_version(draft.version):
                 scheme = "integer" if refs.is_int_version(sibling.version) else "semver"
                 raise FailedPrecondition(
                     f"{draft.name!r} uses {scheme} versions; all versions of a name use one scheme",
-                    reason="VERSION_SCHEME_MISMATCH",
+                    reason=reasons.VERSION_SCHEME_MISMATCH,
                 )
         row = self._component_row(digested, provenance, publisher)
         session.add(row)
@@ -574,7 +575,7 @@ class RegistryService:
                 label,
                 f"{label} is already published with different content ({existing.digest}); "
                 "publish under a new version label",
-                reason="VERSION_CONFLICT",
+                reason=reasons.VERSION_CONFLICT,
                 metadata={"existing_digest": existing.digest},
             )
         now = utcnow()
@@ -934,13 +935,13 @@ class RegistryService:
         if expect_absent and current is not None:
             raise FailedPrecondition(
                 f"tag exists (points at {current_digest}) but was expected to be absent",
-                reason="TAG_EXPECTATION_FAILED",
+                reason=reasons.TAG_EXPECTATION_FAILED,
                 metadata={"current_digest": current_digest},
             )
         if expected_digest is not None and current_digest != expected_digest:
             raise FailedPrecondition(
                 f"tag points at {current_digest or 'nothing'}, expected {expected_digest}",
-                reason="TAG_EXPECTATION_FAILED",
+                reason=reasons.TAG_EXPECTATION_FAILED,
                 metadata={"current_digest": current_digest},
             )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from agentrt_base import reasons
 from agentrt_base.auth import TagPolicy, claims_match
 from agentrt_base.errors import FailedPrecondition
 from registry.model import VerifiedProvenance
@@ -54,7 +55,7 @@ def check_tag_policies(
             raise FailedPrecondition(
                 f"tag policy {policy.name!r} refuses {agent_id}:{tag} -> {digest}: "
                 + "; ".join(v[2] for v in violations),
-                reason="TAG_POLICY",
+                reason=reasons.TAG_POLICY,
                 metadata={"policy": policy.name, "tag": tag},
                 violations=violations,
             )

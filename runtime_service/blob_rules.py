@@ -7,6 +7,7 @@ bytes are stored) and passes it in.
 
 from __future__ import annotations
 
+from agentrt_base import reasons
 from agentrt_base.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from registry import refs
 
@@ -19,7 +20,7 @@ def blob_missing(field: str, digest: str) -> FailedPrecondition:
     """The error for ``field`` naming blob ``digest``, which was never uploaded."""
     return FailedPrecondition(
         f"{field}: blob {digest} has not been uploaded to the run's namespace (PutBlob first)",
-        reason="BLOB_MISSING",
+        reason=reasons.BLOB_MISSING,
         metadata={"digest": digest, "field": field},
     )
 
@@ -35,7 +36,7 @@ def check_blob_size(size: int, limit: int) -> None:
     if size > limit:
         raise ResourceExhausted(
             f"the blob ({size} bytes or more) is over the limit of {limit} bytes per blob",
-            reason="BLOB_TOO_LARGE",
+            reason=reasons.BLOB_TOO_LARGE,
             metadata={"limit": str(limit)},
         )
 
@@ -48,7 +49,7 @@ def check_quota(size: int, *, used: int, quota: int) -> None:
         raise ResourceExhausted(
             f"storing {size} more bytes would pass the blob quota of {quota} bytes "
             f"({used} bytes are stored)",
-            reason="BLOB_QUOTA_EXCEEDED",
+            reason=reasons.BLOB_QUOTA_EXCEEDED,
             metadata={"quota": str(quota), "used": str(used), "size": str(size)},
         )
 
@@ -63,7 +64,7 @@ def check_namespace_quota(size: int, *, namespace: str, used: int, quota: int) -
         raise ResourceExhausted(
             f"storing {size} more bytes would pass namespace {namespace!r}'s blob quota of"
             f" {quota} bytes ({used} bytes are held)",
-            reason="NAMESPACE_BLOB_QUOTA_EXCEEDED",
+            reason=reasons.NAMESPACE_BLOB_QUOTA_EXCEEDED,
             metadata={
                 "namespace": namespace,
                 "quota": str(quota),

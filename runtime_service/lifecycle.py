@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from agentrt_base import reasons
 from agentrt_base.errors import FailedPrecondition
 
 
@@ -255,13 +256,13 @@ def transition(current: RunStatus, trigger: Trigger, actor: Actor) -> Transition
         raise FailedPrecondition(
             f"run is {current.value}{ended}: {trigger.value.lower().replace('_', ' ')} is not "
             "possible from this status",
-            reason="ILLEGAL_TRANSITION",
+            reason=reasons.ILLEGAL_TRANSITION,
             metadata={"current_status": current.value, "trigger": trigger.value},
         )
     if actor not in found.actors:
         raise FailedPrecondition(
             f"{trigger.value} from {current.value} is not the {actor.value}'s to make",
-            reason="ILLEGAL_TRANSITION",
+            reason=reasons.ILLEGAL_TRANSITION,
             metadata={"current_status": current.value, "trigger": trigger.value},
         )
     return found

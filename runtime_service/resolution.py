@@ -15,6 +15,7 @@ from typing import Any
 
 import jsonschema
 
+from agentrt_base import reasons
 from agentrt_base.errors import FailedPrecondition
 from agentrt_base.lru import LruCache
 from runtime_service.completion import Check, checks_of
@@ -105,7 +106,7 @@ def choose_model(
             raise FailedPrecondition(
                 f"the model policy has no candidate after {failed_candidate.get('name')!r} "
                 f"for {previous_error_class}",
-                reason="NO_MODEL_CANDIDATE",
+                reason=reasons.NO_MODEL_CANDIDATE,
                 metadata={"previous_candidate": str(failed_candidate.get("name", ""))},
             )
         if fits(failed_candidate):
@@ -116,7 +117,7 @@ def choose_model(
             return ModelChoice(candidate, "PRIMARY" if index == 0 else "CONTEXT_LENGTH_ROUTE")
     raise FailedPrecondition(
         f"no model candidate admits {estimated_input_tokens} input tokens",
-        reason="NO_MODEL_CANDIDATE",
+        reason=reasons.NO_MODEL_CANDIDATE,
         metadata={"estimated_input_tokens": str(estimated_input_tokens)},
     )
 
@@ -168,9 +169,41 @@ def _stricter(a: str, b: str) -> str:
 _validators: LruCache[str, jsonschema.protocols.Validator] = LruCache(1024)
 
 
-def argument_error(tool: Pinned, arguments: dict[str, Any]) -> str | None:
-    """Why ``arguments`` do not fit the tool's pinned input schema (with the JSON path), or
-    None when they do. Validators are cached by schema digest: a pinned schema never changes."""
+@dataclass(frozen=True)
+class ArgumentViolation:
+    """One place where tool arguments break the pinned schema: its location (object keys
+    and array indexes from the arguments' root) and what is wrong there."""
+
+    location: tuple[str | int, ...]
+    message: str
+
+    @property
+    def json_path(self) -> str:
+        """``$.lines[1]``: the location as a JSONPath from the arguments' root."""
+        return "$" + _path(self.location)
+
+    def field(self, root: str) -> str:
+        """The request field it names (``tool_call.arguments.lines[1]``), for ``BadRequest``."""
+        return root + _path(self.location)
+
+
+def _path(location: tuple[str | int, ...]) -> str:
+    # A key that is not a plain identifier is quoted as a JSON string (`["a.b"]`), so the path
+    # stays unambiguous whatever the caller named its arguments.
+    return "".join(
+        f"[{part}]"
+        if isinstance(part, int)
+        else f".{part}"
+        if part.isidentifier()
+        else f"[{json.dumps(part, ensure_ascii=False)}]"
+        for part in location
+    )
+
+
+def argument_errors(tool: Pinned, arguments: dict[str, Any]) -> list[ArgumentViolation]:
+    """Every way ``arguments`` break the tool's pinned input schema (empty when they fit), in
+    the order of their locations. Validators are cached by schema digest: a pinned schema
+    never changes."""
     schema = tool.spec.get("input_schema", {})
     # Fix: a tool without a schema digest must not share the cache entry "" with every other
     # such tool (one tool's arguments would be checked against another's schema).
@@ -179,11 +212,28 @@ def argument_error(tool: Pinned, arguments: dict[str, Any]) -> str | None:
     if validator is None:
         validator = jsonschema.Draft202012Validator(schema)
         _validators.put(key, validator)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
-    if error is None:
-        return None
-    path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
-    return f"{path}: {error.message}"
+    found = []
+    for error in validator.iter_errors(as_json_numbers(arguments)):
+        # For a combinator (anyOf, oneOf) the most relevant of its sub-errors says more than
+        # "is not valid under any of the given schemas".
+        error = jsonschema.exceptions.best_match([error]) or error
+        found.append(ArgumentViolation(tuple(error.absolute_path), error.message))
+    # By location (indexes in numeric order), so the order is the arguments' and not the
+    # order of the schema's keywords.
+    return sorted(found, key=lambda v: ([(isinstance(p, str), p) for p in v.location], v.message))
+
+
+def as_json_numbers(value: Any) -> Any:
+    """``value`` with every integral float made an int. A ``Struct`` carries every number as
+    a double, so the arguments read 42.0 where the caller (and JSON) wrote 42; validation is
+    the same either way (JSON Schema counts 42.0 as an integer), but messages then print 42."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: as_json_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_json_numbers(v) for v in value]
+    return value
 
 
 def bound_definition(document: dict[str, Any]) -> BoundDefinition:

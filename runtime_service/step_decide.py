@@ -9,10 +9,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from agentrt_base import reasons
 from agentrt_base.auth import display_actor
 from agentrt_base.errors import (
     AgentrtError,
     FailedPrecondition,
+    FieldViolation,
     InvalidArgument,
     NotFound,
     PermissionDenied,
@@ -63,7 +65,7 @@ def decide_begin(
         return Refuse(
             FailedPrecondition(
                 f"turn {req.turn_id} is not the open turn of this attempt",
-                reason="TURN_NOT_OPEN",
+                reason=reasons.TURN_NOT_OPEN,
             )
         )
     if req.input_ref and not view.input_blob:
@@ -137,14 +139,14 @@ def decide_end(
         return Refuse(
             FailedPrecondition(
                 f"step {step_id} already ended {step.status}; it cannot end {outcome.status}",
-                reason="STEP_ENDED",
+                reason=reasons.STEP_ENDED,
                 metadata={"current_status": step.status},
             )
         )
     if step.attempt_id != fence.attempt_id:
         return Refuse(
             FailedPrecondition(
-                "the step belongs to another attempt", reason="STEP_OF_OTHER_ATTEMPT"
+                "the step belongs to another attempt", reason=reasons.STEP_OF_OTHER_ATTEMPT
             )
         )
     if outcome.output_ref and not view.output_blob:
@@ -246,7 +248,7 @@ def _model_call(
         )
         return new.deny(
             PermissionDenied(
-                message, reason="NOT_IN_DEFINITION", metadata={"denied": ",".join(unknown)}
+                message, reason=reasons.NOT_IN_DEFINITION, metadata={"denied": ",".join(unknown)}
             ),
             message,
         )
@@ -272,6 +274,12 @@ def _model_call(
     )
 
 
+#: The most schema violations a refused tool call's step records one by one (the rest are
+#: counted): arguments of a few MB breaking an `items` rule everywhere must not make a step
+#: row of as many MB.
+_RECORDED_VIOLATIONS = 100
+
+
 def _tool_call(new: _NewStep, bound: BoundDefinition) -> BeginDecision:
     req = new.req
     pinned = bound.tools.get(req.tool)
@@ -281,7 +289,9 @@ def _tool_call(new: _NewStep, bound: BoundDefinition) -> BeginDecision:
             f"{bound.agent_id}@{bound.version_label}"
         )
         return new.deny(
-            PermissionDenied(message, reason="NOT_IN_DEFINITION", metadata={"tool": req.tool}),
+            PermissionDenied(
+                message, reason=reasons.NOT_IN_DEFINITION, metadata={"tool": req.tool}
+            ),
             message,
         )
     decision = resolution.permission(bound, req.tool, new.run.permission_ceiling)
@@ -289,15 +299,31 @@ def _tool_call(new: _NewStep, bound: BoundDefinition) -> BeginDecision:
     if decision == "DENY":
         message = f"tool {req.tool!r} is denied by the permission policy or the run's ceiling"
         return new.deny(
-            PermissionDenied(message, reason="TOOL_DENIED", metadata={"tool": req.tool}),
+            PermissionDenied(message, reason=reasons.TOOL_DENIED, metadata={"tool": req.tool}),
             message,
             tools=tools,
         )
-    problem = resolution.argument_error(pinned, req.arguments)
-    if problem is not None:
-        message = f"arguments do not match the schema of {pinned.name}@{pinned.version}: {problem}"
+    problems = resolution.argument_errors(pinned, req.arguments)
+    if problems:
+        schema = f"{pinned.name}@{pinned.version}"
+        # Every violation, one field each (the wire carries the first few: grpc_errors),
+        # and all of them in the recorded step.
+        found = [f"{p.json_path}: {p.message}" for p in problems]
+        message = f"arguments do not match the schema of {schema}: " + "; ".join(
+            found[:_RECORDED_VIOLATIONS]
+        )
+        if len(found) > _RECORDED_VIOLATIONS:
+            message += f" (and {len(found) - _RECORDED_VIOLATIONS} more)"
+        error = InvalidArgument(
+            f"arguments do not match the schema of {schema}: {found[0]}"
+            + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""),
+            [
+                FieldViolation(p.field("tool_call.arguments"), f"{text} (schema of {schema})")
+                for p, text in zip(problems, found, strict=True)
+            ],
+        )
         return new.deny(
-            InvalidArgument.for_field(f"tool_call.arguments{problem.split(':')[0][1:]}", message),
+            error,
             message,
             status="FAILED",
             error_class="INVALID_ARGUMENTS",

@@ -47,6 +47,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
+from agentrt_base import reasons
 from agentrt_base.errors import Unavailable
 from agentrt_base.settings import DatabaseSettings
 from runtime_service.notify import Notifier
@@ -286,7 +287,7 @@ class StepProcess:
                     Unavailable(
                         "the database connection broke while the step was being committed:"
                         " it may or may not be recorded; retry with the same idempotency key",
-                        reason="COMMIT_OUTCOME_UNKNOWN",
+                        reason=reasons.COMMIT_OUTCOME_UNKNOWN,
                     )
                 )
             else:
@@ -314,7 +315,7 @@ class StepProcess:
                     Unavailable(
                         "the step writer process stopped during the call: the step may or may"
                         " not be recorded; retry with the same idempotency key",
-                        reason="STEP_WRITER_STOPPED",
+                        reason=reasons.STEP_WRITER_STOPPED,
                     )
                 )
 

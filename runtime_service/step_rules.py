@@ -26,6 +26,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agentrt_base import reasons
 from agentrt_base.errors import (
     AgentrtError,
     ResourceExhausted,
@@ -37,6 +38,7 @@ from runtime_service.records import Step
 
 #: Step types a worker begins, counted against ``max_steps``.
 COUNTED = ("MODEL_CALL", "TOOL_CALL", "COMPLETION_CHECK")
+#: The most a thread message or a run input may carry (content and data together).
 MAX_INPUT_BYTES = 256 * 1024
 MAX_TEXT = 64 * 1024
 #: What one step may report using: far beyond any model call (2^40 tokens, a billion
@@ -54,6 +56,20 @@ def dumps(value: Any) -> str:
 
 
 # -- requests --------------------------------------------------------------------------
+
+
+def input_too_large(content: str, data: dict[str, Any]) -> ResourceExhausted | None:
+    """The refusal of a message or input over :data:`MAX_INPUT_BYTES`, its content and its
+    data (as JSON, when there is any) together (well-formed, only too big:
+    ``RESOURCE_EXHAUSTED``, put it in a blob), or None."""
+    size = len(content.encode()) + (len(dumps(data).encode()) if data else 0)
+    if size <= MAX_INPUT_BYTES:
+        return None
+    return ResourceExhausted(
+        f"content and data together are {size} bytes, over the limit of {MAX_INPUT_BYTES}",
+        reason=reasons.INPUT_TOO_LARGE,
+        metadata={"limit": str(MAX_INPUT_BYTES)},
+    )
 
 
 @dataclass
@@ -397,7 +413,7 @@ def budget_error(run: Budgeted, estimated_tokens: int = 0) -> ResourceExhausted 
         return None
     return ResourceExhausted(
         f"budget exceeded: {exceeded}; the run has ended FAILED (BUDGET_EXCEEDED)",
-        reason="BUDGET_EXCEEDED",
+        reason=reasons.BUDGET_EXCEEDED,
         metadata={"budget": name},
     )
 

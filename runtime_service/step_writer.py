@@ -88,6 +88,12 @@ class Answered:
 Call = BeginCall | EndCall | Answered
 
 
+def refused(call: Call, error: AgentrtError) -> Answered:
+    """``call`` answered with ``error``: a refusal is an answer for the worker, not a failure
+    of the writer."""
+    return Answered(Begun(error=error) if isinstance(call, BeginCall) else Ended(error=error))
+
+
 class StepJobs:
     """What the child runs for each call: the step engine."""
 
@@ -337,6 +343,15 @@ def _run_batch(
                 with database.writer_lock():
                     return run_raw_batch_sqlite(dialect, conn.driver_connection, fns)[1:]
             return _postgres_batch(dialect, conn.driver_connection, jobs, calls, origin)
+        except _CallRefused as refusal:
+            # A refusal the engine raised rather than returned (it may have written before
+            # it knew): rolled back with the batch, which runs again with the call answered.
+            # An answer, so nothing is logged.
+            jobs.states.clear()  # what the batch's jobs remembered was rolled back
+            calls = [
+                refused(call, refusal.error) if i == refusal.index and call is not None else call
+                for i, call in enumerate(calls)
+            ]
         except _CallFailed as failed:
             jobs.states.clear()  # what the batch's jobs remembered was rolled back
             _CALL_FAILURES.failed(failed.__cause__)
@@ -347,11 +362,14 @@ def _run_batch(
 def _run_call(
     jobs: StepJobs, index: int, tx: RawTx, call: Call | None, engine: StepEngine | None = None
 ) -> Answer | None:
-    """:meth:`StepJobs.run`, telling a failure of this call apart from one of the database."""
+    """:meth:`StepJobs.run`, telling a refusal or a failure of this call apart from one of
+    the database."""
     try:
         return jobs.run(tx, call, engine)
     except NeedsRead:
         raise
+    except AgentrtError as exc:
+        raise _CallRefused(index, exc) from exc
     except Exception as exc:
         if _is_database_error(exc):
             raise  # the database's, not this call's: the batch as a whole fails
@@ -370,6 +388,15 @@ class _CallFailed(Exception):
     def __init__(self, index: int) -> None:
         super().__init__(f"call {index} of the batch failed")
         self.index = index
+
+
+class _CallRefused(Exception):
+    """The call at ``index`` of a batch was refused (``error``) by a raise, not an answer."""
+
+    def __init__(self, index: int, error: AgentrtError) -> None:
+        super().__init__(f"call {index} of the batch was refused: {error.message}")
+        self.index = index
+        self.error = error
 
 
 def _connect(database: Database) -> Any:
@@ -457,6 +484,8 @@ def _postgres_alone(
             return COMMIT_UNKNOWN, ()
         with contextlib.suppress(Exception):
             driver.rollback()
+        if isinstance(exc, _CallRefused) and call is not None:
+            return refused(call, exc.error).result, ()  # an answer (rolled back), no failure
         (_CALL_FAILURES if isinstance(exc, _CallFailed) else _FAILURES).failed(exc)
         return None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from agentrt_base import reasons
 from agentrt_base.auth import caller_name, display_actor
 from agentrt_base.db import utcnow
 from agentrt_base.errors import FailedPrecondition, InvalidArgument, NotFound, ViolationCollector
@@ -51,19 +52,23 @@ class ApprovalsService:
                     return step, run
                 raise FailedPrecondition(
                     f"the approval was already resolved: {step.approval_decision}",
-                    reason="APPROVAL_RESOLVED",
+                    reason=reasons.APPROVAL_RESOLVED,
                 )
             # Fix: an ended run takes no decision (RUN_ENDED); recording one would also append
             # `approval.resolved` after `run.ended`, which must stay the run's last event.
             if RunStatus(run.status).terminal:
                 raise FailedPrecondition(
                     f"run is {run.status} (it has ended): its approvals can no longer be resolved",
-                    reason="RUN_ENDED",
+                    reason=reasons.RUN_ENDED,
                     metadata={"current_status": run.status},
                 )
             now = utcnow()
             approvals.resolve(session, run, step, decision, approver, principal, comment, now)
-            if run.status == RunStatus.WAITING_APPROVAL.value:
+            # The run waits until every approval it asked for is decided (the contract:
+            # "once no approval is pending"), then goes on with all the decisions at once.
+            if run.status == RunStatus.WAITING_APPROVAL.value and not approvals.waiting(
+                session, run.id
+            ):
                 transitions.apply(
                     session,
                     run,

@@ -9,7 +9,15 @@ from agentrt_base.errors import InvalidArgument, NotFound, ViolationCollector
 from agentrt_base.paging import cut_page, page_request
 from runtime_service.fence import FenceClaim
 from runtime_service.services.context import Runtime, scoped_request_id
-from runtime_service.store import artifacts, blobs, checkpoints, step_reads, turns
+from runtime_service.store import (
+    artifacts,
+    blobs,
+    checkpoints,
+    runs,
+    step_reads,
+    threads,
+    turns,
+)
 from runtime_service.store.fencing import fenced
 from runtime_service.store.ledger import ArtifactRow, CheckpointRow
 
@@ -103,9 +111,15 @@ class CheckpointsService:
         if bool(run_id) == bool(thread_id):
             raise InvalidArgument.for_field("run_id", "exactly one of run_id and thread_id")
         filters = {"run_id": run_id, "thread_id": thread_id}
-        page = page_request(page_size, page_token, filters, key=(str,), default=100)
+        page = page_request(page_size, page_token, filters, key=(str,))
 
         def read(session: Session) -> tuple[list[ArtifactRow], str]:
+            # Of a run or thread that does not exist: NOT_FOUND (the contract), not an
+            # empty list that reads like "no artifacts yet".
+            if run_id:
+                runs.get(session, run_id)
+            else:
+                threads.get(session, thread_id)
             rows = artifacts.page(session, run_id, thread_id, page)
             return cut_page(rows, page.size, filters, lambda r: [r.id])
 

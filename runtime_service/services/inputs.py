@@ -6,12 +6,13 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from agentrt_base import reasons
 from agentrt_base.auth import caller_name
 from agentrt_base.db import utcnow
-from agentrt_base.errors import FailedPrecondition, ResourceExhausted, ViolationCollector
+from agentrt_base.errors import FailedPrecondition, ViolationCollector
 from runtime_service.lifecycle import RunStatus
 from runtime_service.services.context import Runtime, scoped_request_id
-from runtime_service.step_rules import MAX_INPUT_BYTES, dumps
+from runtime_service.step_rules import dumps, input_too_large
 from runtime_service.store import inputs
 from runtime_service.store.ledger import InputRow
 from runtime_service.store.runs import run_for_update
@@ -41,13 +42,9 @@ class InputsService:
         # Fix: the contract answers an input over the server limit RESOURCE_EXHAUSTED, not
         # INVALID_ARGUMENT (it is well-formed, just too big: put it in a blob).
         data_json = dumps(data)
-        size = len(content.encode()) + len(data_json.encode())
-        if size > MAX_INPUT_BYTES:
-            raise ResourceExhausted(
-                f"content and data together are {size} bytes, over the limit of {MAX_INPUT_BYTES}",
-                reason="INPUT_TOO_LARGE",
-                metadata={"limit": str(MAX_INPUT_BYTES)},
-            )
+        too_large = input_too_large(content, data)
+        if too_large is not None:
+            raise too_large
         key = scoped_request_id(run_id, request_id)
         principal = caller_name()
 
@@ -60,7 +57,7 @@ class InputsService:
             if RunStatus(run.status).terminal:
                 raise FailedPrecondition(
                     f"run is {run.status} (it has ended): it takes no more input",
-                    reason="RUN_ENDED",
+                    reason=reasons.RUN_ENDED,
                     metadata={"current_status": run.status},
                 )
             return inputs.receive(

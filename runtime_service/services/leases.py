@@ -18,6 +18,7 @@ from functools import partial
 
 from sqlalchemy.orm import Session
 
+from agentrt_base import reasons
 from agentrt_base.access import Visibility
 from agentrt_base.auth import caller_name
 from agentrt_base.db import utcnow
@@ -29,7 +30,7 @@ from runtime_service.fence import FenceClaim, new_lease_token, token_holds
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime
-from runtime_service.store import attempts, leases, transitions
+from runtime_service.store import attempts, leases, run_requests, transitions
 from runtime_service.store import completion as completion_store
 from runtime_service.store.fencing import fenced
 from runtime_service.store.ledger import CheckpointRow
@@ -252,19 +253,20 @@ class LeasesService:
             attempts.record_result(
                 run, attempt, result_summary, output_ref, completes_run=trigger is Trigger.COMPLETE
             )
+            stops = trigger in (Trigger.CANCEL, Trigger.INTERRUPT, Trigger.PAUSE)
+            failed_on_stop = outcome.startswith("FAILED") and stops
             message = error_message or result_summary
-            if trigger is Trigger.FAIL_CHECKS:
+            if stops:
+                # The run stops because it was asked to: the asker's reason says why (the
+                # worker's own words stay on the attempt).
+                message = run_requests.stop_reason_given(session, run) or message
+            elif trigger is Trigger.FAIL_CHECKS:
                 # The worker's claim stands refuted by the ledger: the run's message says
                 # why (each failed check's detail); the attempt keeps no error of the
                 # worker's, so a repeated claim is recognised as the same request.
                 message = "completion checks failed: " + "; ".join(
                     f"{r.check.name} ({r.detail})" for r in checks if r.outcome is Outcome.FAILED
                 )
-            failed_on_stop = outcome.startswith("FAILED") and trigger in (
-                Trigger.CANCEL,
-                Trigger.INTERRUPT,
-                Trigger.PAUSE,
-            )
             transitions.apply(
                 session,
                 run,
@@ -304,7 +306,7 @@ class LeasesService:
         if outcome == "CANCELLED":
             if not run.cancel_requested:
                 raise FailedPrecondition(
-                    "no cancel was requested for this run", reason="NO_STOP_REQUESTED"
+                    "no cancel was requested for this run", reason=reasons.NO_STOP_REQUESTED
                 )
             return (
                 Trigger.INTERRUPT if run.stop_reason == "INTERRUPTED_BY_NEW_RUN" else Trigger.CANCEL
@@ -312,13 +314,13 @@ class LeasesService:
         if outcome == "PAUSED":
             if not run.pause_requested:
                 raise FailedPrecondition(
-                    "no pause was requested for this run", reason="NO_STOP_REQUESTED"
+                    "no pause was requested for this run", reason=reasons.NO_STOP_REQUESTED
                 )
             return Trigger.PAUSE
         if not attempts.approvals_waiting(session, attempt.id):
             raise FailedPrecondition(
                 "the attempt has no approval step waiting for a decision",
-                reason="NO_APPROVAL_PENDING",
+                reason=reasons.NO_APPROVAL_PENDING,
             )
         return Trigger.WAIT_APPROVAL
 
@@ -332,13 +334,13 @@ class LeasesService:
         open_steps = attempts.open_steps(session, attempt.id)
         if open_steps:
             raise FailedPrecondition(
-                f"{open_steps} step(s) are still STARTED: end them first", reason="STEPS_OPEN"
+                f"{open_steps} step(s) are still STARTED: end them first", reason=reasons.STEPS_OPEN
             )
         pending = attempts.pending_inputs(session, run.id)
         if pending:
             raise FailedPrecondition(
                 f"{pending} input(s) were sent and not yet delivered: begin a turn to read them",
-                reason="INPUTS_PENDING",
+                reason=reasons.INPUTS_PENDING,
             )
         checks = self._bound.get(session, run.agent_digest).definition.completion
         results = evaluate(checks, completion_store.read_facts(session, run.id, checks))
@@ -349,7 +351,7 @@ class LeasesService:
             names = [r.check.name for r in missing]
             raise FailedPrecondition(
                 "the completion policy's checks have not all passed; missing: " + ", ".join(names),
-                reason="COMPLETION_CHECKS_MISSING",
+                reason=reasons.COMPLETION_CHECKS_MISSING,
                 metadata={"missing_checks": ",".join(names)},
                 violations=[
                     ("COMPLETION_CHECK", r.check.name, f"not attested: {r.detail}") for r in missing
@@ -409,6 +411,13 @@ class LeasesService:
                 trigger = Trigger.INTERRUPT
             else:
                 trigger = Trigger.CANCEL
+            # Say which happened: the worker may still have been heartbeating past the grace
+            # period, or its lease may simply have run out first.
+            why = (
+                "the worker did not stop within the grace period"
+                if stop_overdue
+                else "the worker's lease expired before it stopped"
+            )
             transitions.apply(
                 session,
                 run,
@@ -416,9 +425,9 @@ class LeasesService:
                 Actor.RUNTIME,
                 now,
                 attempt=attempt,
-                message="the worker did not stop within the grace period",
+                message=run_requests.stop_reason_given(session, run) or why,
                 error_class="CANCELLED",
-                error_message="stopped by the runtime",
+                error_message=f"stopped by the runtime: {why}",
             )
             return
         if lease_expired:

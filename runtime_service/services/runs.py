@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from agentrt_base import reasons
 from agentrt_base.access import Visibility, check_namespace
 from agentrt_base.auth import caller_name
 from agentrt_base.db import utcnow
@@ -25,7 +26,7 @@ from registry.model import AgentVersion
 from registry.service import resolve_agent
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.services.context import Runtime, scoped_request_id
-from runtime_service.step_rules import dumps
+from runtime_service.step_rules import dumps, input_too_large
 from runtime_service.store import messages, run_requests, runs, threads, transitions
 from runtime_service.store.tables import AttemptRow, MessageRow, RunRow, ThreadRow
 
@@ -183,7 +184,7 @@ class RunsService:
     ) -> tuple[list[ThreadRow], str]:
         """The threads matching the filters that ``visible`` admits."""
         filters = {"metadata": metadata, "namespace": namespace}
-        page = page_request(page_size, page_token, filters, key=(str,), default=50)
+        page = page_request(page_size, page_token, filters, key=(str,))
         namespaces = _namespaces(namespace, visible)
 
         def read(session: Session) -> tuple[list[ThreadRow], str]:
@@ -207,12 +208,14 @@ class RunsService:
         problems = ViolationCollector()
         if role not in ROLES:
             problems.add("role", "required: USER, ASSISTANT, SYSTEM or TOOL")
-        if len(content.encode()) + len(dumps(data).encode()) > MAX_TEXT_BYTES:
-            problems.add("content", f"content and data together exceed {MAX_TEXT_BYTES} bytes")
         if not content and not data:
             problems.add("content", "required: text content or structured data")
         _check_request_id(request_id, problems)
         problems.raise_if_any("invalid message")
+        # As for an input (SendInput): well-formed, only too big (the contract's answer).
+        too_large = input_too_large(content, data)
+        if too_large is not None:
+            raise too_large
         # A request id names one AppendMessage within its thread (AIP-155), as for CreateRun.
         request_key = scoped_request_id(thread_id, request_id)
 
@@ -246,7 +249,7 @@ class RunsService:
         if not thread_id:
             raise InvalidArgument.for_field("thread_id", "required")
         filters = {"thread_id": thread_id, "run_id": run_id, "newest_first": newest_first}
-        page = page_request(page_size, page_token, filters, key=(int,), default=50)
+        page = page_request(page_size, page_token, filters, key=(int,))
 
         def read(session: Session) -> tuple[list[MessageRow], str]:
             threads.get(session, thread_id)
@@ -342,7 +345,7 @@ class RunsService:
             raise FailedPrecondition(
                 f"thread {thread.id} has an active run ({active[-1].id}, {active[-1].status}); "
                 "its concurrency policy is REJECT",
-                reason="THREAD_BUSY",
+                reason=reasons.THREAD_BUSY,
                 metadata={"active_run_id": active[-1].id},
             )
         if policy == "ENQUEUE":
@@ -414,7 +417,7 @@ class RunsService:
             "agent_id": agent_id,
             "namespace": namespace,
         }
-        page = page_request(page_size, page_token, filters, key=(str,), default=50)
+        page = page_request(page_size, page_token, filters, key=(str,))
         namespaces = _namespaces(namespace, visible)
 
         def read(session: Session) -> tuple[list[RunRow], str]:
@@ -474,7 +477,7 @@ class RunsService:
                 if run.cancel_requested:
                     raise FailedPrecondition(
                         "run is RUNNING with a cancel pending: it cannot be paused",
-                        reason="ILLEGAL_TRANSITION",
+                        reason=reasons.ILLEGAL_TRANSITION,
                         metadata={"current_status": run.status},
                     )
                 run_requests.request_pause(
@@ -544,13 +547,13 @@ class RunsService:
             if RunStatus(run.status).terminal:
                 raise FailedPrecondition(
                     f"run is {run.status} (it has ended): it cannot be amended; derive a new run",
-                    reason="RUN_ENDED",
+                    reason=reasons.RUN_ENDED,
                     metadata={"current_status": run.status},
                 )
             if expected_revision and expected_revision != run.input_revision:
                 raise Aborted(
                     f"input_revision is {run.input_revision}, expected {expected_revision}",
-                    reason="REVISION_MISMATCH",
+                    reason=reasons.REVISION_MISMATCH,
                     metadata={"input_revision": str(run.input_revision)},
                 )
             run_requests.amend(
@@ -570,7 +573,7 @@ class RunsService:
         self, run_id: str, page_size: int, page_token: str
     ) -> tuple[list[AttemptRow], str]:
         filters = {"run_id": run_id}
-        page = page_request(page_size, page_token, filters, key=(int,), default=50)
+        page = page_request(page_size, page_token, filters, key=(int,))
 
         def read(session: Session) -> tuple[list[AttemptRow], str]:
             runs.get(session, run_id)

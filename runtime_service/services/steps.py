@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from agentrt_base import reasons
 from agentrt_base.db import utcnow
 from agentrt_base.errors import Aborted, AgentrtError
 from runtime_service.fence import FenceClaim
@@ -84,7 +85,7 @@ class StepsService:
             if exceeded is None:
                 return Aborted(
                     "the run's budget changed while the step was being begun: begin it again",
-                    reason="BUDGET_CHANGED",
+                    reason=reasons.BUDGET_CHANGED,
                 )
             transitions.apply(
                 session,

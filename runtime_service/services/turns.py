@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from agentrt_base import reasons
 from agentrt_base.db import utcnow
 from agentrt_base.errors import FailedPrecondition, NotFound
 from runtime_service.fence import FenceClaim
@@ -33,7 +34,7 @@ class TurnsService:
                     return earlier, inputs.delivered_to_turn(session, earlier.id)
             if turns.open_turn(session, attempt) is not None:
                 raise FailedPrecondition(
-                    "a turn of this attempt is still open: end it first", reason="TURN_OPEN"
+                    "a turn of this attempt is still open: end it first", reason=reasons.TURN_OPEN
                 )
             return turns.start(session, run, attempt, utcnow(), request_id)
 
@@ -49,7 +50,7 @@ class TurnsService:
                 raise NotFound("turn", turn_id)
             if turn.attempt_id != attempt.id:
                 raise FailedPrecondition(
-                    "the turn belongs to another attempt", reason="TURN_NOT_OPEN"
+                    "the turn belongs to another attempt", reason=reasons.TURN_NOT_OPEN
                 )
             if turn.status != "OPEN":
                 # Ended already (a retried EndTurn): answer what the first call did.
@@ -60,7 +61,7 @@ class TurnsService:
             if started:
                 raise FailedPrecondition(
                     f"{started} step(s) of the turn are still STARTED: end them first",
-                    reason="STEPS_OPEN",
+                    reason=reasons.STEPS_OPEN,
                 )
             now = utcnow()
             turns.end(session, run, turn, now)

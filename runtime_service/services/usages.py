@@ -125,9 +125,7 @@ class UsageService:
             "start": query.start_time,
             "end": query.end_time,
         }
-        page = page_request(
-            page_size, page_token, filters, key=(dt.datetime, str, str), default=100, maximum=1000
-        )
+        page = page_request(page_size, page_token, filters, key=(dt.datetime, str, str))
         times = audit_usages.TimeRange(query.start_time, query.end_time)
 
         def read(session: Session) -> tuple[list[Usage], bool]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
@@ -41,4 +42,20 @@ def resolve(
             approver_principal=principal,
         ),
         now,
+    )
+
+
+def waiting(session: Session, run_id: str) -> int:
+    """How many approval requests of the run still wait for a decision."""
+    return (
+        session.scalar(
+            sa.select(sa.func.count())
+            .select_from(StepRow)
+            .where(
+                StepRow.run_id == run_id,
+                StepRow.type == "APPROVAL_REQUEST",
+                StepRow.status == "WAITING_APPROVAL",
+            )
+        )
+        or 0
     )

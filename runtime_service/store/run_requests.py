@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
@@ -22,7 +23,7 @@ from runtime_service import __version__, audit_rows, events, notify, proto_map
 from runtime_service.lifecycle import RunStatus
 from runtime_service.step_rules import dumps
 from runtime_service.store import transitions
-from runtime_service.store.tables import RunRow
+from runtime_service.store.tables import EventRow, RunRow
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,29 @@ def request_stop(
         ),
         now,
     )
+
+
+def stop_reason_given(session: Session, run: RunRow) -> str:
+    """The reason the caller gave when it asked the run (RUNNING, locked) to stop: that of
+    its latest ``run.cancel_requested``, or ``run.pause_requested`` while a pause is asked;
+    empty if none was given. Read back from the ledger, which recorded it once, when the
+    stop it asked for happens (the worker acknowledges, or the runtime forces it)."""
+    event_type = events.event_type_name(
+        event_pb2.RunPauseRequestedAttributes()
+        if run.pause_requested
+        else event_pb2.RunCancelRequestedAttributes()
+    )
+    attributes = session.scalars(
+        sa.select(EventRow.attributes_json)
+        .where(
+            EventRow.thread_id == run.thread_id,
+            EventRow.run_id == run.id,
+            EventRow.event_type == event_type,
+        )
+        .order_by(EventRow.sequence.desc())
+        .limit(1)
+    ).first()
+    return str(json.loads(attributes).get("reason", "")) if attributes else ""
 
 
 def request_pause(

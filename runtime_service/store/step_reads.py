@@ -28,7 +28,7 @@ def steps_page(
 ) -> StepsPage:
     """A ListSteps request, its page token checked (by sequence, within these filters)."""
     filters = {"run_id": run_id, "attempt_id": attempt_id, "turn_id": turn_id}
-    page = page_request(page_size, page_token, filters, key=(int,), default=100)
+    page = page_request(page_size, page_token, filters, key=(int,))
     return StepsPage(run_id, attempt_id, turn_id, page, filters)
 
 

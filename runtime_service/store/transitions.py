@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
+from agentrt_base import reasons
 from agentrt_base.errors import FailedPrecondition
 from runtime_service import events, lifecycle, notify, step_events
 from runtime_service.completion import CheckResult
@@ -159,7 +160,7 @@ def apply(
         raise FailedPrecondition(
             f"run is {current.value} (it has ended): "
             f"{trigger.value.lower().replace('_', ' ')} is not possible",
-            reason="RUN_ENDED",
+            reason=reasons.RUN_ENDED,
             metadata={"current_status": current.value, "trigger": trigger.value},
         )
     t = lifecycle.transition(current, trigger, actor)

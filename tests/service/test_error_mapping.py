@@ -35,6 +35,10 @@ RAISES: dict[str, BaseException] = {
             errors.FieldViolation("definition.agent_id", "must not be empty"),
         ],
     ),
+    "many": errors.InvalidArgument(
+        "twelve bad fields",
+        [errors.FieldViolation(f"arguments.f{i}", "bad") for i in range(12)],
+    ),
     "missing": errors.NotFound("component", "read_file@9"),
     "taken": errors.AlreadyExists(
         "agent version",
@@ -94,6 +98,17 @@ def test_invalid_argument_names_every_field(failing_stub: Any) -> None:
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     violations = error_details(error)["BadRequest"].field_violations
     assert [v.field for v in violations] == ["definition.tools[0]", "definition.agent_id"]
+
+
+def test_violations_past_the_cap_are_counted(failing_stub: Any) -> None:
+    # The first five travel (a trailer has a size limit), the count says how many there are.
+    details = error_details(_fail(failing_stub, "many"))
+    assert [v.field for v in details["BadRequest"].field_violations] == [
+        f"arguments.f{i}" for i in range(5)
+    ]
+    assert details["ErrorInfo"].metadata["violation_count"] == "12"
+    # Under the cap, no count: the violations are all there.
+    assert "violation_count" not in error_details(_fail(failing_stub, "bad"))["ErrorInfo"].metadata
 
 
 def test_not_found_names_the_resource(failing_stub: Any) -> None:

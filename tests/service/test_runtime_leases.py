@@ -462,6 +462,56 @@ def test_cancel_a_running_run_is_acknowledged_by_the_worker(stubs: Stubs) -> Non
     assert done.attempt.status == E.ATTEMPT_STATUS_CANCELLED
 
 
+def test_the_cancel_reason_is_the_terminal_message_when_the_worker_acknowledges(
+    stubs: Stubs,
+) -> None:
+    run = new_run(stubs)
+    got = stubs.acquire()
+    stubs.runtime.CancelRun(pb.CancelRunRequest(run_id=run.id, reason="wrong branch"), timeout=10)
+    # The worker's own words stay on its attempt; the run says why it was stopped.
+    done = stubs.finish(
+        got.fence,
+        E.ATTEMPT_OUTCOME_CANCELLED,
+        error=message_pb2.AttemptError(message="stopped at a step boundary"),
+    )
+    assert done.run.terminal_message == "wrong branch"
+    assert get_run(stubs, run.id).terminal_message == "wrong branch"
+    assert done.attempt.error.message == "stopped at a step boundary"
+    [ended] = [e for e in run_events(stubs, run.id) if e.event_type == E.EVENT_TYPE_RUN_ENDED]
+    assert ended.run_ended_attributes.terminal_message == "wrong branch"
+    # Without a reason the worker's words are all there is.
+    other = new_run(stubs)
+    got = stubs.acquire()
+    stubs.runtime.CancelRun(pb.CancelRunRequest(run_id=other.id), timeout=10)
+    done = stubs.finish(got.fence, E.ATTEMPT_OUTCOME_CANCELLED, result_summary="left as is")
+    assert done.run.terminal_message == "left as is"
+
+
+def test_the_pause_reason_is_recorded_when_the_worker_acknowledges(stubs: Stubs) -> None:
+    run = new_run(stubs)
+    got = stubs.acquire()
+    stubs.runtime.PauseRun(pb.PauseRunRequest(run_id=run.id, reason="over budget"), timeout=10)
+    stubs.finish(got.fence, E.ATTEMPT_OUTCOME_PAUSED)
+    changes = [
+        e.run_status_changed_attributes
+        for e in run_events(stubs, run.id)
+        if e.event_type == E.EVENT_TYPE_RUN_STATUS_CHANGED
+    ]
+    assert (changes[-1].status, changes[-1].reason) == (E.RUN_STATUS_PAUSED, "over budget")
+
+
+def run_events(stubs: Stubs, run_id: str) -> list[Any]:
+    last = get_run(stubs, run_id).last_event_sequence
+    stream = stubs.runtime.WatchRun(pb.WatchRunRequest(run_id=run_id), timeout=10)
+    found = []
+    for response in stream:
+        found.append(response.event)
+        if response.event.sequence >= last:
+            break
+    stream.cancel()
+    return found
+
+
 def test_a_worker_that_ignores_a_cancel_is_stopped_after_the_grace_period(
     fast: Stubs, database_url: str
 ) -> None:
@@ -472,13 +522,51 @@ def test_a_worker_that_ignores_a_cancel_is_stopped_after_the_grace_period(
     wait_for(lambda: get_run(fast, run.id).status == E.RUN_STATUS_CANCELLED)
     ended = get_run(fast, run.id)
     assert ended.terminal_reason == E.TERMINAL_REASON_CANCELLED_BY_USER
-    assert attempts(fast, run.id)[0].status == E.ATTEMPT_STATUS_CANCELLED
+    assert ended.terminal_message == "the worker did not stop within the grace period"
+    [attempt] = attempts(fast, run.id)
+    assert attempt.status == E.ATTEMPT_STATUS_CANCELLED
+    assert attempt.error.message == (
+        "stopped by the runtime: the worker did not stop within the grace period"
+    )
     # The epoch was bumped: every late write of the worker bounces.
     assert_lease_lost(fast, database_url, run.id, lambda: heartbeat(fast, got.fence))
     assert_lease_lost(
         fast, database_url, run.id, lambda: fast.finish(got.fence, E.ATTEMPT_OUTCOME_CANCELLED)
     )
     assert_lease_lost(fast, database_url, run.id, lambda: fast.finish(got.fence, COMPLETE))
+
+
+@pytest.fixture
+def long_grace(database_url: str) -> Iterator[Stubs]:
+    """A fast reaper and a stop grace period longer than any test: a lease runs out first."""
+    yield from open_stubs(
+        database_url, RuntimeSettings(reaper_interval=0.1, stop_grace=dt.timedelta(seconds=600))
+    )
+
+
+def test_a_cancel_whose_worker_lease_expires_says_so_and_keeps_the_reason(
+    long_grace: Stubs,
+) -> None:
+    stubs = long_grace
+    run = new_run(stubs)
+    stubs.acquire(ttl=1)
+    stubs.runtime.CancelRun(
+        pb.CancelRunRequest(run_id=run.id, reason="customer withdrew"), timeout=10
+    )
+    wait_for(lambda: get_run(stubs, run.id).status == E.RUN_STATUS_CANCELLED)
+    assert get_run(stubs, run.id).terminal_message == "customer withdrew"
+    [attempt] = attempts(stubs, run.id)
+    assert attempt.error.message == (
+        "stopped by the runtime: the worker's lease expired before it stopped"
+    )
+    # And without a reason, the runtime's words.
+    other = new_run(stubs)
+    stubs.acquire(ttl=1)
+    stubs.runtime.CancelRun(pb.CancelRunRequest(run_id=other.id), timeout=10)
+    wait_for(lambda: get_run(stubs, other.id).status == E.RUN_STATUS_CANCELLED)
+    assert get_run(stubs, other.id).terminal_message == (
+        "the worker's lease expired before it stopped"
+    )
 
 
 def test_an_interrupted_worker_that_ignores_it_is_stopped_and_the_new_run_proceeds(
@@ -494,6 +582,7 @@ def test_an_interrupted_worker_that_ignores_it_is_stopped_and_the_new_run_procee
     ended = get_run(fast, old.id)
     assert ended.status == E.RUN_STATUS_CANCELLED
     assert ended.terminal_reason == E.TERMINAL_REASON_INTERRUPTED_BY_NEW_RUN
+    assert ended.terminal_message == "interrupted by a new run in the thread"
     assert got.attempt.id == attempts(fast, old.id)[0].id
 
 

@@ -341,6 +341,32 @@ def test_append_message_refuses_a_request_id_over_128_characters(
     assert thread_ledger(database_url, thread.id)[0] == [(longest.id, 1)]
 
 
+def test_a_message_over_the_limit_is_resource_exhausted_and_changes_nothing(
+    stubs: Stubs, database_url: str
+) -> None:
+    # runtime_service.proto, AppendMessage: "RESOURCE_EXHAUSTED with
+    # ErrorInfo(reason="INPUT_TOO_LARGE", metadata "limit")" (it answered INVALID_ARGUMENT).
+    thread = stubs.thread()
+    error = rpc_error(
+        stubs.runtime.AppendMessage,
+        pb.AppendMessageRequest(
+            thread_id=thread.id, role=E.MESSAGE_ROLE_USER, content="x" * (256 * 1024 + 1)
+        ),
+        timeout=10,
+    )
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    info = error_details(error)["ErrorInfo"]
+    assert (info.reason, info.metadata["limit"]) == ("INPUT_TOO_LARGE", str(256 * 1024))
+    assert thread_ledger(database_url, thread.id) == ([], ["thread.created"])
+    # At the limit, it is appended.
+    stubs.runtime.AppendMessage(
+        pb.AppendMessageRequest(
+            thread_id=thread.id, role=E.MESSAGE_ROLE_USER, content="x" * (256 * 1024)
+        ),
+        timeout=10,
+    )
+
+
 # -- concurrency policies --------------------------------------------------------------------
 
 

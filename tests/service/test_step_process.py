@@ -10,7 +10,9 @@ right after, in a transaction of its own."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
+import logging
 import os
 import signal
 import sqlite3
@@ -33,7 +35,9 @@ from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_base.db import Database
 from agentrt_base.db_engines import normalise_url, writer_lock_path
+from agentrt_base.errors import FailedPrecondition
 from agentrt_base.raw import Statement
+from runtime_service.step_engine import StepEngine
 from runtime_service.step_process import (
     BEGIN_STEP,
     COMMIT_UNKNOWN,
@@ -771,3 +775,43 @@ def test_it_is_not_started_when_switched_off(database_url: str) -> None:
         assert thread.server.step_process is None
     finally:
         thread.stop()
+
+
+def test_a_refusal_is_an_answer_and_not_a_failure_in_its_log(
+    stubs: Stubs,
+    database_url: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A refusal (here NO_MODEL_CANDIDATE: no candidate of the policy admits the context) is
+    the call's answer, whether the engine returns it or raises it (having begun to write):
+    the writer answers it, keeps the rest of its batch, and logs nothing of it (no "a batch
+    of step writes failed", no traceback)."""
+    w = start(stubs)
+    closed = begin_request(w, "closed")
+    closed.turn_id = "trn_not_open"  # refused by the engine's rules: returned, not raised
+    caplog.set_level(logging.DEBUG, logger="agentrt")
+    original = StepEngine.begin
+
+    def begin(engine: StepEngine, tx: Any, req: Any) -> Any:
+        if req.idempotency_key == "raised":
+            # Written, then refused: the refusal must roll back what was written.
+            original(engine, tx, dataclasses.replace(req, idempotency_key="written-then-refused"))
+            raise FailedPrecondition("no candidate left", reason="NO_MODEL_CANDIDATE")
+        return original(engine, tx, req)
+
+    # Every engine of the writer (on PostgreSQL a second call on a run runs on its own).
+    monkeypatch.setattr(StepEngine, "begin", begin)
+    with writer(database_url) as wr:
+        first, refused, second, not_open = wr.batch(
+            (BEGIN_STEP, begin_request(w, "a")),
+            (BEGIN_STEP, begin_request(w, "raised")),
+            (BEGIN_STEP, begin_request(w, "b")),
+            (BEGIN_STEP, closed),
+        )
+    assert first is not None and first.error is None
+    assert second is not None and second.error is None
+    assert refused is not None and _reason(refused.error) == "NO_MODEL_CANDIDATE"
+    assert not_open is not None and _reason(not_open.error) == "TURN_NOT_OPEN"
+    assert [s.idempotency_key for s in list_steps(stubs, w.run_id)] == ["a", "b"]
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []

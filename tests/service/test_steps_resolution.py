@@ -185,7 +185,8 @@ def test_arguments_failing_the_pinned_schema_are_invalid_and_recorded(stubs: Stu
     details = expect(grpc.StatusCode.INVALID_ARGUMENT, w.tool, "read_file", "r1", path=3)
     assert violations(details) == ["tool_call.arguments.path"]
     message = details["BadRequest"].field_violations[0].description
-    assert "$.path" in message and "read_file@1" in message
+    # The number as the caller wrote it in JSON (a Struct carries it as the double 3.0).
+    assert message == "$.path: 3 is not of type 'string' (schema of read_file@1)"
     step = get_step(stubs, details["ErrorInfo"].metadata["step_id"])
     assert step.status == FAILED and step.error_class == E.ERROR_CLASS_INVALID_ARGUMENTS
     assert json_format.MessageToDict(step.tool_arguments) == {"path": 3.0}
@@ -206,6 +207,30 @@ def test_arguments_failing_the_pinned_schema_are_invalid_and_recorded(stubs: Stu
         FAILED,
         E.STEP_STATUS_STARTED,
     ]
+
+
+def test_every_schema_violation_of_the_arguments_is_reported(stubs: Stubs) -> None:
+    w = start(stubs)
+    # Two violations at once: a number where a string belongs, and an argument the schema
+    # does not allow. Each is its own BadRequest violation with its JSON path.
+    details = expect(grpc.StatusCode.INVALID_ARGUMENT, w.tool, "read_file", "r1", path=42, mode=7.5)
+    found = details["BadRequest"].field_violations
+    assert [(v.field, v.description) for v in found] == [
+        (
+            "tool_call.arguments",
+            "$: Additional properties are not allowed ('mode' was unexpected) "
+            "(schema of read_file@1)",
+        ),
+        ("tool_call.arguments.path", "$.path: 42 is not of type 'string' (schema of read_file@1)"),
+    ]
+    assert "violation_count" not in details["ErrorInfo"].metadata
+    # The step records them all.
+    step = get_step(stubs, details["ErrorInfo"].metadata["step_id"])
+    assert step.error_message == (
+        "arguments do not match the schema of read_file@1: "
+        "$: Additional properties are not allowed ('mode' was unexpected); "
+        "$.path: 42 is not of type 'string'"
+    )
 
 
 def test_the_run_ceiling_bounds_side_effect_tools(stubs: Stubs) -> None:

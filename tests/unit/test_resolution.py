@@ -169,29 +169,61 @@ SCHEMA: dict[str, Any] = {
         ({"path": "a", "extra": True}, "$", "additional"),
     ],
 )
-def test_argument_error_names_the_schema_path(
+def test_argument_errors_name_the_schema_path(
     arguments: dict[str, Any], path: str | None, words: str
 ) -> None:
     tool = pinned("read", {"input_schema": SCHEMA}, schema_digest="sha256:unit-schema-1")
-    error = resolution.argument_error(tool, arguments)
+    errors = resolution.argument_errors(tool, arguments)
     if path is None:
-        assert error is None
+        assert errors == []
         return
-    assert error is not None
-    where, _, message = error.partition(": ")
-    assert where == path
-    assert words in message.lower()
+    [error] = errors
+    assert error.json_path == path
+    assert words in error.message.lower()
+
+
+def test_argument_errors_are_every_violation_with_its_own_path() -> None:
+    tool = pinned("read", {"input_schema": SCHEMA}, schema_digest="sha256:unit-schema-1")
+    # Numbers as a Struct carries them: every one a double.
+    arguments = {"path": 3.0, "lines": [1.0, "x", 2.5], "opts": {"depth": -1.0}, "x": True}
+    found = [(e.json_path, e.message) for e in resolution.argument_errors(tool, arguments)]
+    # In the order of their locations, whatever the order of the schema's keywords.
+    assert found == [
+        ("$", "Additional properties are not allowed ('x' was unexpected)"),
+        ("$.lines[1]", "'x' is not of type 'integer'"),
+        ("$.lines[2]", "2.5 is not of type 'integer'"),
+        ("$.opts.depth", "-1 is less than the minimum of 0"),
+        ("$.path", "3 is not of type 'string'"),
+    ]
+
+
+def test_argument_paths_quote_keys_that_are_not_identifiers() -> None:
+    violation = resolution.ArgumentViolation(("a.b", 0, "ok", "два слова"), "bad")
+    assert violation.json_path == '$["a.b"][0].ok["два слова"]'
+    assert violation.field("tool_call.arguments") == (
+        'tool_call.arguments["a.b"][0].ok["два слова"]'
+    )
+
+
+def test_integral_doubles_are_json_integers() -> None:
+    value = {"a": [42.0, -0.0, 1.5, 2.0**60, "42.0", True], "b": {"c": 7.0}}
+    assert resolution.as_json_numbers(value) == {
+        "a": [42, 0, 1.5, 2**60, "42.0", True],
+        "b": {"c": 7},
+    }
+    assert type(resolution.as_json_numbers(42.0)) is int
+    assert resolution.as_json_numbers(True) is True
 
 
 def test_argument_validators_are_per_schema() -> None:
     strict = pinned("a", {"input_schema": {"type": "object", "required": ["x"]}})
     loose = pinned("b", {"input_schema": {"type": "object"}})
     # Neither has a schema digest: each must still be checked against its own schema.
-    assert resolution.argument_error(strict, {}) is not None
-    assert resolution.argument_error(loose, {}) is None
-    assert resolution.argument_error(strict, {"x": 1}) is None
+    assert resolution.argument_errors(strict, {}) != []
+    assert resolution.argument_errors(loose, {}) == []
+    assert resolution.argument_errors(strict, {"x": 1}) == []
     # No schema at all accepts anything.
-    assert resolution.argument_error(pinned("c", {}, "sha256:unit-empty"), {"any": 1}) is None
+    assert resolution.argument_errors(pinned("c", {}, "sha256:unit-empty"), {"any": 1}) == []
 
 
 def test_bound_definition_from_the_acquired_document() -> None:

@@ -445,6 +445,10 @@ def test_end_refusals_and_repeats() -> None:
     for v, error_type in cases:
         decision = decide_end(v, FENCE, "stp_1", OUTCOME, NOW)
         assert isinstance(decision, Refuse) and isinstance(decision.error, error_type), v
+    other = decide_end(
+        EndView(run_view(), started(attempt_id="att_0")), FENCE, "stp_1", OUTCOME, NOW
+    )
+    assert isinstance(other, Refuse) and other.error.reason == "STEP_OF_OTHER_ATTEMPT"
     with_blob = StepEnd("SUCCEEDED", DIGEST, "", 0, 0, 0.0, "", "", "", False, False)
     missing = decide_end(EndView(run_view(), started()), FENCE, "stp_1", with_blob, NOW)
     assert isinstance(missing, Refuse) and missing.error.reason == "BLOB_MISSING"

@@ -355,12 +355,12 @@ class RowMismatch(_message.Message):
     records it, or an event records a row that is not stored.
     """
     stored: _builtins.str
-    """What the row holds now, as JSON (`null` when absent or the default). A
+    """What the row holds now, as JSON (`null` when absent, empty or zero). A
     field committed to by digest (tool arguments, input content) shows the
     digest of the stored value.
     """
     committed: _builtins.str
-    """What the chain committed to, as JSON (`null` when absent or the default)."""
+    """What the chain committed to, as JSON (`null` when absent, empty or zero)."""
     def __init__(
         self,
         *,

@@ -130,7 +130,8 @@ class RegistryServiceServicer:
         created=false. Different content under a taken name@version fails with
         ALREADY_EXISTS (VERSION_CONFLICT, naming the existing digest). A name
         already published with another kind, or with the other version scheme,
-        fails with FAILED_PRECONDITION. Tool schemas are validated here.
+        fails with FAILED_PRECONDITION (ErrorInfo reason "KIND_MISMATCH" or
+        "VERSION_SCHEME_MISMATCH"). Tool schemas are validated here.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

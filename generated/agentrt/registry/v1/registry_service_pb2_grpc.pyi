@@ -52,7 +52,8 @@ class RegistryServiceStub:
     created=false. Different content under a taken name@version fails with
     ALREADY_EXISTS (VERSION_CONFLICT, naming the existing digest). A name
     already published with another kind, or with the other version scheme,
-    fails with FAILED_PRECONDITION. Tool schemas are validated here.
+    fails with FAILED_PRECONDITION (ErrorInfo reason "KIND_MISMATCH" or
+    "VERSION_SCHEME_MISMATCH"). Tool schemas are validated here.
     """
     GetComponent: _grpc.UnaryUnaryMultiCallable[_registry_service_pb2.GetComponentRequest, _registry_service_pb2.GetComponentResponse]
     """GetComponent returns one component version by `name@version`,
@@ -151,7 +152,8 @@ class RegistryServiceAsyncStub(RegistryServiceStub):
     created=false. Different content under a taken name@version fails with
     ALREADY_EXISTS (VERSION_CONFLICT, naming the existing digest). A name
     already published with another kind, or with the other version scheme,
-    fails with FAILED_PRECONDITION. Tool schemas are validated here.
+    fails with FAILED_PRECONDITION (ErrorInfo reason "KIND_MISMATCH" or
+    "VERSION_SCHEME_MISMATCH"). Tool schemas are validated here.
     """
     GetComponent: _aio.UnaryUnaryMultiCallable[_registry_service_pb2.GetComponentRequest, _registry_service_pb2.GetComponentResponse]  # type: ignore[assignment]
     """GetComponent returns one component version by `name@version`,
@@ -253,7 +255,8 @@ class RegistryServiceServicer(metaclass=_abc_1.ABCMeta):
         created=false. Different content under a taken name@version fails with
         ALREADY_EXISTS (VERSION_CONFLICT, naming the existing digest). A name
         already published with another kind, or with the other version scheme,
-        fails with FAILED_PRECONDITION. Tool schemas are validated here.
+        fails with FAILED_PRECONDITION (ErrorInfo reason "KIND_MISMATCH" or
+        "VERSION_SCHEME_MISMATCH"). Tool schemas are validated here.
         """
 
     @_abc_1.abstractmethod

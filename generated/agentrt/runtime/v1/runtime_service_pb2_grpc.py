@@ -37,7 +37,7 @@ class RuntimeServiceStub:
     does not exist; FAILED_PRECONDITION with ErrorInfo(reason="RUN_ENDED") when an
     operation needs a non-terminal run. Never UNKNOWN or INTERNAL for a caller error.
 
-    List RPCs: page_size 0 means the server default (50); larger values are
+    List RPCs: page_size 0 means the server default (100); larger values are
     clamped to the server maximum (1000). An empty next_page_token means the last
     page. Creates take a request_id (AIP-155): a retry with the same request_id
     returns the result of the first call and creates nothing.
@@ -173,7 +173,7 @@ class RuntimeServiceServicer:
     does not exist; FAILED_PRECONDITION with ErrorInfo(reason="RUN_ENDED") when an
     operation needs a non-terminal run. Never UNKNOWN or INTERNAL for a caller error.
 
-    List RPCs: page_size 0 means the server default (50); larger values are
+    List RPCs: page_size 0 means the server default (100); larger values are
     clamped to the server maximum (1000). An empty next_page_token means the last
     page. Creates take a request_id (AIP-155): a retry with the same request_id
     returns the result of the first call and creates nothing.
@@ -208,8 +208,9 @@ class RuntimeServiceServicer:
 
         Idempotent by request_id (scoped to the thread). Errors: NOT_FOUND (thread);
         INVALID_ARGUMENT (role unspecified, content and data both empty, run_id of
-        another thread); RESOURCE_EXHAUSTED (message larger than the server limit;
-        put large content in a blob).
+        another thread); RESOURCE_EXHAUSTED with ErrorInfo(reason="INPUT_TOO_LARGE",
+        metadata "limit") when content and data together exceed the server limit
+        (256 KiB; put large content in a blob).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -267,10 +268,11 @@ class RuntimeServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PauseRun(self, request, context):
-        """Pauses a run. A QUEUED run (or one waiting for approval with no active
-        attempt) becomes PAUSED at once; a RUNNING one gets pause_requested and
-        becomes PAUSED when its worker checkpoints and acknowledges. Pausing a paused
-        run returns it unchanged. Errors: NOT_FOUND; FAILED_PRECONDITION (RUN_ENDED).
+        """Pauses a run. A QUEUED run becomes PAUSED at once; a RUNNING one gets
+        pause_requested and becomes PAUSED when its worker checkpoints and
+        acknowledges. Pausing a paused run returns it unchanged. Errors: NOT_FOUND;
+        FAILED_PRECONDITION (RUN_ENDED; ILLEGAL_TRANSITION for a run
+        WAITING_APPROVAL, or RUNNING with a cancel pending).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -279,9 +281,9 @@ class RuntimeServiceServicer:
     def ResumeRun(self, request, context):
         """Resumes a run: a PAUSED run is re-queued (its next attempt has reason
         RESUMED_AFTER_PAUSE and resumes from the latest checkpoint); a run whose
-        pause was requested but not yet acknowledged has the request cleared. A run
-        that is neither is returned unchanged. Errors: NOT_FOUND; FAILED_PRECONDITION
-        (RUN_ENDED).
+        pause was requested but not yet acknowledged has the request cleared. Errors:
+        NOT_FOUND; FAILED_PRECONDITION (RUN_ENDED; ILLEGAL_TRANSITION for a run that
+        is neither: QUEUED, WAITING_APPROVAL, or RUNNING without a pause pending).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -312,7 +314,8 @@ class RuntimeServiceServicer:
 
         Idempotent by request_id (scoped to the run). Errors: NOT_FOUND;
         INVALID_ARGUMENT (kind unspecified; content and data both empty);
-        RESOURCE_EXHAUSTED (larger than the server limit); FAILED_PRECONDITION
+        RESOURCE_EXHAUSTED with ErrorInfo(reason="INPUT_TOO_LARGE", metadata
+        "limit") when larger than the server limit (256 KiB); FAILED_PRECONDITION
         (RUN_ENDED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -328,8 +331,9 @@ class RuntimeServiceServicer:
 
         Idempotent: repeating the same decision returns the same result. Errors:
         NOT_FOUND (run or step); INVALID_ARGUMENT (decision unspecified, empty
-        approver, step not an approval of this run); FAILED_PRECONDITION (already
-        resolved with another decision, or RUN_ENDED).
+        approver, step not an approval of this run); FAILED_PRECONDITION
+        (APPROVAL_RESOLVED when already resolved with another decision, or
+        RUN_ENDED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -548,7 +552,7 @@ class RuntimeService:
     does not exist; FAILED_PRECONDITION with ErrorInfo(reason="RUN_ENDED") when an
     operation needs a non-terminal run. Never UNKNOWN or INTERNAL for a caller error.
 
-    List RPCs: page_size 0 means the server default (50); larger values are
+    List RPCs: page_size 0 means the server default (100); larger values are
     clamped to the server maximum (1000). An empty next_page_token means the last
     page. Creates take a request_id (AIP-155): a retry with the same request_id
     returns the result of the first call and creates nothing.

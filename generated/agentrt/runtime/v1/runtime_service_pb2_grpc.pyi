@@ -38,7 +38,7 @@ class RuntimeServiceStub:
     does not exist; FAILED_PRECONDITION with ErrorInfo(reason="RUN_ENDED") when an
     operation needs a non-terminal run. Never UNKNOWN or INTERNAL for a caller error.
 
-    List RPCs: page_size 0 means the server default (50); larger values are
+    List RPCs: page_size 0 means the server default (100); larger values are
     clamped to the server maximum (1000). An empty next_page_token means the last
     page. Creates take a request_id (AIP-155): a retry with the same request_id
     returns the result of the first call and creates nothing.
@@ -63,8 +63,9 @@ class RuntimeServiceStub:
 
     Idempotent by request_id (scoped to the thread). Errors: NOT_FOUND (thread);
     INVALID_ARGUMENT (role unspecified, content and data both empty, run_id of
-    another thread); RESOURCE_EXHAUSTED (message larger than the server limit;
-    put large content in a blob).
+    another thread); RESOURCE_EXHAUSTED with ErrorInfo(reason="INPUT_TOO_LARGE",
+    metadata "limit") when content and data together exceed the server limit
+    (256 KiB; put large content in a blob).
     """
     ListMessages: _grpc.UnaryUnaryMultiCallable[_runtime_service_pb2.ListMessagesRequest, _runtime_service_pb2.ListMessagesResponse]
     """Lists a thread's messages, oldest first unless newest_first is set.
@@ -96,17 +97,18 @@ class RuntimeServiceStub:
     Errors: NOT_FOUND; FAILED_PRECONDITION (RUN_ENDED) for other terminal runs.
     """
     PauseRun: _grpc.UnaryUnaryMultiCallable[_runtime_service_pb2.PauseRunRequest, _runtime_service_pb2.PauseRunResponse]
-    """Pauses a run. A QUEUED run (or one waiting for approval with no active
-    attempt) becomes PAUSED at once; a RUNNING one gets pause_requested and
-    becomes PAUSED when its worker checkpoints and acknowledges. Pausing a paused
-    run returns it unchanged. Errors: NOT_FOUND; FAILED_PRECONDITION (RUN_ENDED).
+    """Pauses a run. A QUEUED run becomes PAUSED at once; a RUNNING one gets
+    pause_requested and becomes PAUSED when its worker checkpoints and
+    acknowledges. Pausing a paused run returns it unchanged. Errors: NOT_FOUND;
+    FAILED_PRECONDITION (RUN_ENDED; ILLEGAL_TRANSITION for a run
+    WAITING_APPROVAL, or RUNNING with a cancel pending).
     """
     ResumeRun: _grpc.UnaryUnaryMultiCallable[_runtime_service_pb2.ResumeRunRequest, _runtime_service_pb2.ResumeRunResponse]
     """Resumes a run: a PAUSED run is re-queued (its next attempt has reason
     RESUMED_AFTER_PAUSE and resumes from the latest checkpoint); a run whose
-    pause was requested but not yet acknowledged has the request cleared. A run
-    that is neither is returned unchanged. Errors: NOT_FOUND; FAILED_PRECONDITION
-    (RUN_ENDED).
+    pause was requested but not yet acknowledged has the request cleared. Errors:
+    NOT_FOUND; FAILED_PRECONDITION (RUN_ENDED; ILLEGAL_TRANSITION for a run that
+    is neither: QUEUED, WAITING_APPROVAL, or RUNNING without a pause pending).
     """
     AmendRun: _grpc.UnaryUnaryMultiCallable[_runtime_service_pb2.AmendRunRequest, _runtime_service_pb2.AmendRunResponse]
     """Adds constraints or acceptance criteria to a non-terminal run. It never
@@ -129,7 +131,8 @@ class RuntimeServiceStub:
 
     Idempotent by request_id (scoped to the run). Errors: NOT_FOUND;
     INVALID_ARGUMENT (kind unspecified; content and data both empty);
-    RESOURCE_EXHAUSTED (larger than the server limit); FAILED_PRECONDITION
+    RESOURCE_EXHAUSTED with ErrorInfo(reason="INPUT_TOO_LARGE", metadata
+    "limit") when larger than the server limit (256 KiB); FAILED_PRECONDITION
     (RUN_ENDED).
     """
     ResolveApproval: _grpc.UnaryUnaryMultiCallable[_runtime_service_pb2.ResolveApprovalRequest, _runtime_service_pb2.ResolveApprovalResponse]
@@ -141,8 +144,9 @@ class RuntimeServiceStub:
 
     Idempotent: repeating the same decision returns the same result. Errors:
     NOT_FOUND (run or step); INVALID_ARGUMENT (decision unspecified, empty
-    approver, step not an approval of this run); FAILED_PRECONDITION (already
-    resolved with another decision, or RUN_ENDED).
+    approver, step not an approval of this run); FAILED_PRECONDITION
+    (APPROVAL_RESOLVED when already resolved with another decision, or
+    RUN_ENDED).
     """
     ListAttempts: _grpc.UnaryUnaryMultiCallable[_runtime_service_pb2.ListAttemptsRequest, _runtime_service_pb2.ListAttemptsResponse]
     """Lists a run's attempts by number. Errors: NOT_FOUND (run)."""
@@ -204,7 +208,7 @@ class RuntimeServiceAsyncStub(RuntimeServiceStub):
     does not exist; FAILED_PRECONDITION with ErrorInfo(reason="RUN_ENDED") when an
     operation needs a non-terminal run. Never UNKNOWN or INTERNAL for a caller error.
 
-    List RPCs: page_size 0 means the server default (50); larger values are
+    List RPCs: page_size 0 means the server default (100); larger values are
     clamped to the server maximum (1000). An empty next_page_token means the last
     page. Creates take a request_id (AIP-155): a retry with the same request_id
     returns the result of the first call and creates nothing.
@@ -226,8 +230,9 @@ class RuntimeServiceAsyncStub(RuntimeServiceStub):
 
     Idempotent by request_id (scoped to the thread). Errors: NOT_FOUND (thread);
     INVALID_ARGUMENT (role unspecified, content and data both empty, run_id of
-    another thread); RESOURCE_EXHAUSTED (message larger than the server limit;
-    put large content in a blob).
+    another thread); RESOURCE_EXHAUSTED with ErrorInfo(reason="INPUT_TOO_LARGE",
+    metadata "limit") when content and data together exceed the server limit
+    (256 KiB; put large content in a blob).
     """
     ListMessages: _aio.UnaryUnaryMultiCallable[_runtime_service_pb2.ListMessagesRequest, _runtime_service_pb2.ListMessagesResponse]  # type: ignore[assignment]
     """Lists a thread's messages, oldest first unless newest_first is set.
@@ -259,17 +264,18 @@ class RuntimeServiceAsyncStub(RuntimeServiceStub):
     Errors: NOT_FOUND; FAILED_PRECONDITION (RUN_ENDED) for other terminal runs.
     """
     PauseRun: _aio.UnaryUnaryMultiCallable[_runtime_service_pb2.PauseRunRequest, _runtime_service_pb2.PauseRunResponse]  # type: ignore[assignment]
-    """Pauses a run. A QUEUED run (or one waiting for approval with no active
-    attempt) becomes PAUSED at once; a RUNNING one gets pause_requested and
-    becomes PAUSED when its worker checkpoints and acknowledges. Pausing a paused
-    run returns it unchanged. Errors: NOT_FOUND; FAILED_PRECONDITION (RUN_ENDED).
+    """Pauses a run. A QUEUED run becomes PAUSED at once; a RUNNING one gets
+    pause_requested and becomes PAUSED when its worker checkpoints and
+    acknowledges. Pausing a paused run returns it unchanged. Errors: NOT_FOUND;
+    FAILED_PRECONDITION (RUN_ENDED; ILLEGAL_TRANSITION for a run
+    WAITING_APPROVAL, or RUNNING with a cancel pending).
     """
     ResumeRun: _aio.UnaryUnaryMultiCallable[_runtime_service_pb2.ResumeRunRequest, _runtime_service_pb2.ResumeRunResponse]  # type: ignore[assignment]
     """Resumes a run: a PAUSED run is re-queued (its next attempt has reason
     RESUMED_AFTER_PAUSE and resumes from the latest checkpoint); a run whose
-    pause was requested but not yet acknowledged has the request cleared. A run
-    that is neither is returned unchanged. Errors: NOT_FOUND; FAILED_PRECONDITION
-    (RUN_ENDED).
+    pause was requested but not yet acknowledged has the request cleared. Errors:
+    NOT_FOUND; FAILED_PRECONDITION (RUN_ENDED; ILLEGAL_TRANSITION for a run that
+    is neither: QUEUED, WAITING_APPROVAL, or RUNNING without a pause pending).
     """
     AmendRun: _aio.UnaryUnaryMultiCallable[_runtime_service_pb2.AmendRunRequest, _runtime_service_pb2.AmendRunResponse]  # type: ignore[assignment]
     """Adds constraints or acceptance criteria to a non-terminal run. It never
@@ -292,7 +298,8 @@ class RuntimeServiceAsyncStub(RuntimeServiceStub):
 
     Idempotent by request_id (scoped to the run). Errors: NOT_FOUND;
     INVALID_ARGUMENT (kind unspecified; content and data both empty);
-    RESOURCE_EXHAUSTED (larger than the server limit); FAILED_PRECONDITION
+    RESOURCE_EXHAUSTED with ErrorInfo(reason="INPUT_TOO_LARGE", metadata
+    "limit") when larger than the server limit (256 KiB); FAILED_PRECONDITION
     (RUN_ENDED).
     """
     ResolveApproval: _aio.UnaryUnaryMultiCallable[_runtime_service_pb2.ResolveApprovalRequest, _runtime_service_pb2.ResolveApprovalResponse]  # type: ignore[assignment]
@@ -304,8 +311,9 @@ class RuntimeServiceAsyncStub(RuntimeServiceStub):
 
     Idempotent: repeating the same decision returns the same result. Errors:
     NOT_FOUND (run or step); INVALID_ARGUMENT (decision unspecified, empty
-    approver, step not an approval of this run); FAILED_PRECONDITION (already
-    resolved with another decision, or RUN_ENDED).
+    approver, step not an approval of this run); FAILED_PRECONDITION
+    (APPROVAL_RESOLVED when already resolved with another decision, or
+    RUN_ENDED).
     """
     ListAttempts: _aio.UnaryUnaryMultiCallable[_runtime_service_pb2.ListAttemptsRequest, _runtime_service_pb2.ListAttemptsResponse]  # type: ignore[assignment]
     """Lists a run's attempts by number. Errors: NOT_FOUND (run)."""
@@ -366,7 +374,7 @@ class RuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
     does not exist; FAILED_PRECONDITION with ErrorInfo(reason="RUN_ENDED") when an
     operation needs a non-terminal run. Never UNKNOWN or INTERNAL for a caller error.
 
-    List RPCs: page_size 0 means the server default (50); larger values are
+    List RPCs: page_size 0 means the server default (100); larger values are
     clamped to the server maximum (1000). An empty next_page_token means the last
     page. Creates take a request_id (AIP-155): a retry with the same request_id
     returns the result of the first call and creates nothing.
@@ -410,8 +418,9 @@ class RuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
 
         Idempotent by request_id (scoped to the thread). Errors: NOT_FOUND (thread);
         INVALID_ARGUMENT (role unspecified, content and data both empty, run_id of
-        another thread); RESOURCE_EXHAUSTED (message larger than the server limit;
-        put large content in a blob).
+        another thread); RESOURCE_EXHAUSTED with ErrorInfo(reason="INPUT_TOO_LARGE",
+        metadata "limit") when content and data together exceed the server limit
+        (256 KiB; put large content in a blob).
         """
 
     @_abc_1.abstractmethod
@@ -479,10 +488,11 @@ class RuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _runtime_service_pb2.PauseRunRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_runtime_service_pb2.PauseRunResponse, _abc.Awaitable[_runtime_service_pb2.PauseRunResponse]]:
-        """Pauses a run. A QUEUED run (or one waiting for approval with no active
-        attempt) becomes PAUSED at once; a RUNNING one gets pause_requested and
-        becomes PAUSED when its worker checkpoints and acknowledges. Pausing a paused
-        run returns it unchanged. Errors: NOT_FOUND; FAILED_PRECONDITION (RUN_ENDED).
+        """Pauses a run. A QUEUED run becomes PAUSED at once; a RUNNING one gets
+        pause_requested and becomes PAUSED when its worker checkpoints and
+        acknowledges. Pausing a paused run returns it unchanged. Errors: NOT_FOUND;
+        FAILED_PRECONDITION (RUN_ENDED; ILLEGAL_TRANSITION for a run
+        WAITING_APPROVAL, or RUNNING with a cancel pending).
         """
 
     @_abc_1.abstractmethod
@@ -493,9 +503,9 @@ class RuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_runtime_service_pb2.ResumeRunResponse, _abc.Awaitable[_runtime_service_pb2.ResumeRunResponse]]:
         """Resumes a run: a PAUSED run is re-queued (its next attempt has reason
         RESUMED_AFTER_PAUSE and resumes from the latest checkpoint); a run whose
-        pause was requested but not yet acknowledged has the request cleared. A run
-        that is neither is returned unchanged. Errors: NOT_FOUND; FAILED_PRECONDITION
-        (RUN_ENDED).
+        pause was requested but not yet acknowledged has the request cleared. Errors:
+        NOT_FOUND; FAILED_PRECONDITION (RUN_ENDED; ILLEGAL_TRANSITION for a run that
+        is neither: QUEUED, WAITING_APPROVAL, or RUNNING without a pause pending).
         """
 
     @_abc_1.abstractmethod
@@ -530,7 +540,8 @@ class RuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
 
         Idempotent by request_id (scoped to the run). Errors: NOT_FOUND;
         INVALID_ARGUMENT (kind unspecified; content and data both empty);
-        RESOURCE_EXHAUSTED (larger than the server limit); FAILED_PRECONDITION
+        RESOURCE_EXHAUSTED with ErrorInfo(reason="INPUT_TOO_LARGE", metadata
+        "limit") when larger than the server limit (256 KiB); FAILED_PRECONDITION
         (RUN_ENDED).
         """
 
@@ -548,8 +559,9 @@ class RuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
 
         Idempotent: repeating the same decision returns the same result. Errors:
         NOT_FOUND (run or step); INVALID_ARGUMENT (decision unspecified, empty
-        approver, step not an approval of this run); FAILED_PRECONDITION (already
-        resolved with another decision, or RUN_ENDED).
+        approver, step not an approval of this run); FAILED_PRECONDITION
+        (APPROVAL_RESOLVED when already resolved with another decision, or
+        RUN_ENDED).
         """
 
     @_abc_1.abstractmethod

@@ -308,7 +308,9 @@ class BeginStepRequest(_message.Message):
     type: _enum_pb2.StepType.ValueType
     """Required. MODEL_CALL, TOOL_CALL or COMPLETION_CHECK; must match details."""
     operation: _builtins.str
-    """Short label; defaults to the tool or check name."""
+    """Short label; by default the tool's name for a TOOL_CALL (and its approval
+    request), the check's for a COMPLETION_CHECK, and empty for a MODEL_CALL.
+    """
     idempotency_key: _builtins.str
     """Key of the logical action, unique within the run (e.g.
     "turn3:tool:run_tests:auth"). Recommended: without it a retried call

@@ -76,8 +76,8 @@ class WorkerServiceStub:
     `turn.started` and `input.consumed`.
 
     Idempotent by request_id: a retry returns the same turn and inputs. Errors:
-    ABORTED (LEASE_LOST); FAILED_PRECONDITION when another turn of the attempt
-    is open.
+    ABORTED (LEASE_LOST); FAILED_PRECONDITION (TURN_OPEN) when another turn of
+    the attempt is open.
     """
     EndTurn: _grpc.UnaryUnaryMultiCallable[_worker_service_pb2.EndTurnRequest, _worker_service_pb2.EndTurnResponse]
     """Ends the open turn at its stop boundary. If inputs are pending (follow-ups,
@@ -85,8 +85,8 @@ class WorkerServiceStub:
     next turn in the same call and delivers them, so nothing waits unseen.
 
     Idempotent: repeating it for an ended turn returns the same result. Errors:
-    ABORTED (LEASE_LOST); NOT_FOUND (turn); FAILED_PRECONDITION (turn of another
-    attempt, or a step of the turn still STARTED).
+    ABORTED (LEASE_LOST); NOT_FOUND (turn); FAILED_PRECONDITION (TURN_NOT_OPEN:
+    a turn of another attempt; STEPS_OPEN: a step of the turn still STARTED).
     """
     BeginStep: _grpc.UnaryUnaryMultiCallable[_worker_service_pb2.BeginStepRequest, _worker_service_pb2.BeginStepResponse]
     """Begins a MODEL_CALL, TOOL_CALL or COMPLETION_CHECK step. The runtime
@@ -95,10 +95,14 @@ class WorkerServiceStub:
     pending steers at a MODEL_CALL.
 
     Refusals are recorded before they are answered: a skill or tool outside the
-    bound definition, or a tool the permission policy or the run's ceiling
-    denies, is stored as a DENIED step and answered PERMISSION_DENIED; tool
+    bound definition (ErrorInfo reason "NOT_IN_DEFINITION"), or a tool the
+    permission policy or the run's ceiling denies ("TOOL_DENIED"), is stored as
+    a DENIED step and answered PERMISSION_DENIED; tool
     arguments failing the pinned JSON Schema are stored as a FAILED step
-    (INVALID_ARGUMENTS) and answered INVALID_ARGUMENT naming the schema path.
+    (INVALID_ARGUMENTS) and answered INVALID_ARGUMENT with one BadRequest
+    violation per schema violation, its JSON path in `field`
+    (`tool_call.arguments.lines[1]`; the first 5, ErrorInfo metadata
+    "violation_count" giving the total when there are more).
     Both errors carry ErrorInfo metadata "step_id". When approval is required,
     an APPROVAL_REQUEST step (WAITING_APPROVAL) is returned instead: checkpoint
     and FinishAttempt(WAITING_APPROVAL); the run waits for ResolveApproval. The
@@ -114,11 +118,13 @@ class WorkerServiceStub:
     Errors: ABORTED (LEASE_LOST); INVALID_ARGUMENT (type APPROVAL_REQUEST or
     CHECKPOINT, details not matching type, a check not in the completion
     policy or one the runtime evaluates itself: BoundAgent.runtime_checks);
-    FAILED_PRECONDITION (turn not open, ErrorInfo "NO_MODEL_CANDIDATE"
+    FAILED_PRECONDITION ("TURN_NOT_OPEN": the turn is not the open turn of
+    this attempt; "NO_MODEL_CANDIDATE"
     when the model policy has no fallback left, "BLOB_MISSING");
     RESOURCE_EXHAUSTED with ErrorInfo(reason="BUDGET_EXCEEDED", metadata
     "budget") when the step would exceed the run's budget; the run then ends
-    FAILED (BUDGET_EXCEEDED), committed before the error is returned;
+    FAILED (BUDGET_EXCEEDED), committed before the error is returned; ABORTED
+    ("BUDGET_CHANGED") when the run's budget changed meanwhile: begin it again;
     UNAVAILABLE (STEP_WRITER_STOPPED, or COMMIT_OUTCOME_UNKNOWN when the
     database connection broke during the commit) when the server could not
     finish the call and does not know whether the step was recorded: retry
@@ -129,9 +135,10 @@ class WorkerServiceStub:
     attempt and the run; budgets are checked at the next BeginStep.
 
     Idempotent: repeating the same outcome returns the step unchanged. Errors:
-    ABORTED (LEASE_LOST); NOT_FOUND (step); FAILED_PRECONDITION (step already
-    ended with another outcome, not of this attempt, or not a step a worker
-    ends, such as an approval); UNAVAILABLE (STEP_WRITER_STOPPED,
+    ABORTED (LEASE_LOST); NOT_FOUND (step); FAILED_PRECONDITION (STEP_ENDED:
+    the step already ended with another outcome, or is not a step a worker
+    ends, such as an approval; STEP_OF_OTHER_ATTEMPT: not of this attempt);
+    UNAVAILABLE (STEP_WRITER_STOPPED,
     COMMIT_OUTCOME_UNKNOWN): the outcome may or may not be recorded, repeat the
     call.
     """
@@ -166,11 +173,12 @@ class WorkerServiceStub:
     separated, plus a PreconditionFailure violation per check) for
     SUCCEEDED_COMPLETE_RUN while a worker-attested check of the bound
     completion policy is not attested (no COMPLETION_CHECK step of it ended, or
-    its latest failed retryable) and none has failed for good; and for
-    CANCELLED / PAUSED without a request, or WAITING_APPROVAL without an
-    approval step in this attempt. A refused FinishAttempt changes nothing: the
-    attempt stays active. A SUCCEEDED_COMPLETE_RUN while a check has failed for
-    good is not refused: it answers the run FAILED (COMPLETION_CHECKS_FAILED).
+    its latest failed retryable) and none has failed for good; reason
+    "NO_STOP_REQUESTED" for CANCELLED / PAUSED without a request,
+    "NO_APPROVAL_PENDING" for WAITING_APPROVAL without an approval step in this
+    attempt. A refused FinishAttempt changes nothing: the attempt stays active.
+    A SUCCEEDED_COMPLETE_RUN while a check has failed for good is not refused:
+    it answers the run FAILED (COMPLETION_CHECKS_FAILED).
     """
 
 @_typing.type_check_only
@@ -221,8 +229,8 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     `turn.started` and `input.consumed`.
 
     Idempotent by request_id: a retry returns the same turn and inputs. Errors:
-    ABORTED (LEASE_LOST); FAILED_PRECONDITION when another turn of the attempt
-    is open.
+    ABORTED (LEASE_LOST); FAILED_PRECONDITION (TURN_OPEN) when another turn of
+    the attempt is open.
     """
     EndTurn: _aio.UnaryUnaryMultiCallable[_worker_service_pb2.EndTurnRequest, _worker_service_pb2.EndTurnResponse]  # type: ignore[assignment]
     """Ends the open turn at its stop boundary. If inputs are pending (follow-ups,
@@ -230,8 +238,8 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     next turn in the same call and delivers them, so nothing waits unseen.
 
     Idempotent: repeating it for an ended turn returns the same result. Errors:
-    ABORTED (LEASE_LOST); NOT_FOUND (turn); FAILED_PRECONDITION (turn of another
-    attempt, or a step of the turn still STARTED).
+    ABORTED (LEASE_LOST); NOT_FOUND (turn); FAILED_PRECONDITION (TURN_NOT_OPEN:
+    a turn of another attempt; STEPS_OPEN: a step of the turn still STARTED).
     """
     BeginStep: _aio.UnaryUnaryMultiCallable[_worker_service_pb2.BeginStepRequest, _worker_service_pb2.BeginStepResponse]  # type: ignore[assignment]
     """Begins a MODEL_CALL, TOOL_CALL or COMPLETION_CHECK step. The runtime
@@ -240,10 +248,14 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     pending steers at a MODEL_CALL.
 
     Refusals are recorded before they are answered: a skill or tool outside the
-    bound definition, or a tool the permission policy or the run's ceiling
-    denies, is stored as a DENIED step and answered PERMISSION_DENIED; tool
+    bound definition (ErrorInfo reason "NOT_IN_DEFINITION"), or a tool the
+    permission policy or the run's ceiling denies ("TOOL_DENIED"), is stored as
+    a DENIED step and answered PERMISSION_DENIED; tool
     arguments failing the pinned JSON Schema are stored as a FAILED step
-    (INVALID_ARGUMENTS) and answered INVALID_ARGUMENT naming the schema path.
+    (INVALID_ARGUMENTS) and answered INVALID_ARGUMENT with one BadRequest
+    violation per schema violation, its JSON path in `field`
+    (`tool_call.arguments.lines[1]`; the first 5, ErrorInfo metadata
+    "violation_count" giving the total when there are more).
     Both errors carry ErrorInfo metadata "step_id". When approval is required,
     an APPROVAL_REQUEST step (WAITING_APPROVAL) is returned instead: checkpoint
     and FinishAttempt(WAITING_APPROVAL); the run waits for ResolveApproval. The
@@ -259,11 +271,13 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     Errors: ABORTED (LEASE_LOST); INVALID_ARGUMENT (type APPROVAL_REQUEST or
     CHECKPOINT, details not matching type, a check not in the completion
     policy or one the runtime evaluates itself: BoundAgent.runtime_checks);
-    FAILED_PRECONDITION (turn not open, ErrorInfo "NO_MODEL_CANDIDATE"
+    FAILED_PRECONDITION ("TURN_NOT_OPEN": the turn is not the open turn of
+    this attempt; "NO_MODEL_CANDIDATE"
     when the model policy has no fallback left, "BLOB_MISSING");
     RESOURCE_EXHAUSTED with ErrorInfo(reason="BUDGET_EXCEEDED", metadata
     "budget") when the step would exceed the run's budget; the run then ends
-    FAILED (BUDGET_EXCEEDED), committed before the error is returned;
+    FAILED (BUDGET_EXCEEDED), committed before the error is returned; ABORTED
+    ("BUDGET_CHANGED") when the run's budget changed meanwhile: begin it again;
     UNAVAILABLE (STEP_WRITER_STOPPED, or COMMIT_OUTCOME_UNKNOWN when the
     database connection broke during the commit) when the server could not
     finish the call and does not know whether the step was recorded: retry
@@ -274,9 +288,10 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     attempt and the run; budgets are checked at the next BeginStep.
 
     Idempotent: repeating the same outcome returns the step unchanged. Errors:
-    ABORTED (LEASE_LOST); NOT_FOUND (step); FAILED_PRECONDITION (step already
-    ended with another outcome, not of this attempt, or not a step a worker
-    ends, such as an approval); UNAVAILABLE (STEP_WRITER_STOPPED,
+    ABORTED (LEASE_LOST); NOT_FOUND (step); FAILED_PRECONDITION (STEP_ENDED:
+    the step already ended with another outcome, or is not a step a worker
+    ends, such as an approval; STEP_OF_OTHER_ATTEMPT: not of this attempt);
+    UNAVAILABLE (STEP_WRITER_STOPPED,
     COMMIT_OUTCOME_UNKNOWN): the outcome may or may not be recorded, repeat the
     call.
     """
@@ -311,11 +326,12 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     separated, plus a PreconditionFailure violation per check) for
     SUCCEEDED_COMPLETE_RUN while a worker-attested check of the bound
     completion policy is not attested (no COMPLETION_CHECK step of it ended, or
-    its latest failed retryable) and none has failed for good; and for
-    CANCELLED / PAUSED without a request, or WAITING_APPROVAL without an
-    approval step in this attempt. A refused FinishAttempt changes nothing: the
-    attempt stays active. A SUCCEEDED_COMPLETE_RUN while a check has failed for
-    good is not refused: it answers the run FAILED (COMPLETION_CHECKS_FAILED).
+    its latest failed retryable) and none has failed for good; reason
+    "NO_STOP_REQUESTED" for CANCELLED / PAUSED without a request,
+    "NO_APPROVAL_PENDING" for WAITING_APPROVAL without an approval step in this
+    attempt. A refused FinishAttempt changes nothing: the attempt stays active.
+    A SUCCEEDED_COMPLETE_RUN while a check has failed for good is not refused:
+    it answers the run FAILED (COMPLETION_CHECKS_FAILED).
     """
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -381,8 +397,8 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         `turn.started` and `input.consumed`.
 
         Idempotent by request_id: a retry returns the same turn and inputs. Errors:
-        ABORTED (LEASE_LOST); FAILED_PRECONDITION when another turn of the attempt
-        is open.
+        ABORTED (LEASE_LOST); FAILED_PRECONDITION (TURN_OPEN) when another turn of
+        the attempt is open.
         """
 
     @_abc_1.abstractmethod
@@ -396,8 +412,8 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         next turn in the same call and delivers them, so nothing waits unseen.
 
         Idempotent: repeating it for an ended turn returns the same result. Errors:
-        ABORTED (LEASE_LOST); NOT_FOUND (turn); FAILED_PRECONDITION (turn of another
-        attempt, or a step of the turn still STARTED).
+        ABORTED (LEASE_LOST); NOT_FOUND (turn); FAILED_PRECONDITION (TURN_NOT_OPEN:
+        a turn of another attempt; STEPS_OPEN: a step of the turn still STARTED).
         """
 
     @_abc_1.abstractmethod
@@ -412,10 +428,14 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         pending steers at a MODEL_CALL.
 
         Refusals are recorded before they are answered: a skill or tool outside the
-        bound definition, or a tool the permission policy or the run's ceiling
-        denies, is stored as a DENIED step and answered PERMISSION_DENIED; tool
+        bound definition (ErrorInfo reason "NOT_IN_DEFINITION"), or a tool the
+        permission policy or the run's ceiling denies ("TOOL_DENIED"), is stored as
+        a DENIED step and answered PERMISSION_DENIED; tool
         arguments failing the pinned JSON Schema are stored as a FAILED step
-        (INVALID_ARGUMENTS) and answered INVALID_ARGUMENT naming the schema path.
+        (INVALID_ARGUMENTS) and answered INVALID_ARGUMENT with one BadRequest
+        violation per schema violation, its JSON path in `field`
+        (`tool_call.arguments.lines[1]`; the first 5, ErrorInfo metadata
+        "violation_count" giving the total when there are more).
         Both errors carry ErrorInfo metadata "step_id". When approval is required,
         an APPROVAL_REQUEST step (WAITING_APPROVAL) is returned instead: checkpoint
         and FinishAttempt(WAITING_APPROVAL); the run waits for ResolveApproval. The
@@ -431,11 +451,13 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: ABORTED (LEASE_LOST); INVALID_ARGUMENT (type APPROVAL_REQUEST or
         CHECKPOINT, details not matching type, a check not in the completion
         policy or one the runtime evaluates itself: BoundAgent.runtime_checks);
-        FAILED_PRECONDITION (turn not open, ErrorInfo "NO_MODEL_CANDIDATE"
+        FAILED_PRECONDITION ("TURN_NOT_OPEN": the turn is not the open turn of
+        this attempt; "NO_MODEL_CANDIDATE"
         when the model policy has no fallback left, "BLOB_MISSING");
         RESOURCE_EXHAUSTED with ErrorInfo(reason="BUDGET_EXCEEDED", metadata
         "budget") when the step would exceed the run's budget; the run then ends
-        FAILED (BUDGET_EXCEEDED), committed before the error is returned;
+        FAILED (BUDGET_EXCEEDED), committed before the error is returned; ABORTED
+        ("BUDGET_CHANGED") when the run's budget changed meanwhile: begin it again;
         UNAVAILABLE (STEP_WRITER_STOPPED, or COMMIT_OUTCOME_UNKNOWN when the
         database connection broke during the commit) when the server could not
         finish the call and does not know whether the step was recorded: retry
@@ -452,9 +474,10 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         attempt and the run; budgets are checked at the next BeginStep.
 
         Idempotent: repeating the same outcome returns the step unchanged. Errors:
-        ABORTED (LEASE_LOST); NOT_FOUND (step); FAILED_PRECONDITION (step already
-        ended with another outcome, not of this attempt, or not a step a worker
-        ends, such as an approval); UNAVAILABLE (STEP_WRITER_STOPPED,
+        ABORTED (LEASE_LOST); NOT_FOUND (step); FAILED_PRECONDITION (STEP_ENDED:
+        the step already ended with another outcome, or is not a step a worker
+        ends, such as an approval; STEP_OF_OTHER_ATTEMPT: not of this attempt);
+        UNAVAILABLE (STEP_WRITER_STOPPED,
         COMMIT_OUTCOME_UNKNOWN): the outcome may or may not be recorded, repeat the
         call.
         """
@@ -507,11 +530,12 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         separated, plus a PreconditionFailure violation per check) for
         SUCCEEDED_COMPLETE_RUN while a worker-attested check of the bound
         completion policy is not attested (no COMPLETION_CHECK step of it ended, or
-        its latest failed retryable) and none has failed for good; and for
-        CANCELLED / PAUSED without a request, or WAITING_APPROVAL without an
-        approval step in this attempt. A refused FinishAttempt changes nothing: the
-        attempt stays active. A SUCCEEDED_COMPLETE_RUN while a check has failed for
-        good is not refused: it answers the run FAILED (COMPLETION_CHECKS_FAILED).
+        its latest failed retryable) and none has failed for good; reason
+        "NO_STOP_REQUESTED" for CANCELLED / PAUSED without a request,
+        "NO_APPROVAL_PENDING" for WAITING_APPROVAL without an approval step in this
+        attempt. A refused FinishAttempt changes nothing: the attempt stays active.
+        A SUCCEEDED_COMPLETE_RUN while a check has failed for good is not refused:
+        it answers the run FAILED (COMPLETION_CHECKS_FAILED).
         """
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
