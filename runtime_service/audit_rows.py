@@ -1,13 +1,18 @@
 """Served rows against the event chain: each row re-derived from the events that recorded it.
 
 The read APIs serve rows (a run with its binding and amendments, attempts, steps with their
-resolved versions, usage and approval, checkpoints, artifacts, inputs); the hash chain covers
-events. A row changed in the database would be served while the chain still verifies, so
-:func:`compare` rebuilds, from the run's events alone, what each row must serve, and compares
-it field by field with what is served. ``VerifyRun`` (through ``servicers/audit_export.py``)
-and the offline bundle check (``audit_bundle.verify_bundle``) both call it, on the same
-input: the rows in the proto3 JSON mapping of their API messages (field names as in the
-protos), which is what a client receives and what a bundle holds.
+resolved versions, usage and approval, checkpoints, artifacts, inputs, and the usage index
+behind ``FindUsages``); the hash chain covers events. A row changed in the database would be
+served while the chain still verifies, so :func:`compare` rebuilds, from the run's events
+alone, what each row must serve, and compares it field by field with what is served.
+``VerifyRun`` (through ``servicers/audit_export.py``) and the offline bundle check
+(``audit_bundle.verify_bundle``) both call it, on the same input: the rows in the proto3 JSON
+mapping of their API messages (field names as in the protos), which is what a client receives
+and what a bundle holds. The usage index rows have no message of their own (``FindUsages``
+serves them joined with their step and run): they are given as their columns
+(``USAGE_COLUMNS``), and re-derived from each step's committed versions by the very functions
+the step path writes them with (``step_rules.usage_rows`` and ``reported_usage_rows``), so the
+rule of which rows a step gets is stated once.
 
 Why re-derive rather than store a digest of each row in its event: a row changes after its
 first event (a step ends, an input is delivered, a run accumulates usage), so a digest would
@@ -30,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from registry import canonical
+from runtime_service import step_rules
 
 #: The record format new runs' events are written in (``RunCreatedAttributes.record_format``).
 RECORD_FORMAT = 1
@@ -38,7 +44,25 @@ RECORD_FORMAT = 1
 MAX_MISMATCHES = 1000
 
 #: The row kinds, in the order rows are compared and reported.
-KINDS = ("run", "attempt", "step", "checkpoint", "artifact", "input")
+KINDS = ("run", "attempt", "step", "checkpoint", "artifact", "input", "usage")
+
+#: A usage index row's columns (``runtime_step_usages``), the form its rows are compared in
+#: (``start_time`` as an event time). ``tests/unit/test_audit_rows.py`` pins them to the table.
+USAGE_COLUMNS = (
+    "step_id",
+    "kind",
+    "name",
+    "version",
+    "digest",
+    "schema_digest",
+    "run_id",
+    "start_time",
+)
+
+#: The usage kinds a step can have several rows of (one per skill, one per tool): their
+#: rows are told apart by name. Every other kind is at most one row per step, its name (a
+#: model id) a compared field.
+_NAMED_USAGE_KINDS = ("skill", "tool")
 
 #: Served fields the events of a format-0 run do not carry, by row kind.
 FORMAT_1_FIELDS: dict[str, tuple[str, ...]] = {
@@ -57,6 +81,8 @@ FORMAT_1_FIELDS: dict[str, tuple[str, ...]] = {
     "input": ("content", "data"),
     "artifact": ("attempt_id", "size", "labels"),
     "checkpoint": (),
+    # A step's versions were in step.started from the first format.
+    "usage": (),
 }
 
 #: The served fields compared, by row kind: every field of the API message except those
@@ -175,6 +201,7 @@ COVERED: dict[str, tuple[str, ...]] = {
         "deliver_time",
         "sender_principal",
     ),
+    "usage": ("name", "version", "digest", "schema_digest", "run_id", "start_time"),
 }
 
 #: Served fields deliberately not compared, by row kind (``docs/audit.md`` says why): the
@@ -189,6 +216,8 @@ NOT_COMPARED: dict[str, tuple[str, ...]] = {
     "checkpoint": ("id",),
     "artifact": ("id",),
     "input": ("id",),
+    # The row's id is made of these (:func:`usage_id`).
+    "usage": ("step_id", "kind"),
 }
 
 #: Fields committed to by a digest of their value rather than the value, and how the digest
@@ -212,6 +241,16 @@ def content_digest(content: str) -> str:
 def data_digest(data_json: str) -> str:
     """``InputReceivedAttributes.data_digest`` of an input's stored structured data."""
     return canonical.digest_document(json.loads(data_json or "{}"))
+
+
+def usage_id(row: Mapping[str, Any]) -> str:
+    """The id a usage index row is reported by: ``STEP_ID/KIND`` (``stp_1/model_requested``),
+    and ``STEP_ID/KIND/NAME`` for a skill or a tool (``stp_1/skill/repo-debug``), the table's
+    key less what the kind makes unique."""
+    step_id, kind = str(row.get("step_id") or ""), str(row.get("kind") or "")
+    if kind in _NAMED_USAGE_KINDS:
+        return f"{step_id}/{kind}/{row.get('name') or ''}"
+    return f"{step_id}/{kind}"
 
 
 # -- the comparison ------------------------------------------------------------------------
@@ -276,7 +315,8 @@ def compare(
     Args:
         rows: ``run`` (one row), and ``attempts``, ``steps``, ``checkpoints``,
             ``artifacts``, ``inputs`` (lists; a list left out is not compared), each row in
-            the proto3 JSON mapping of its API message.
+            the proto3 JSON mapping of its API message; and ``usages``, the usage index rows
+            as their columns (``USAGE_COLUMNS``; bundles do not carry them).
         events: The run's events in sequence order, as stored (whether their chain verifies
             is :func:`audit_bundle.verify_chain`'s question).
         run_id, thread_id: The run's, as its chain records them.
@@ -297,7 +337,7 @@ def compare(
         expected = derived.rows[kind]
         seen: set[str] = set()
         for served in served_rows:
-            row_id = str(served.get("id", ""))
+            row_id = usage_id(served) if kind == "usage" else str(served.get("id", ""))
             seen.add(row_id)
             report.rows_checked += 1
             committed = expected.get(row_id)
@@ -659,7 +699,53 @@ def _derive(events: Iterable[EventLike], run_id: str, thread_id: str) -> _Derive
     for attempt_id, attempt in attempts.items():
         if "end_time" not in attempt and attempt_id in attempt_usage:
             attempt["usage"] = attempt_usage[attempt_id].served()
+    for step_id, step in steps.items():
+        uses = _committed_versions(step_id, run_id, step)
+        for row in step_rules.usage_rows(uses) + step_rules.reported_usage_rows(uses):
+            out.rows["usage"][usage_id(row)] = row
     return out
+
+
+@dataclass(frozen=True)
+class _CommittedVersions:
+    """A step's versions as its events committed to them, in the form the step path builds
+    its usage rows from (``step_rules.UsedVersions``: a step's columns, which
+    ``proto_map.step_versions_without_context`` maps to the served ``versions``; this is
+    that mapping read backwards)."""
+
+    id: str
+    run_id: str
+    start_time: Any
+    model_policy_digest: str
+    requested_model_id: str
+    reported_model_id: str
+    system_prompt_digest: str
+    skills_json: str
+    tools_json: str
+
+
+def _committed_versions(step_id: str, run_id: str, step: Mapping[str, Any]) -> _CommittedVersions:
+    versions = step.get("versions") or {}
+    model = versions.get("model") or {}
+    skills = [
+        {key: skill.get(key, "") for key in ("name", "version", "digest")}
+        for skill in versions.get("skills") or []
+    ]
+    tools = [
+        {key: tool.get(key, "") for key in ("name", "version", "digest", "schema_digest")}
+        for tool in versions.get("tools") or []
+    ]
+    return _CommittedVersions(
+        id=step_id,
+        run_id=run_id,
+        start_time=step.get("start_time"),
+        model_policy_digest=model.get("policy_digest", ""),
+        requested_model_id=model.get("requested_model_id", ""),
+        reported_model_id=model.get("reported_model_id", ""),
+        system_prompt_digest=versions.get("system_prompt_digest", ""),
+        skills_json=json.dumps(skills),
+        tools_json=json.dumps(tools),
+    )
 
 
 def describe(mismatches: Sequence[RowMismatch]) -> list[str]:

@@ -418,7 +418,32 @@ def budget_error(run: Budgeted, estimated_tokens: int = 0) -> ResourceExhausted 
     )
 
 
-def usage_rows(step: Step) -> list[dict[str, Any]]:
+class UsedVersions(Protocol):
+    """What the usage rows are built from: a step's recorded versions. A :class:`Step` has
+    them; so has the step as its events committed to it (``audit_rows``, which re-derives
+    the rows with these same two functions to check the stored ones)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def start_time(self) -> Any: ...
+    @property
+    def model_policy_digest(self) -> str: ...
+    @property
+    def requested_model_id(self) -> str: ...
+    @property
+    def reported_model_id(self) -> str: ...
+    @property
+    def system_prompt_digest(self) -> str: ...
+    @property
+    def skills_json(self) -> str: ...
+    @property
+    def tools_json(self) -> str: ...
+
+
+def usage_rows(step: UsedVersions) -> list[dict[str, Any]]:
     """Every version a new step used, as rows of the index behind FindUsages."""
     rows: list[dict[str, Any]] = []
 
@@ -450,7 +475,7 @@ def usage_rows(step: Step) -> list[dict[str, Any]]:
     return rows
 
 
-def reported_usage_rows(step: Step) -> list[dict[str, Any]]:
+def reported_usage_rows(step: UsedVersions) -> list[dict[str, Any]]:
     """The usage row of the model the provider reported, set when the step ends."""
     if not step.reported_model_id:
         return []

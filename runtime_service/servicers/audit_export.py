@@ -80,12 +80,15 @@ def served_rows(contents: BundleContents | RunVerification) -> dict[str, Any]:
 
 
 def compare_rows(verification: RunVerification) -> audit_rows.RowReport:
-    """``VerifyRun``'s row check: the served rows against the run's chain, by the same
-    function the offline bundle check runs. CPU work: the servicer runs it off the loop."""
+    """``VerifyRun``'s row check: the served rows, and the usage index rows (which bundles do
+    not carry), against the run's chain, by the same function the offline bundle check runs.
+    CPU work: the servicer runs it off the loop."""
     run = verification.run
-    return audit_rows.compare(
-        served_rows(verification), verification.events, run_id=run.id, thread_id=run.thread_id
-    )
+    rows = served_rows(verification)
+    rows["usages"] = [
+        {**u, "start_time": format_time(u["start_time"])} for u in verification.usages
+    ]
+    return audit_rows.compare(rows, verification.events, run_id=run.id, thread_id=run.thread_id)
 
 
 def _json(message: Any) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
@@ -124,6 +124,9 @@ class RunVerification:
     checkpoints: list[CheckpointRow]
     inputs: list[InputRow]
     events: list[Link]
+    #: The usage index rows of the run's steps (``FindUsages``' and ``GetProvenance``'s
+    #: index), as their columns.
+    usages: list[dict[str, Any]] = field(default_factory=list)
 
 
 # -- pure helpers ----------------------------------------------------------------------------
@@ -321,6 +324,7 @@ class AuditService:
                 checkpoints=audit_reads.checkpoints_of_run(session, run.id),
                 inputs=audit_reads.inputs_of_run(session, run.id),
                 events=events,
+                usages=audit_reads.usages_of_run(session, run.id),
             )
 
         return await self._rt.read(read)

@@ -20,11 +20,18 @@ from registry import store as registry_store
 from runtime_service.audit_bundle import Link
 from runtime_service.events import StoredEvent, format_time
 from runtime_service.records import Step, new_step
-from runtime_service.store.ledger import ArtifactRow, CheckpointRow, InputRow, StepRow
+from runtime_service.store.ledger import (
+    ArtifactRow,
+    CheckpointRow,
+    InputRow,
+    StepRow,
+    StepUsageRow,
+)
 from runtime_service.store.tables import AttemptRow, EventRow, RunRow, ThreadRow
 
 _S = cast(sa.Table, StepRow.__table__)
 _E = cast(sa.Table, EventRow.__table__)
+_U = cast(sa.Table, StepUsageRow.__table__)
 
 
 def snapshot(session: Session) -> None:
@@ -106,6 +113,22 @@ def inputs_of_run(session: Session, run_id: str) -> list[InputRow]:
     return list(
         session.scalars(sa.select(InputRow).where(InputRow.run_id == run_id).order_by(InputRow.id))
     )
+
+
+def usages_of_run(session: Session, run_id: str) -> list[dict[str, Any]]:
+    """The usage index rows of the run's steps (``FindUsages`` serves them), as columns.
+
+    Found through the steps (by their run, then the usage key's leading ``step_id``), not by
+    the usage row's own ``run_id``, which has no index and is itself a field to check: a row
+    moved to another run is still found under its step's run, and reported there.
+    """
+    rows = session.execute(
+        sa.select(_U)
+        .join(_S, _S.c.id == _U.c.step_id)
+        .where(_S.c.run_id == run_id)
+        .order_by(_S.c.sequence, _U.c.kind, _U.c.name)
+    )
+    return [dict(row._mapping) for row in rows]
 
 
 def chain_links(session: Session, run: RunRow) -> Iterator[Link]:

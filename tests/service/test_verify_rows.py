@@ -175,9 +175,17 @@ def test_untampered_runs_are_intact_row_by_row(env: Env) -> None:
         assert report.intact, list(report.row_mismatches)
         assert not report.row_mismatches and not report.not_covered
         assert not report.HasField("first_break")
-    # Every row of run B is checked: the run, 2 attempts, its steps, 1 checkpoint, 1 input.
+    # Every row of run B is checked: the run, 2 attempts, its steps, 1 checkpoint, 1 input,
+    # and its steps' usage index rows.
     steps_b = env.stubs.runtime.ListSteps(pb.ListStepsRequest(run_id=h.run_b)).steps
-    assert verify(env, h.run_b).rows_checked == 1 + 2 + len(steps_b) + 1 + 1
+    usages_b = _scalar(
+        env,
+        "SELECT count(*) FROM runtime_step_usages u JOIN runtime_steps s ON s.id = u.step_id"
+        " WHERE s.run_id = :i",
+        i=h.run_b,
+    )
+    assert usages_b > 0
+    assert verify(env, h.run_b).rows_checked == 1 + 2 + len(steps_b) + 1 + 1 + usages_b
     assert bundle_failures(env, live.run_id) == []
 
 
@@ -307,6 +315,75 @@ def test_rows_without_their_events_and_events_without_their_rows(env: Env) -> No
     assert mismatches(b) == {("checkpoint", h.checkpoint, "(row)")}
     assert (b.row_mismatches[0].stored, b.row_mismatches[0].committed) == ("null", "true")
     assert not a.intact and not b.intact
+
+
+def test_a_tampered_usage_index_row_is_named_with_its_field(env: Env) -> None:
+    # The rows FindUsages answers from (runtime_step_usages) are checked against the versions
+    # each step's events committed to: a model id, a skill's digest, a row deleted or forged.
+    h = build_history(env.stubs)
+    live = build_live_run(env.stubs)
+    skill = get_step(env.stubs, live.model).versions.skills[0]
+    requested = get_step(env.stubs, live.model).versions.model.requested_model_id
+    assert live.model in steps_using(env, apb.FindUsagesRequest(component_ref=skill.digest))
+    usage_where = "step_id = :s AND kind = :k"
+    sql(
+        env,
+        f"UPDATE runtime_step_usages SET name = 'gpt-evil' WHERE {usage_where}",
+        s=live.model,
+        k="model_requested",
+    )
+    sql(
+        env,
+        f"UPDATE runtime_step_usages SET digest = :d WHERE {usage_where}",
+        d="sha256:" + "0" * 64,
+        s=live.model,
+        k="skill",
+    )
+    sql(env, f"DELETE FROM runtime_step_usages WHERE {usage_where}", s=live.tool, k="tool")
+    sql(
+        env,
+        "INSERT INTO runtime_step_usages"
+        " (step_id, kind, name, version, digest, schema_digest, run_id, start_time)"
+        " SELECT id, 'model_reported', 'gpt-forged', '', '', '', run_id, start_time"
+        " FROM runtime_steps WHERE id = :s",
+        s=live.tool,
+    )
+
+    report = verify(env, live.run_id)
+    assert mismatches(report) == {
+        ("usage", f"{live.model}/model_requested", "name"),
+        ("usage", f"{live.model}/skill/{skill.name}", "digest"),
+        ("usage", f"{live.tool}/tool/read_file", "(row)"),
+        ("usage", f"{live.tool}/model_reported", "(row)"),
+    }
+    assert not report.intact and not report.HasField("first_break")
+    by_id = {m.id: m for m in report.row_mismatches}
+    model = by_id[f"{live.model}/model_requested"]
+    assert (json.loads(model.stored), json.loads(model.committed)) == ("gpt-evil", requested)
+    digest = by_id[f"{live.model}/skill/{skill.name}"]
+    assert (json.loads(digest.stored), json.loads(digest.committed)) == (
+        "sha256:" + "0" * 64,
+        skill.digest,
+    )
+    deleted = by_id[f"{live.tool}/tool/read_file"]
+    assert (deleted.stored, deleted.committed) == ("null", "true")
+    forged = by_id[f"{live.tool}/model_reported"]
+    assert (forged.stored, forged.committed) == ("true", "null")
+
+    # FindUsages serves what is stored (the steps' own rows still say otherwise, and are
+    # intact): VerifyRun is what tells.
+    assert steps_using(env, apb.FindUsagesRequest(model_id="gpt-evil")) == [live.model]
+    assert steps_using(env, apb.FindUsagesRequest(model_id="gpt-forged")) == [live.tool]
+    assert live.model not in steps_using(env, apb.FindUsagesRequest(component_ref=skill.digest))
+    assert {m.kind for m in report.row_mismatches} == {"usage"}
+    # The other runs were not touched.
+    assert verify(env, h.run_a).intact and verify(env, h.run_b).intact
+    # A bundle carries no usage index rows: it still verifies (docs/audit.md says so).
+    assert bundle_failures(env, live.run_id) == []
+
+
+def steps_using(env: Env, request: apb.FindUsagesRequest) -> list[str]:
+    return [u.step_id for u in env.audit.FindUsages(request, timeout=10).usages]
 
 
 def _scalar(env: Env, statement: str, **params: Any) -> Any:

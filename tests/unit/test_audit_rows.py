@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from agentrt.runtime.v1 import message_pb2
 from runtime_service import audit_bundle, audit_rows
 from runtime_service.audit_bundle import Link
+from runtime_service.store.ledger import StepUsageRow
 
 T0 = "2026-11-29T12:00:00.000000Z"
 T1 = "2026-11-29T12:00:01.250000Z"
@@ -147,3 +149,68 @@ def test_every_served_field_is_compared_or_deliberately_not(kind: str, message: 
     )
     # A format-1 field is a covered field, or a member of one ("agent.reference_kind").
     assert {name.split(".")[0] for name in audit_rows.FORMAT_1_FIELDS[kind]} <= covered
+
+
+def test_every_usage_index_column_is_compared_or_part_of_the_row_id() -> None:
+    # The usage index rows have no API message: their columns are what is served.
+    columns = {c.key for c in sa.inspect(StepUsageRow).columns}
+    assert set(audit_rows.USAGE_COLUMNS) == columns
+    covered, skipped = set(audit_rows.COVERED["usage"]), set(audit_rows.NOT_COMPARED["usage"])
+    assert not covered & skipped and covered | skipped == columns
+
+
+def model_call_chain() -> list[Link]:
+    versions = {
+        "model": {"policy_digest": "sha256:p", "requested_model_id": "gpt-4.1"},
+        "skills": [{"name": "repo-debug", "version": "2.1.0", "digest": "sha256:s"}],
+        "tools": [{"name": "read_file", "version": "1", "digest": "sha256:t"}],
+    }
+    return [
+        link(1, "run.created", T0, record_format=1),
+        link(2, "step.started", T1, step_id="stp_1", step_sequence="1", versions=versions),
+        link(3, "step.ended", T1, step_id="stp_1", reported_model_id="gpt-4.1-2025"),
+    ]
+
+
+def usage(kind: str, name: str = "", **values: str) -> dict[str, Any]:
+    row = {"step_id": "stp_1", "kind": kind, "name": name, "version": "", "digest": ""}
+    return row | {"schema_digest": "", "run_id": "run_1", "start_time": T1} | values
+
+
+def test_usage_rows_are_rederived_from_the_versions_the_step_committed_to() -> None:
+    # The same rows the step path writes (step_rules.usage_rows, reported_usage_rows), built
+    # from step.started's versions and step.ended's reported model.
+    stored = [
+        usage("model_policy", digest="sha256:p"),
+        usage("model_requested", "gpt-4.1"),
+        usage("skill", "repo-debug", version="2.1.0", digest="sha256:s"),
+        usage("tool", "read_file", version="1", digest="sha256:t"),
+        usage("model_reported", "gpt-4.1-2025"),
+    ]
+    # Served times may spell the instant differently (proto3 JSON, a database's precision).
+    stored[0]["start_time"] = "2026-11-29T12:00:01.250Z"
+
+    def check(usages: list[dict[str, Any]]) -> audit_rows.RowReport:
+        report = audit_rows.compare(
+            {"usages": usages}, model_call_chain(), run_id="run_1", thread_id="thr_1"
+        )
+        # Only the usage rows are given (the run row, always compared, is left out here).
+        report.mismatches = [m for m in report.mismatches if m.kind == "usage"]
+        return report
+
+    intact = check(stored)
+    assert not intact.mismatches and intact.rows_checked == 5
+    tampered = [dict(row) for row in stored]
+    tampered[1]["name"] = "gpt-evil"
+    tampered[2]["digest"] = "sha256:x"
+    del tampered[3]
+    tampered.append(usage("skill", "forged"))
+    report = check(tampered)
+    assert found(report) == {
+        ("usage", "stp_1/model_requested", "name"),
+        ("usage", "stp_1/skill/repo-debug", "digest"),
+        ("usage", "stp_1/tool/read_file", "(row)"),
+        ("usage", "stp_1/skill/forged", "(row)"),
+    }
+    name = next(m for m in report.mismatches if m.field == "name")
+    assert (name.stored, name.committed) == ('"gpt-evil"', '"gpt-4.1"')
