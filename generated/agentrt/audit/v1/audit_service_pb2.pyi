@@ -245,7 +245,7 @@ class VerifyRunResponse(_message.Message):
     def row_mismatches(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.RowMismatch]:
         """Every served field that differs from what the chain committed to, by row
         kind, id and field (at most 1000; rows in run, attempt, step, checkpoint,
-        artifact, input order). Checked even when the chain is broken, against
+        artifact, input, usage order). Checked even when the chain is broken, against
         the events as stored.
         """
 

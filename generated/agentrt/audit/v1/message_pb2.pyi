@@ -343,16 +343,22 @@ class RowMismatch(_message.Message):
     kind: _builtins.str
     """The kind of row: `run` (its binding under `agent.`, its amendments under
     `amendments[i].`), `attempt`, `step` (its resolved versions under
-    `versions.`, its approval under `approval.`), `checkpoint`, `artifact` or
-    `input`.
+    `versions.`, its approval under `approval.`), `checkpoint`, `artifact`,
+    `input`, or `usage` (a row of the index FindUsages answers from: one
+    version a step used).
     """
     id: _builtins.str
-    """The row's id (`run_...`, `att_...`, `stp_...`, ...)."""
+    """The row's id (`run_...`, `att_...`, `stp_...`, ...); for a usage row its
+    step and usage kind, `stp_.../model_requested`, and for a skill or tool
+    its name too, `stp_.../skill/repo-debug`.
+    """
     field: _builtins.str
     """The field as the read API serves it, a dotted path in the proto3 JSON
     form of its message (`versions.model.requested_model_id`, `usage.cost_usd`,
-    `amendments[0].note`); `(row)` when the row exists without the event that
-    records it, or an event records a row that is not stored.
+    `amendments[0].note`; a usage row's `name`, `version`, `digest`,
+    `schema_digest`, `run_id`, `start_time`); `(row)` when the row exists
+    without the event that records it, or an event records a row that is not
+    stored.
     """
     stored: _builtins.str
     """What the row holds now, as JSON (`null` when absent, empty or zero). A
