@@ -82,13 +82,25 @@ def _pack(message: Any) -> any_pb2.Any:
 #: case stays near 6 KiB: message 1.2 KiB + details 4.4 KiB x 4/3.
 _MAX_MESSAGE = 400
 _MAX_TEXT = 160
-#: Field violations (or precondition violations) sent at most, the first ones in the order
-#: found. The cap stays: each may take ~330 bytes, and a tool call breaking its schema in a
-#: thousand places would otherwise push the trailer past the clients' limit and arrive as a
-#: bare RESOURCE_EXHAUSTED. When some are left out, ErrorInfo.metadata["violation_count"]
-#: says how many there were in all (docs/api.md, "Errors"); a refused tool call's step
-#: records them all.
-_MAX_VIOLATIONS = 5
+#: The bytes of field (or precondition) violations sent, in the order found: every one that
+#: fits. Each takes at most ~330 bytes (field and description clipped to 160), a typical one
+#: ~60-100, so a request breaking a schema in a few dozen places is reported whole; one that
+#: breaks it in a thousand would otherwise push the trailer past the clients' limit and arrive
+#: as a bare RESOURCE_EXHAUSTED. With this budget the worst case stays within the ~6 KiB
+#: above. When some are left out, ErrorInfo.metadata["violation_count"] says how many there
+#: were in all (docs/api.md, "Errors"); a refused tool call's step records them all.
+_VIOLATION_BYTES = 3000
+
+
+def _fitting(items: list[Any]) -> list[Any]:
+    """The first of ``items`` (violation messages) whose encoded sizes fit the budget."""
+    kept, used = [], 0
+    for item in items:
+        used += item.ByteSize() + 3  # + the repeated field's tag and length
+        if used > _VIOLATION_BYTES:
+            break
+        kept.append(item)
+    return kept
 
 
 def _clip(text: str, limit: int = _MAX_TEXT) -> str:
@@ -103,8 +115,33 @@ def to_status(error: errors.AgentrtError) -> tuple[grpc.StatusCode, status_pb2.S
     """Build the ``google.rpc.Status`` (with details) for a domain error."""
     code = status_code_for(error)
     metadata = {_clip(k): _clip(v) for k, v in error.metadata.items()}
+    field_violations = (
+        _fitting(
+            [
+                error_details_pb2.BadRequest.FieldViolation(
+                    field=_clip(v.field), description=_clip(v.description)
+                )
+                for v in error.violations
+            ]
+        )
+        if isinstance(error, errors.InvalidArgument)
+        else []
+    )
+    precondition_violations = (
+        _fitting(
+            [
+                error_details_pb2.PreconditionFailure.Violation(
+                    type=_clip(kind), subject=_clip(subject), description=_clip(description)
+                )
+                for kind, subject, description in error.violations
+            ]
+        )
+        if isinstance(error, errors.FailedPrecondition)
+        else []
+    )
+    sent = len(field_violations) + len(precondition_violations)
     if isinstance(error, errors.InvalidArgument | errors.FailedPrecondition) and (
-        len(error.violations) > _MAX_VIOLATIONS
+        sent < len(error.violations)
     ):
         metadata["violation_count"] = str(len(error.violations))
     details = [
@@ -114,31 +151,11 @@ def to_status(error: errors.AgentrtError) -> tuple[grpc.StatusCode, status_pb2.S
             )
         )
     ]
-    if isinstance(error, errors.InvalidArgument) and error.violations:
+    if field_violations:
+        details.append(_pack(error_details_pb2.BadRequest(field_violations=field_violations)))
+    if precondition_violations:
         details.append(
-            _pack(
-                error_details_pb2.BadRequest(
-                    field_violations=[
-                        error_details_pb2.BadRequest.FieldViolation(
-                            field=_clip(v.field), description=_clip(v.description)
-                        )
-                        for v in error.violations[:_MAX_VIOLATIONS]
-                    ]
-                )
-            )
-        )
-    if isinstance(error, errors.FailedPrecondition) and error.violations:
-        details.append(
-            _pack(
-                error_details_pb2.PreconditionFailure(
-                    violations=[
-                        error_details_pb2.PreconditionFailure.Violation(
-                            type=_clip(kind), subject=_clip(subject), description=_clip(description)
-                        )
-                        for kind, subject, description in error.violations[:_MAX_VIOLATIONS]
-                    ]
-                )
-            )
+            _pack(error_details_pb2.PreconditionFailure(violations=precondition_violations))
         )
     if isinstance(error, errors.NotFound | errors.AlreadyExists):
         details.append(

@@ -39,6 +39,10 @@ RAISES: dict[str, BaseException] = {
         "twelve bad fields",
         [errors.FieldViolation(f"arguments.f{i}", "bad") for i in range(12)],
     ),
+    "thousand": errors.InvalidArgument(
+        "a thousand bad fields",
+        [errors.FieldViolation(f"arguments.f{i}", "bad " * 60) for i in range(1000)],
+    ),
     "missing": errors.NotFound("component", "read_file@9"),
     "taken": errors.AlreadyExists(
         "agent version",
@@ -100,15 +104,22 @@ def test_invalid_argument_names_every_field(failing_stub: Any) -> None:
     assert [v.field for v in violations] == ["definition.tools[0]", "definition.agent_id"]
 
 
-def test_violations_past_the_cap_are_counted(failing_stub: Any) -> None:
-    # The first five travel (a trailer has a size limit), the count says how many there are.
+def test_every_violation_that_fits_travels_and_the_rest_are_counted(failing_stub: Any) -> None:
+    # Twelve short ones: all of them, and no count (nothing was left out).
     details = error_details(_fail(failing_stub, "many"))
     assert [v.field for v in details["BadRequest"].field_violations] == [
-        f"arguments.f{i}" for i in range(5)
+        f"arguments.f{i}" for i in range(12)
     ]
-    assert details["ErrorInfo"].metadata["violation_count"] == "12"
-    # Under the cap, no count: the violations are all there.
-    assert "violation_count" not in error_details(_fail(failing_stub, "bad"))["ErrorInfo"].metadata
+    assert "violation_count" not in details["ErrorInfo"].metadata
+    # A thousand long ones: the first that fit the trailer's budget, in order, and the count;
+    # the call still arrives as INVALID_ARGUMENT with its details (not a bare
+    # RESOURCE_EXHAUSTED from a trailer past the client's limit).
+    error = _fail(failing_stub, "thousand")
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = error_details(error)
+    sent = [v.field for v in details["BadRequest"].field_violations]
+    assert 5 <= len(sent) < 1000 and sent == [f"arguments.f{i}" for i in range(len(sent))]
+    assert details["ErrorInfo"].metadata["violation_count"] == "1000"
 
 
 def test_not_found_names_the_resource(failing_stub: Any) -> None:

@@ -184,8 +184,9 @@ class WorkerServiceServicer:
         arguments failing the pinned JSON Schema are stored as a FAILED step
         (INVALID_ARGUMENTS) and answered INVALID_ARGUMENT with one BadRequest
         violation per schema violation, its JSON path in `field`
-        (`tool_call.arguments.lines[1]`; the first 5, ErrorInfo metadata
-        "violation_count" giving the total when there are more).
+        (`tool_call.arguments.lines[1]`; every one that fits a 3,000-byte budget
+        of the trailer, in order, and ErrorInfo metadata "violation_count" giving
+        the total when some were left out).
         Both errors carry ErrorInfo metadata "step_id". When approval is required,
         an APPROVAL_REQUEST step (WAITING_APPROVAL) is returned instead: checkpoint
         and FinishAttempt(WAITING_APPROVAL); the run waits for ResolveApproval. The
