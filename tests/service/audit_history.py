@@ -22,6 +22,17 @@ from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from tests import registry_data
 from tests.runtime_support import Stubs
 from tests.service.steps_support import args, put_blob
+from tests.support import ServerThread
+
+
+@dataclass
+class Env:
+    """A server and stubs for the audit tests (the ``env`` fixture of tests/service/conftest.py)."""
+
+    stubs: Stubs
+    audit: Any
+    server: ServerThread
+
 
 PROVENANCE = rmsg.Provenance(
     publisher="ci-bot",

@@ -6,8 +6,6 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -16,7 +14,6 @@ import sqlalchemy as sa
 from google.protobuf import timestamp_pb2
 
 from agentrt.audit.v1 import audit_service_pb2 as apb
-from agentrt.audit.v1 import audit_service_pb2_grpc
 from agentrt.audit.v1 import message_pb2 as amsg
 from agentrt.runtime.v1 import enum_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
@@ -24,29 +21,8 @@ from runtime_service import audit_bundle
 from runtime_service.audit_bundle import BundleFormatError, Link, verify_chain
 from runtime_service.events import event_hash
 from runtime_service.services.audit import TagEvent, tags_at
-from tests.runtime_support import Stubs
-from tests.service.audit_history import PROVENANCE, build_history
-from tests.support import ServerThread, error_details, rpc_error
-
-
-@dataclass
-class Env:
-    stubs: Stubs
-    audit: Any
-    server: ServerThread
-
-
-@pytest.fixture
-def env(database_url: str) -> Iterator[Env]:
-    server = ServerThread(database_url)
-    address = server.start()
-    stubs = Stubs.open(address)
-    try:
-        yield Env(stubs, audit_service_pb2_grpc.AuditServiceStub(stubs.channel), server)
-    finally:
-        stubs.close()
-        server.stop()
-
+from tests.service.audit_history import PROVENANCE, Env, build_history
+from tests.support import error_details, rpc_error
 
 # -- provenance ------------------------------------------------------------------------------
 

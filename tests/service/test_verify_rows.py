@@ -6,42 +6,19 @@ VerifyRun, and a bundle exported afterwards, are what tell."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
 import sqlalchemy as sa
 
 from agentrt.audit.v1 import audit_service_pb2 as apb
-from agentrt.audit.v1 import audit_service_pb2_grpc
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from runtime_service import audit_bundle
 from tests.runtime_support import Stubs
-from tests.service.audit_history import build_history
+from tests.service.audit_history import Env, build_history
 from tests.service.steps_support import args, get_step, put_blob
-from tests.support import ServerThread
-
-
-@dataclass
-class Env:
-    stubs: Stubs
-    audit: Any
-    server: ServerThread
-
-
-@pytest.fixture
-def env(database_url: str) -> Iterator[Env]:
-    server = ServerThread(database_url)
-    address = server.start()
-    stubs = Stubs.open(address)
-    try:
-        yield Env(stubs, audit_service_pb2_grpc.AuditServiceStub(stubs.channel), server)
-    finally:
-        stubs.close()
-        server.stop()
 
 
 @dataclass
