@@ -195,29 +195,31 @@ class Runs:
         )
         return await collect(self._c, "runtime", "ListRuns", request, "runs", limit)
 
-    async def cancel(self, run_id: str, reason: str = "") -> message_pb2.Run:
+    async def cancel(self, run_id: str, reason: str = "", *, actor: str = "") -> message_pb2.Run:
+        """Ask the run to stop; ``actor`` is a display label for who asked (the server
+        records the authenticated principal beside it), as for pause and resume."""
         response = await self._c.unary(
             "runtime",
             "CancelRun",
-            pb.CancelRunRequest(run_id=run_id, reason=reason),
+            pb.CancelRunRequest(run_id=run_id, reason=reason, actor=actor),
             pb.CancelRunResponse,
         )
         return response.run
 
-    async def pause(self, run_id: str, reason: str = "") -> message_pb2.Run:
+    async def pause(self, run_id: str, reason: str = "", *, actor: str = "") -> message_pb2.Run:
         response = await self._c.unary(
             "runtime",
             "PauseRun",
-            pb.PauseRunRequest(run_id=run_id, reason=reason),
+            pb.PauseRunRequest(run_id=run_id, reason=reason, actor=actor),
             pb.PauseRunResponse,
         )
         return response.run
 
-    async def resume(self, run_id: str, reason: str = "") -> message_pb2.Run:
+    async def resume(self, run_id: str, reason: str = "", *, actor: str = "") -> message_pb2.Run:
         response = await self._c.unary(
             "runtime",
             "ResumeRun",
-            pb.ResumeRunRequest(run_id=run_id, reason=reason),
+            pb.ResumeRunRequest(run_id=run_id, reason=reason, actor=actor),
             pb.ResumeRunResponse,
         )
         return response.run
@@ -250,9 +252,11 @@ class Runs:
         *,
         kind: int = enum_pb2.INPUT_KIND_FOLLOW_UP,
         data: Mapping[str, object] | None = None,
+        sender: str = "",
         request_id: str = "",
     ) -> message_pb2.Input:
-        """Send an input: a follow-up (the next turn) or a steer (the next model call)."""
+        """Send an input: a follow-up (the next turn) or a steer (the next model call).
+        ``sender`` is a display label; the server records the authenticated principal."""
         response = await self._c.unary(
             "runtime",
             "SendInput",
@@ -261,17 +265,18 @@ class Runs:
                 kind=kind,  # type: ignore[arg-type]
                 content=content,
                 data=_struct(data),
+                sender=sender,
                 request_id=request_id,
             ),
             pb.SendInputResponse,
         )
         return response.input
 
-    async def steer(self, run_id: str, content: str) -> message_pb2.Input:
-        return await self.send(run_id, content, kind=enum_pb2.INPUT_KIND_STEER)
+    async def steer(self, run_id: str, content: str, *, sender: str = "") -> message_pb2.Input:
+        return await self.send(run_id, content, kind=enum_pb2.INPUT_KIND_STEER, sender=sender)
 
-    async def follow_up(self, run_id: str, content: str) -> message_pb2.Input:
-        return await self.send(run_id, content, kind=enum_pb2.INPUT_KIND_FOLLOW_UP)
+    async def follow_up(self, run_id: str, content: str, *, sender: str = "") -> message_pb2.Input:
+        return await self.send(run_id, content, kind=enum_pb2.INPUT_KIND_FOLLOW_UP, sender=sender)
 
     async def resolve_approval(
         self,
@@ -279,10 +284,13 @@ class Runs:
         step_id: str,
         *,
         approve: bool,
+        approver: str,
         comment: str = "",
         request_id: str = "",
     ) -> pb.ResolveApprovalResponse:
-        """Approve or deny the approval step ``step_id``; the run is queued again."""
+        """Approve or deny the approval step ``step_id``; the run is queued again.
+        ``approver`` (the server requires it) names who decided, as a display label; the
+        server records the authenticated principal beside it."""
         decision = (
             enum_pb2.APPROVAL_DECISION_APPROVE if approve else enum_pb2.APPROVAL_DECISION_DENY
         )
@@ -293,6 +301,7 @@ class Runs:
                 run_id=run_id,
                 step_id=step_id,
                 decision=decision,
+                approver=approver,
                 comment=comment,
                 request_id=request_id,
             ),
