@@ -25,6 +25,7 @@ from rich.text import Text
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
 from agentrt_base.auth import display_actor
+from runtime_service.events import event_type_name
 
 __all__ = [
     "console",
@@ -43,8 +44,9 @@ __all__ = [
 
 #: Width of output that is not a terminal (a pipe, a file, a test).
 PIPE_WIDTH = 200
-#: The longest attribute value an event summary shows before cutting it with "…".
-SUMMARY_VALUE_CHARS = 60
+#: The longest attribute value an event summary shows before cutting it with "…" (a
+#: digest, 71 characters, is shown whole).
+SUMMARY_VALUE_CHARS = 80
 
 
 def console(stream: TextIO | None = None) -> Console:
@@ -138,15 +140,11 @@ def actor(principal: str, label: str) -> str:
 
 
 def event_type(event: event_pb2.Event) -> str:
-    """``EVENT_TYPE_STEP_STARTED`` as ``step.started`` (the form the contract's comments use)."""
-    name = enum_label(enum_pb2.EventType, event.event_type).lower()
-    if name == "-":
-        return name
-    for group in ("thread_message", "thread", "run", "attempt", "turn", "step", "input"):
-        if name.startswith(group + "_"):
-            return f"{group.replace('_', '.')}.{name[len(group) + 1 :]}"
-    head, _, tail = name.partition("_")  # approval_requested, checkpoint_written ...
-    return f"{head}.{tail}"
+    """``run.status_changed``: the dotted name the log and the bundles use (docs/audit.md)."""
+    which = event.WhichOneof("attributes")
+    if which is None:  # an event type newer than this client
+        return enum_label(enum_pb2.EventType, event.event_type).lower()
+    return event_type_name(getattr(event, which))
 
 
 def _scalar(field: FieldDescriptor, value: Any) -> str:
