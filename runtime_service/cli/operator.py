@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentrt.runtime.v1 import enum_pb2, message_pb2
+from agentrt_base.auth import display_actor
 from agentrt_base.tls import ClientTls
 from agentrt_sdk import AgentrtClient, AgentrtError
 from registry.cli import add_timeout_argument, default_identity
@@ -220,6 +221,8 @@ def _handler(body: Body) -> Handler:
             return asyncio.run(call())
         except AgentrtError as error:
             return report(error)
+        except OSError as exc:  # a TLS file named by a flag or the environment
+            return _fail(f"{exc.filename}: {exc.strerror}", EXIT_USAGE)
         except KeyboardInterrupt:
             return EXIT_INTERRUPTED
 
@@ -244,6 +247,12 @@ def _fail(message: str, code: int) -> int:
 
 def _limit(args: argparse.Namespace) -> int | None:
     return args.limit if args.limit > 0 else None
+
+
+def _note_limit(args: argparse.Namespace, shown: int) -> None:
+    """Say so when a listing stopped at ``--limit`` (there may be more)."""
+    if args.limit > 0 and shown >= args.limit:
+        print(f"agentrt: the first {shown} shown; --limit N or --limit 0 for more", file=sys.stderr)
 
 
 # -- threads ---------------------------------------------------------------------------------
@@ -296,6 +305,7 @@ async def _thread_list(client: AgentrtClient, args: argparse.Namespace) -> int:
             ),
         )
     )
+    _note_limit(args, len(threads))
     return 0
 
 
@@ -431,6 +441,7 @@ async def _run_list(client: AgentrtClient, args: argparse.Namespace) -> int:
         render.print_json(runs)
         return 0
     render.console().print(_runs_table("", runs))
+    _note_limit(args, len(runs))
     return 0
 
 
@@ -508,7 +519,7 @@ async def _run_show(client: AgentrtClient, args: argparse.Namespace) -> int:
                     str(a.number),
                     a.id,
                     render.enum_label(enum_pb2.AttemptReason, a.reason),
-                    render.actor(a.worker_principal, a.worker_id),
+                    display_actor(a.worker_principal, a.worker_id),
                     render.enum_label(enum_pb2.AttemptStatus, a.status),
                     render.when(a.start_time),
                     render.when(a.end_time),
@@ -551,7 +562,7 @@ def _step_status(step: message_pb2.Step) -> str:
 def _step_detail(step: message_pb2.Step) -> str:
     if step.approval.decision:
         decision = render.enum_label(enum_pb2.ApprovalDecision, step.approval.decision)
-        by = render.actor(step.approval.approver_principal, step.approval.approver)
+        by = display_actor(step.approval.approver_principal, step.approval.approver)
         return f"{decision} by {by}" + (
             f": {step.approval.comment}" if step.approval.comment else ""
         )

@@ -14,20 +14,31 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
 from typing import Any, TextIO
 
 from google.protobuf import json_format, timestamp_pb2
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
-from agentrt_base.auth import display_actor
 from runtime_service.events import event_type_name
 
 __all__ = [
+    "Transfer",
+    "as_dict",
     "console",
     "enum_choices",
     "enum_label",
@@ -132,10 +143,6 @@ def model_text(model: message_pb2.RecordedModel) -> str:
     return text
 
 
-def actor(principal: str, label: str) -> str:
-    return display_actor(principal, label)
-
-
 # -- events ----------------------------------------------------------------------------------
 
 
@@ -211,3 +218,52 @@ def event_line(event: event_pb2.Event, *, with_run: bool = False) -> Text:
         line.append(f"  {event.run_id}")
     line.append("  " + event_summary(event))
     return line
+
+
+class Transfer:
+    """Progress of a download whose size arrives with its first message (an audit bundle):
+    a spinner while the server builds it, then a bar of bytes received, on stderr. Nothing
+    is shown when stderr is not a terminal, so scripts and logs get no control codes.
+
+        with Transfer("exporting run_…") as shown:
+            shown.sized(info.size)
+            shown.advance(len(chunk))
+    """
+
+    def __init__(self, description: str, console: Console | None = None) -> None:
+        self._console = console or Console(stderr=True)
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+        if self._console.is_terminal:
+            self._progress = Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                console=self._console,
+                transient=True,
+            )
+            self._task = self._progress.add_task(description, total=None)
+
+    def sized(self, total: int) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, total=total)
+
+    def advance(self, size: int) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.advance(self._task, size)
+
+    def __enter__(self) -> Transfer:
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._progress is not None:
+            self._progress.stop()

@@ -347,3 +347,16 @@ def test_watch_carries_on_across_a_server_restart(database_url: str) -> None:
     events = [created, *(json.loads(line) for line in out.splitlines())]
     assert [int(e["sequence"]) for e in events] == list(range(1, len(events) + 1))
     assert events[-1]["event_type"] == "EVENT_TYPE_RUN_ENDED"
+
+
+def test_failures_before_any_answer_are_one_line_with_their_exit_code(tmp_path: Any) -> None:
+    nowhere = "127.0.0.1:1"
+    [line] = refused(nowhere, "runs", "list")  # retried with backoff, then reported
+    assert line.startswith("agentrt: UNAVAILABLE: ") and "127.0.0.1:1" in line
+    missing = str(tmp_path / "ca.pem")
+    [line] = refused(nowhere, "runs", "list", "--tls-ca", missing, code=2)
+    assert line == f"agentrt: {missing}: No such file or directory"
+    [line] = refused(nowhere, "runs", "list", "--tls-cert", missing, code=2)
+    assert "--tls-key" in line
+    bad = run(nowhere, "runs", "list", "--status", "SLEEPING")
+    assert bad.returncode == 2 and "invalid choice: 'SLEEPING'" in bad.stderr

@@ -6,6 +6,7 @@ import io
 import json
 
 from google.protobuf import timestamp_pb2
+from rich.console import Console
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
 from runtime_service.cli import render
@@ -93,3 +94,24 @@ def test_json_line_uses_proto_field_names_on_one_line() -> None:
     line = render.json_line(message_pb2.Run(id="run_1", thread_id="thr_1", step_count=3))
     assert "\n" not in line
     assert json.loads(line) == {"id": "run_1", "thread_id": "thr_1", "step_count": "3"}
+
+
+def test_transfer_shows_progress_on_a_terminal_and_nothing_elsewhere() -> None:
+    screen = io.StringIO()
+    terminal = Console(file=screen, force_terminal=True, width=100)
+    with render.Transfer("exporting run_1", terminal) as shown:
+        shown.sized(2048)
+        shown.advance(1024)
+        shown.advance(1024)
+        terminal_progress = shown._progress
+    assert terminal_progress is not None
+    [task] = terminal_progress.tasks
+    assert (task.total, task.completed, task.description) == (2048, 2048, "exporting run_1")
+    assert "exporting run_1" in screen.getvalue()
+
+    piped = io.StringIO()
+    with render.Transfer("exporting run_1", Console(file=piped)) as shown:
+        shown.sized(10)
+        shown.advance(10)
+        assert shown._progress is None
+    assert piped.getvalue() == ""
