@@ -52,6 +52,7 @@ __all__ = [
     "add_timeout_argument",
     "ci_provenance",
     "default_identity",
+    "key_value",
 ]
 
 EXIT_FAILED = 1
@@ -109,7 +110,7 @@ def add_commands(
         metavar="K=V",
         action="append",
         default=[],
-        type=_label,
+        type=key_value,
         help="provenance label (repeatable)",
     )
     publish.add_argument(
@@ -207,7 +208,8 @@ def _from_env(what: str) -> str:
     return f"{what} (default: from GitHub Actions / GitLab CI variables when set)"
 
 
-def _label(text: str) -> tuple[str, str]:
+def key_value(text: str) -> tuple[str, str]:
+    """``K=V`` as a pair, for an argparse ``type`` (labels, metadata)."""
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")

@@ -23,7 +23,7 @@ from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt_base.auth import display_actor
 from agentrt_base.tls import ClientTls
 from agentrt_sdk import AgentrtClient, AgentrtError
-from registry.cli import add_timeout_argument, default_identity
+from registry.cli import add_timeout_argument, default_identity, key_value
 from runtime_service.cli import render
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_USAGE", "add_commands"]
@@ -75,7 +75,7 @@ def add_commands(
     create.add_argument("--message", metavar="TEXT", help="then append this user message")
     create.add_argument("--namespace", default="", metavar="NS", help="the thread's namespace")
     create.add_argument(
-        "--metadata", metavar="K=V", action="append", default=[], type=_pair, help="repeatable"
+        "--metadata", metavar="K=V", action="append", default=[], type=key_value, help="repeatable"
     )
     create.add_argument(
         "--concurrency",
@@ -112,7 +112,7 @@ def add_commands(
     create.add_argument("--priority", type=int, default=0, metavar="N")
     create.add_argument("--max-attempts", type=int, default=0, metavar="N")
     create.add_argument(
-        "--label", metavar="K=V", action="append", default=[], type=_pair, help="repeatable"
+        "--label", metavar="K=V", action="append", default=[], type=key_value, help="repeatable"
     )
     create.add_argument(
         "--request-id",
@@ -192,13 +192,6 @@ def _add_limit(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--limit", type=int, default=50, metavar="N", help="at most N (default 50; 0 = all)"
     )
-
-
-def _pair(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
-    return key, value
 
 
 def _handler(body: Body) -> Handler:
