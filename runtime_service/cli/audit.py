@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from google.protobuf import json_format, timestamp_pb2
+from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from agentrt.audit.v1 import audit_service_pb2 as pb
@@ -39,6 +39,7 @@ from registry.canonical import digest_bytes
 from registry.cli import published_by, verified_text
 from runtime_service import audit_bundle
 from runtime_service.cli import render
+from runtime_service.cli.render import enum_label, when
 
 __all__ = ["EXIT_FAILED", "EXIT_USAGE", "add_commands", "normalise_argv"]
 
@@ -246,17 +247,6 @@ def _print_blob(digest: str, response: pb.GetProvenanceResponse) -> None:
             print(line)
 
 
-def _name(enum: Any, value: int, prefix: str) -> str:
-    return str(enum.Name(value)).removeprefix(prefix) if value else "-"
-
-
-def _when(stamp: timestamp_pb2.Timestamp) -> str:
-    if not stamp.seconds and not stamp.nanos:
-        return "-"
-    moment = stamp.ToDatetime(tzinfo=dt.UTC)
-    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 def _names_by_digest(version: rpb.AgentVersion) -> dict[str, str]:
     closure = version.closure
     entries = [closure.system_prompt, closure.model_policy, *closure.skills, *closure.tools]
@@ -269,13 +259,13 @@ def _agent_lines(record: apb.ProvenanceRecord) -> list[str]:
         return [f"agent {record.run.agent.agent_digest} (not in this registry)"]
     publish = version.publish
     source = publish.provenance
-    published = f"published {_when(publish.publish_time)} by {published_by(publish)}"
+    published = f"published {when(publish.publish_time)} by {published_by(publish)}"
     if source.source_repo or source.commit:
         published += f", {source.source_repo or '-'} at {source.commit or '-'}"
     if source.pipeline_url:
         published += f", pipeline {source.pipeline_url}"
     at_creation = ", ".join(
-        f"{t.tag} (event {t.event_sequence}, since {_when(t.since_time)})"
+        f"{t.tag} (event {t.event_sequence}, since {when(t.since_time)})"
         for t in record.tags_at_run_creation
     )
     return [
@@ -290,9 +280,9 @@ def _agent_lines(record: apb.ProvenanceRecord) -> list[str]:
 def _run_lines(run: mpb.Run, indent: str) -> list[str]:
     agent = run.agent
     how = f"via tag {agent.resolved_via_tag}" if agent.resolved_via_tag else "pinned"
-    status = _name(enum_pb2.RunStatus, run.status, "RUN_STATUS_")
+    status = enum_label(enum_pb2.RunStatus, run.status)
     if run.terminal_reason:
-        status += f" ({_name(enum_pb2.TerminalReason, run.terminal_reason, 'TERMINAL_REASON_')})"
+        status += f" ({enum_label(enum_pb2.TerminalReason, run.terminal_reason)})"
     goal = json.dumps(run.goal.objective)
     if run.goal.scope:
         goal += f" scope {', '.join(run.goal.scope)}"
@@ -311,29 +301,29 @@ def _run_lines(run: mpb.Run, indent: str) -> list[str]:
     return [
         f"{indent}run {run.id} {status}",
         f"{indent}  agent ref {agent.requested_ref} -> {agent.version_label} {how} "
-        f"at {_when(agent.resolve_time)}",
+        f"at {when(agent.resolve_time)}",
         f"{indent}  goal {goal}; input revision {run.input_revision}",
         *(
-            f"{indent}  amended to revision {a.input_revision} at {_when(a.create_time)} by "
+            f"{indent}  amended to revision {a.input_revision} at {when(a.create_time)} by "
             f"{display_actor(a.actor_principal, a.actor)}"
             + (f": {json.dumps(a.note)}" if a.note else "")
             for a in run.amendments
         ),
         f"{indent}  budget {limits or 'unlimited'}; used {run.step_count} steps, "
         f"{usage.input_tokens + usage.output_tokens} tokens, ${usage.cost_usd:.4f}",
-        f"{indent}  created {_when(run.create_time)} by {creator}, ended {_when(run.end_time)}"
+        f"{indent}  created {when(run.create_time)} by {creator}, ended {when(run.end_time)}"
         + (f": {run.terminal_message}" if run.terminal_message else ""),
     ]
 
 
 def _attempt_line(attempt: mpb.Attempt, indent: str) -> str:
-    status = _name(enum_pb2.AttemptStatus, attempt.status, "ATTEMPT_STATUS_")
-    reason = _name(enum_pb2.AttemptReason, attempt.reason, "ATTEMPT_REASON_")
+    status = enum_label(enum_pb2.AttemptStatus, attempt.status)
+    reason = enum_label(enum_pb2.AttemptReason, attempt.reason)
     line = (
         f"{indent}attempt {attempt.number} {attempt.id} {reason} "
         f"worker {display_actor(attempt.worker_principal, attempt.worker_id)} "
-        f"epoch {attempt.lease_epoch} {status} {_when(attempt.start_time)}"
-        f"..{_when(attempt.end_time)}"
+        f"epoch {attempt.lease_epoch} {status} {when(attempt.start_time)}"
+        f"..{when(attempt.end_time)}"
     )
     if attempt.error.message:
         line += f" ({attempt.error.message})"
@@ -342,10 +332,10 @@ def _attempt_line(attempt: mpb.Attempt, indent: str) -> str:
 
 def step_lines(step: mpb.Step, names: dict[str, str], indent: str) -> list[str]:
     """``#3 TOOL_CALL read_file SUCCEEDED`` and one line per resolved version."""
-    kind = _name(enum_pb2.StepType, step.type, "STEP_TYPE_")
-    status = _name(enum_pb2.StepStatus, step.status, "STEP_STATUS_")
+    kind = enum_label(enum_pb2.StepType, step.type)
+    status = enum_label(enum_pb2.StepStatus, step.status)
     if step.error_class:
-        status += f" ({_name(enum_pb2.ErrorClass, step.error_class, 'ERROR_CLASS_')})"
+        status += f" ({enum_label(enum_pb2.ErrorClass, step.error_class)})"
     what = step.tool_name or step.completion_check or step.operation
     lines = [f"{indent}#{step.sequence} {kind}{' ' + what if what else ''} {status}  {step.id}"]
     v = step.versions
@@ -356,7 +346,7 @@ def step_lines(step: mpb.Step, names: dict[str, str], indent: str) -> list[str]:
             model += f" -> reported {m.reported_model_id}"
         elif m.reported_model_id:
             model += " (reported the same)"
-        reason = _name(enum_pb2.CandidateReason, m.reason, "CANDIDATE_REASON_")
+        reason = enum_label(enum_pb2.CandidateReason, m.reason)
         policy = names.get(m.policy_digest, m.policy_digest)
         lines.append(
             f"{indent}   model {model} via {m.candidate_name}/{m.provider} ({reason}), "
@@ -372,11 +362,7 @@ def step_lines(step: mpb.Step, names: dict[str, str], indent: str) -> list[str]:
     if v.tools:
         tools = ", ".join(
             f"{t.name}@{t.version}"
-            + (
-                f" {_name(enum_pb2.PermissionDecision, t.decision, 'PERMISSION_DECISION_')}"
-                if t.decision
-                else ""
-            )
+            + (f" {enum_label(enum_pb2.PermissionDecision, t.decision)}" if t.decision else "")
             for t in v.tools
         )
         lines.append(f"{indent}   tools {tools}")
@@ -384,7 +370,7 @@ def step_lines(step: mpb.Step, names: dict[str, str], indent: str) -> list[str]:
     if refs:
         lines.append(f"{indent}   {'; '.join(refs)}")
     if step.approval.decision:
-        decision = _name(enum_pb2.ApprovalDecision, step.approval.decision, "APPROVAL_DECISION_")
+        decision = enum_label(enum_pb2.ApprovalDecision, step.approval.decision)
         approver = display_actor(step.approval.approver_principal, step.approval.approver)
         lines.append(f"{indent}   approval {decision} by {approver}")
     if step.error_message:
@@ -494,11 +480,11 @@ def _usages(args: argparse.Namespace) -> int:
         return 0
     for usage in found.usages:
         if usage.step_id:
-            kind = _name(enum_pb2.StepType, usage.step_type, "STEP_TYPE_")
+            kind = enum_label(enum_pb2.StepType, usage.step_type)
             where = f"#{usage.step_sequence} {kind} {usage.step_id}"
         else:
             where = "(run)"
-        print(f"{_when(usage.time)}  {usage.run_id}  {where}  {usage.matched}")
+        print(f"{when(usage.time)}  {usage.run_id}  {where}  {usage.matched}")
     if not found.usages:
         print("no usages found", file=sys.stderr)
     if token:
