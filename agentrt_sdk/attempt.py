@@ -24,6 +24,7 @@ from google.protobuf import json_format, struct_pb2
 
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
+from agentrt_base.errors import FailedPrecondition
 from agentrt_sdk.client import AgentrtClient
 from agentrt_sdk.models.base import (
     ModelAdapter,
@@ -33,6 +34,7 @@ from agentrt_sdk.models.base import (
     ToolCall,
     ToolSpec,
 )
+from runtime_service import resolution
 
 #: The key under which the SDK keeps its own bookkeeping in a checkpoint's state.
 _SDK_STATE = "__agentrt__"
@@ -361,10 +363,15 @@ class Attempt:
         tools: Sequence[str] | None = None,
         estimated_input_tokens: int = 0,
     ) -> ModelResponse:
-        """Call the model the policy resolves; on a failure the policy can act on, record it
-        and call again: the runtime picks the fallback candidate (or the same one, after the
-        provider's ``retry_after``) from the failed step, until one answers or the policy has
-        no candidate left (:class:`FailedPreconditionError` ``NO_MODEL_CANDIDATE``)."""
+        """Call the model the policy resolves; after a failure, record it and call again
+        while that can help: the runtime then resolves the policy's fallback candidate (when
+        the failed one lists the error class in ``fallback_on``) or the same one (after the
+        provider's ``retry_after``), until one answers.
+
+        Raises:
+            ModelError: the failure, when calling again cannot help: the same candidate would
+                be called and the error is not retryable, or the policy has no candidate left.
+        """
         key = self._key("model")
         retry_of = ""
         while True:
@@ -381,11 +388,33 @@ class Attempt:
                     assert call.response is not None
                     return call.response
             except ModelError as exc:
-                if not exc.retryable:
+                following = self._next_candidate(call.candidate, exc, estimated_input_tokens)
+                same = following == call.candidate
+                if following is None or (same and not exc.retryable):
                     raise
                 retry_of = call.step.id
-                if exc.retry_after:
+                if same and exc.retry_after:
                     await asyncio.sleep(min(exc.retry_after, 30.0))
+
+    def _next_candidate(
+        self, failed: str, exc: ModelError, estimated_input_tokens: int
+    ) -> str | None:
+        """The candidate the runtime will resolve after ``failed`` failed with ``exc`` (None:
+        none is left), by the runtime's own rule (``resolution.choose_model``), so the worker
+        and the ledger cannot disagree about the fallback."""
+        definition = resolution.bound_definition(json.loads(self.agent.definition_json))
+        try:
+            choice = resolution.choose_model(
+                definition.model_policy.spec,
+                estimated_input_tokens=estimated_input_tokens,
+                previous_error_class=enum_pb2.ErrorClass.Name(exc.error_class).removeprefix(
+                    "ERROR_CLASS_"
+                ),
+                previous_candidate=failed,
+            )
+        except FailedPrecondition:  # NO_MODEL_CANDIDATE
+            return None
+        return str(choice.candidate.get("name", ""))
 
     @asynccontextmanager
     async def tool_call(

@@ -159,8 +159,8 @@ class Worker:
         try:
             response = poll.result()
         except (errors.UnavailableError, errors.RateLimitedError, errors.DeadlineExceededError):
-            _log.warning("acquire failed; polling again", exc_info=True)
-            await asyncio.sleep(1.0)
+            _log.info("acquire failed; polling again soon", exc_info=True)
+            await asyncio.sleep(0.5)
             return None
         return response if response.HasField("run") else None
 

@@ -262,8 +262,12 @@ async def login_fix(attempt: Attempt) -> Result:
 
 
 async def _regression(attempt: Attempt) -> Result:
-    answer = await attempt.generate(_ask(attempt, "regression"))
-    patch = answer.tool_calls[0].arguments["patch"]
+    if "patch" not in attempt.state:
+        # Kept in the state, so the attempt that resumes after the approval does not ask the
+        # model again: the approval wait checkpoints it.
+        answer = await attempt.generate(_ask(attempt, "regression"))
+        attempt.state["patch"] = answer.tool_calls[0].arguments["patch"]
+    patch = attempt.state["patch"]
     applied = await attempt.tool("apply_patch", {"patch": patch})
     if applied.denied:
         return Result(summary="the regression test was denied")

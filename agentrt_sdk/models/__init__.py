@@ -1,7 +1,13 @@
 """Model adapters: one small interface (:mod:`agentrt_sdk.models.base`), an adapter for any
 OpenAI-compatible chat-completions endpoint (:mod:`agentrt_sdk.models.openai_compat`), a
 deterministic scripted model for tests and demos (:mod:`agentrt_sdk.models.scripted`), and a
-router that picks the adapter by provider (:mod:`agentrt_sdk.models.router`)."""
+router that picks the adapter by provider (:mod:`agentrt_sdk.models.router`).
+
+``OpenAICompatibleModel`` is imported on first use: the ``openai`` package takes seconds to
+import, which a worker that only plays a script (or a test) should not pay.
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from agentrt_sdk.models.base import (
     ModelAdapter,
@@ -11,7 +17,6 @@ from agentrt_sdk.models.base import (
     ToolCall,
     ToolSpec,
 )
-from agentrt_sdk.models.openai_compat import OpenAICompatibleModel
 from agentrt_sdk.models.router import ProviderRouter
 from agentrt_sdk.models.scripted import (
     Fail,
@@ -36,3 +41,14 @@ __all__ = [
     "ToolSpec",
     "count_tokens",
 ]
+
+if TYPE_CHECKING:
+    from agentrt_sdk.models.openai_compat import OpenAICompatibleModel
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OpenAICompatibleModel":
+        from agentrt_sdk.models.openai_compat import OpenAICompatibleModel
+
+        return OpenAICompatibleModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

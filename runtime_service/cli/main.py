@@ -290,9 +290,37 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
     health.set_defaults(handler=_cmd_health)
 
+    demo = commands.add_parser(
+        "demo",
+        help="play the login-fix case with real worker processes and print its audit tree",
+        description=(
+            "Starts a server (unless --target), publishes coding_agent@agent_v7, runs the"
+            " login-fix case with two worker processes (the first killed with SIGKILL), a"
+            " model fallback and an approval, then a follow-up run, and prints the audit tree"
+            " read back from the server."
+        ),
+    )
+    demo.add_argument(
+        "--target", default=None, help="HOST:PORT of a running server (default: start one)"
+    )
+    demo.add_argument(
+        "--database-url",
+        default=None,
+        help="the started server's database (default: an SQLite file in a temporary folder)",
+    )
+    demo.add_argument("--json", action="store_true", help="print the facts as JSON")
+    demo.add_argument("--keep", action="store_true", help="keep the logs and workspace")
+    demo.set_defaults(handler=_cmd_demo)
+
     registry_cli.add_commands(commands, add_target_argument)
     audit_cli.add_commands(commands, add_target_argument)
     return parser
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from agentrt_sdk.demo import play
+
+    return play.main(args.target, args.database_url, args.json, args.keep)
 
 
 def _add_limit_arguments(serve: argparse.ArgumentParser) -> None:
