@@ -41,6 +41,7 @@ tool-call arguments that are not a JSON object         INVALID_OUTPUT           
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import json
 import math
@@ -290,6 +291,9 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
             when = email.utils.parsedate_to_datetime(value)
         except (TypeError, ValueError):
             return None
+        if when.tzinfo is None:
+            # An HTTP date is in GMT; "-0000" parses as naive, which timestamp() reads as local.
+            when = when.replace(tzinfo=datetime.UTC)
         return max(0.0, when.timestamp() - time.time())
     return None
 

@@ -208,3 +208,14 @@ def test_a_model_error_names_its_class():
     assert error.error_class_name == "ERROR_CLASS_RATE_LIMITED"
     assert str(error) == "slow down"
     assert "ERROR_CLASS_RATE_LIMITED" in repr(error) and "1.5" in repr(error)
+
+
+def test_the_package_exports_exactly_its_public_names():
+    import agentrt_sdk.models as models
+
+    public = {
+        name
+        for name, value in vars(models).items()
+        if not name.startswith("_") and getattr(value, "__module__", "").startswith(models.__name__)
+    }
+    assert set(models.__all__) == public
