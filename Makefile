@@ -45,7 +45,7 @@ check-gen: gen
 lint: $(VENV)/.stamp node_modules/.stamp
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy agentrt_base registry runtime_service agentrt_sdk
+	$(BIN)/mypy agentrt_base agentrt_sdk registry runtime_service
 	$(BUF) lint
 	$(BUF) format --diff --exit-code
 

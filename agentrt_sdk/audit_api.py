@@ -1,0 +1,81 @@
+"""Audit: provenance, usages, chain verification and exported bundles."""
+
+from __future__ import annotations
+
+from agentrt.audit.v1 import audit_service_pb2 as apb
+from agentrt.audit.v1 import message_pb2 as amsg
+from agentrt_sdk.paging import collect
+from agentrt_sdk.transport import Connection
+
+
+class Audit:
+    """``AuditService`` calls (docs/audit.md)."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._c = connection
+
+    async def provenance(
+        self,
+        *,
+        run_id: str = "",
+        step_id: str = "",
+        artifact_id: str = "",
+        blob_digest: str = "",
+        max_steps: int = 0,
+    ) -> apb.GetProvenanceResponse:
+        """The provenance of exactly one of a run, step, artifact or blob."""
+        request = apb.GetProvenanceRequest(max_steps=max_steps)
+        given = {
+            "run_id": run_id,
+            "step_id": step_id,
+            "artifact_id": artifact_id,
+            "blob_digest": blob_digest,
+        }
+        named = [(k, v) for k, v in given.items() if v]
+        if len(named) != 1:
+            raise ValueError("provenance: name exactly one of run_id, step_id, artifact_id, blob")
+        setattr(request, named[0][0], named[0][1])
+        return await self._c.unary("audit", "GetProvenance", request, apb.GetProvenanceResponse)
+
+    async def find_usages(
+        self,
+        *,
+        component_ref: str = "",
+        tool_schema_digest: str = "",
+        agent_digest: str = "",
+        model_id: str = "",
+        limit: int | None = None,
+    ) -> list[amsg.UsageRecord]:
+        request = apb.FindUsagesRequest()
+        given = {
+            "component_ref": component_ref,
+            "tool_schema_digest": tool_schema_digest,
+            "agent_digest": agent_digest,
+            "model_id": model_id,
+        }
+        named = [(k, v) for k, v in given.items() if v]
+        if len(named) != 1:
+            raise ValueError("find_usages: name exactly one query")
+        setattr(request, named[0][0], named[0][1])
+        return await collect(self._c, "audit", "FindUsages", request, "usages", limit)
+
+    async def verify(self, run_id: str) -> apb.VerifyRunResponse:
+        """Re-derive the run's hash chain and served rows (``intact`` says if they agree)."""
+        return await self._c.unary(
+            "audit", "VerifyRun", apb.VerifyRunRequest(run_id=run_id), apb.VerifyRunResponse
+        )
+
+    async def export_bundle(
+        self, run_id: str, *, format: int = apb.BUNDLE_FORMAT_JSON
+    ) -> tuple[apb.BundleInfo, bytes]:
+        """The run's offline-verifiable bundle and its info (digest checked by the caller
+        with ``agentrt audit verify-bundle``)."""
+        info = apb.BundleInfo()
+        parts: list[bytes] = []
+        request = apb.ExportBundleRequest(run_id=run_id, format=format)  # type: ignore[arg-type]
+        async for response in self._c.stream_out("audit", "ExportBundle", request):
+            if response.HasField("info"):
+                info.CopyFrom(response.info)
+            else:
+                parts.append(response.chunk)
+        return info, b"".join(parts)

@@ -1,0 +1,159 @@
+"""The registry: publish agent definitions from bundle files, read, tag and diff them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentrt.registry.v1 import message_pb2 as rmsg
+from agentrt.registry.v1 import registry_service_pb2 as rpb
+from agentrt_sdk.paging import collect
+from agentrt_sdk.transport import Connection
+from registry.bundle import Bundle, load
+
+
+@dataclass(frozen=True)
+class Published:
+    """What :meth:`Registry.publish` did: the agent version, whether it is new, and each
+    component with whether it was new (identical content is published once)."""
+
+    agent_version: rmsg.AgentVersion
+    created: bool
+    components: list[tuple[rmsg.Component, bool]] = field(default_factory=list)
+    tag: rmsg.Tag | None = None
+
+
+class Registry:
+    """``RegistryService`` calls (docs/api.md; the protos document each field)."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._c = connection
+
+    async def publish(
+        self,
+        bundle: Bundle | str | Path,
+        *,
+        provenance: rmsg.Provenance | None = None,
+        tag: str | None = None,
+    ) -> Published:
+        """Publish a bundle (a YAML file as ``agentrt publish`` reads it, or a parsed
+        :class:`registry.bundle.Bundle`): its components in file order, then its agent,
+        then move ``tag`` to it. Publishing content already published changes nothing."""
+        if not isinstance(bundle, Bundle):
+            bundle = load(bundle)
+        agent, _ = bundle.require_agent()
+        components = []
+        for component in bundle.components:
+            response = await self._c.unary(
+                "registry",
+                "PublishComponent",
+                rpb.PublishComponentRequest(component=component.proto, provenance=provenance),
+                rpb.PublishComponentResponse,
+            )
+            components.append((response.component, response.created))
+        answer = await self._c.unary(
+            "registry",
+            "PublishAgentVersion",
+            rpb.PublishAgentVersionRequest(definition=agent, provenance=provenance),
+            rpb.PublishAgentVersionResponse,
+        )
+        version = answer.agent_version
+        moved = None
+        if tag:
+            moved = await self.set_tag(version.agent_id, tag, version.digest, provenance=provenance)
+        return Published(version, answer.created, components, moved)
+
+    async def get(self, ref: str) -> rmsg.AgentVersion:
+        """An agent version by ``agent:tag``, ``agent@label`` or digest."""
+        response = await self._c.unary(
+            "registry",
+            "GetAgentVersion",
+            rpb.GetAgentVersionRequest(ref=ref),
+            rpb.GetAgentVersionResponse,
+        )
+        return response.agent_version
+
+    async def get_component(self, ref: str) -> rmsg.Component:
+        response = await self._c.unary(
+            "registry",
+            "GetComponent",
+            rpb.GetComponentRequest(ref=ref),
+            rpb.GetComponentResponse,
+        )
+        return response.component
+
+    async def versions(self, agent_id: str) -> list[rmsg.AgentVersion]:
+        return await collect(
+            self._c,
+            "registry",
+            "ListAgentVersions",
+            rpb.ListAgentVersionsRequest(agent_id=agent_id),
+            "agent_versions",
+        )
+
+    async def set_tag(
+        self,
+        agent_id: str,
+        tag: str,
+        digest: str,
+        *,
+        expected_digest: str | None = None,
+        expect_absent: bool = False,
+        reason: str = "",
+        provenance: rmsg.Provenance | None = None,
+    ) -> rmsg.Tag:
+        """Point ``tag`` at ``digest``; with an expectation, only if the tag still points where
+        the caller last saw it (ABORTED otherwise: :class:`AbortedError`)."""
+        request = rpb.SetTagRequest(
+            agent_id=agent_id, tag=tag, digest=digest, reason=reason, provenance=provenance
+        )
+        if expected_digest is not None:
+            request.expected_digest = expected_digest
+        elif expect_absent:
+            request.expect_absent = True
+        response = await self._c.unary("registry", "SetTag", request, rpb.SetTagResponse)
+        return response.tag
+
+    async def delete_tag(
+        self, agent_id: str, tag: str, *, expected_digest: str = "", reason: str = ""
+    ) -> rmsg.TagEvent:
+        response = await self._c.unary(
+            "registry",
+            "DeleteTag",
+            rpb.DeleteTagRequest(
+                agent_id=agent_id, tag=tag, expected_digest=expected_digest, reason=reason
+            ),
+            rpb.DeleteTagResponse,
+        )
+        return response.event
+
+    async def tags(self, agent_id: str) -> list[rmsg.Tag]:
+        return await collect(
+            self._c, "registry", "ListTags", rpb.ListTagsRequest(agent_id=agent_id), "tags"
+        )
+
+    async def tag_history(self, agent_id: str, tag: str = "") -> list[rmsg.TagEvent]:
+        return await collect(
+            self._c,
+            "registry",
+            "ListTagHistory",
+            rpb.ListTagHistoryRequest(agent_id=agent_id, tag=tag),
+            "events",
+        )
+
+    async def diff(self, base_ref: str, target_ref: str) -> rpb.DiffAgentVersionsResponse:
+        return await self._c.unary(
+            "registry",
+            "DiffAgentVersions",
+            rpb.DiffAgentVersionsRequest(base_ref=base_ref, target_ref=target_ref),
+            rpb.DiffAgentVersionsResponse,
+        )
+
+    async def digest(self, definition: rmsg.AgentDefinition) -> rpb.ComputeDigestResponse:
+        """The digest the registry would give ``definition`` (nothing is stored)."""
+        return await self._c.unary(
+            "registry",
+            "ComputeDigest",
+            rpb.ComputeDigestRequest(agent_definition=definition),
+            rpb.ComputeDigestResponse,
+        )
