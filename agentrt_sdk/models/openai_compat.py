@@ -5,9 +5,11 @@ Configuration (constructor arguments win over the environment)::
     OPENAI_BASE_URL   the endpoint, e.g. https://api.deepseek.com/v1 (default: OpenAI's)
     OPENAI_API_KEY    the key the endpoint expects
 
-DeepSeek, for instance: ``OPENAI_BASE_URL=https://api.deepseek.com/v1``,
+DeepSeek, for instance: ``OPENAI_BASE_URL=https://api.deepseek.com``,
 ``OPENAI_API_KEY=<your DeepSeek key>``, and a model policy candidate with
-``model_id: deepseek-chat``.
+``model_id: deepseek-v4-flash`` (its ``parameters`` may carry DeepSeek's own
+``thinking: {type: enabled}``: they are sent as they are). A local server (vLLM, Ollama,
+llama.cpp) works the same way with its ``.../v1`` URL and any key it accepts.
 
 The request: the system prompt as a ``system`` message, then ``ModelRequest.messages`` as they
 are; the tools as ``function`` tools; ``ModelRequest.parameters`` merged into the request body
@@ -39,6 +41,7 @@ tool-call arguments that are not a JSON object         INVALID_OUTPUT           
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import json
 import math
@@ -288,6 +291,9 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
             when = email.utils.parsedate_to_datetime(value)
         except (TypeError, ValueError):
             return None
+        if when.tzinfo is None:
+            # An HTTP date is in GMT; "-0000" parses as naive, which timestamp() reads as local.
+            when = when.replace(tzinfo=datetime.UTC)
         return max(0.0, when.timestamp() - time.time())
     return None
 

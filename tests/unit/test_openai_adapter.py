@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -169,6 +170,18 @@ def test_retry_after_ms_wins_over_retry_after(server):
     assert failure(server, request()).retry_after == 1.5
 
 
+def test_retry_after_as_an_http_date_in_the_past_means_now(server):
+    server.queue(
+        error(429, "rate_limit_exceeded", headers={"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"})
+    )
+    assert failure(server, request()).retry_after == 0.0
+
+
+def test_an_unreadable_retry_after_is_left_out(server):
+    server.queue(error(429, "rate_limit_exceeded", headers={"Retry-After": "soon"}))
+    assert failure(server, request()).retry_after is None
+
+
 def test_an_exhausted_quota_is_rate_limited_but_not_worth_retrying(server):
     server.queue(error(429, "insufficient_quota", "You exceeded your current quota"))
     raised = failure(server, request())
@@ -229,15 +242,18 @@ def test_no_answer_in_time_is_a_provider_timeout(server):
 
 
 def test_no_server_is_a_retryable_provider_error():
-    with OpenAIServer() as gone:
-        base_url = gone.base_url
+    # A bound socket that does not listen: connections are refused, and no other process can
+    # take the port meanwhile.
+    with socket.socket() as bound:
+        bound.bind(("127.0.0.1", 0))
+        base_url = f"http://127.0.0.1:{bound.getsockname()[1]}/v1"
 
-    async def call() -> None:
-        async with OpenAICompatibleModel(base_url=base_url, api_key="sk-test") as adapter:
-            await adapter.complete(request())
+        async def call() -> None:
+            async with OpenAICompatibleModel(base_url=base_url, api_key="sk-test") as adapter:
+                await adapter.complete(request())
 
-    with pytest.raises(ModelError) as raised:
-        asyncio.run(call())
+        with pytest.raises(ModelError) as raised:
+            asyncio.run(call())
     assert (raised.value.error_class, raised.value.retryable) == (
         enum_pb2.ERROR_CLASS_PROVIDER_ERROR,
         True,
