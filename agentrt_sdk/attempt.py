@@ -2,13 +2,18 @@
 it resumes from, and steps as context managers that record themselves.
 
 Every step the logic takes is keyed (``BeginStep.idempotency_key``) by what it is and how
-many of its kind came before it in the run (``tool:read_file:0``, ``model:2``). The counters
-travel in each checkpoint, so an attempt that resumes from a checkpoint, or starts over
-without one, asks for the same keys as the attempt before it did: a step that already
-succeeded is handed back as recorded (``existing``: its output is read from its blob, not
-made again), a step that failed is retried, and a tool call an approver decided is answered
-with the decision. That makes agent logic safe to replay, the way Temporal replays a
-workflow's commands against its history.
+many of its kind came before it (``tool:read_file:0``, ``model:2``), and an attempt starts
+where the last checkpoint left the run: the logic's :attr:`Attempt.state` and the SDK's
+step counters are both restored from it (from nothing, without one). Logic that runs again
+from that point asks for the keys it asked for before, so a step that already succeeded is
+handed back as recorded (``existing``: its output read from its blob, not made again), a
+step that failed is tried again, and a tool call an approver decided is answered with the
+decision — the way Temporal replays a workflow's commands against its history. As there, the
+logic must be deterministic: the same inputs and step results lead it to the same steps.
+
+Only :meth:`Attempt.checkpoint` moves the resume point. The worker writes none of its own
+when an attempt stops for an approval or a pause: the next attempt replays from the last
+checkpoint the logic wrote, and its recorded steps make the replay cheap.
 """
 
 from __future__ import annotations
@@ -52,8 +57,9 @@ class AttemptStopped(Exception):
 
 
 class ApprovalPending(AttemptStopped):
-    """A tool call needs a human's decision: the worker checkpoints and finishes the attempt
-    WAITING_APPROVAL; the run continues in a new attempt once it is decided."""
+    """A tool call needs a human's decision: the worker finishes the attempt
+    WAITING_APPROVAL; the run continues in a new attempt once it is decided, which replays
+    the logic from the last checkpoint and receives the decision for the same call."""
 
     def __init__(self, step: message_pb2.Step) -> None:
         super().__init__(f"tool call {step.operation} waits for approval (step {step.id})")
@@ -434,7 +440,6 @@ class Attempt:
                 run's ceiling denies it (recorded as a DENIED step first)."""
         args = struct_pb2.Struct()
         args.update(dict(arguments))
-        counted = key is None
         request = wpb.BeginStepRequest(
             fence=self.fence,
             turn_id=self.turn_id,
@@ -448,10 +453,6 @@ class Attempt:
         resolved = begun.resolved.tools[0] if begun.resolved.tools else message_pb2.ResolvedTool()
         call = ToolCallStep(step, resolved, arguments)
         if step.status == enum_pb2.STEP_STATUS_WAITING_APPROVAL:
-            if counted:
-                # The call has not happened: the attempt that resumes after the decision
-                # must ask with this same key to receive it.
-                self._counters[f"tool:{tool}"] -= 1
             raise ApprovalPending(step)
         if step.status == enum_pb2.STEP_STATUS_DENIED:
             call.denied = call.done = True
@@ -517,13 +518,8 @@ class Attempt:
 
     async def checkpoint(self) -> message_pb2.Checkpoint:
         """Save :attr:`state` (and the SDK's step counters) as the point a later attempt
-        resumes from."""
+        resumes from: logic resuming there must skip what the state says is done."""
         self.check_stop()
-        return await self._write_checkpoint()
-
-    async def _write_checkpoint(self) -> message_pb2.Checkpoint:
-        # Also called by the worker while the attempt stops (a pause, an approval wait),
-        # so it does not check for a stop itself.
         saved = {**self.state, _SDK_STATE: {"counters": dict(self._counters)}}
         request = wpb.WriteCheckpointRequest(
             fence=self.fence,

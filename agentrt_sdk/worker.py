@@ -8,12 +8,12 @@ using ``attempt.generate(...)``, ``attempt.tool(...)``, ``attempt.check(...)``,
 
 - ``AcquireRun`` long-polls, ``concurrency`` runs at a time;
 - a heartbeat every third of the lease TTL renews the lease and reads the run's control
-  flags: a cancel stops the logic and finishes the attempt CANCELLED, a pause checkpoints and
-  finishes it PAUSED, a lost lease stops it without another write (the fence is dead);
+  flags: a cancel stops the logic and finishes the attempt CANCELLED, a pause finishes it
+  PAUSED, a lost lease stops it without another write (the fence is dead);
 - the attempt's turn is opened before the logic runs and ended after; if inputs arrived
   meanwhile (follow-ups) the runtime opens the next turn and the logic runs again for it;
-- a tool call waiting for approval checkpoints and finishes the attempt WAITING_APPROVAL;
-  the run continues in a new attempt once it is decided;
+- a tool call waiting for approval finishes the attempt WAITING_APPROVAL; the run continues
+  in a new attempt once it is decided, replaying the logic from its last checkpoint;
 - an exception from the logic finishes the attempt FAILED_RETRYABLE (the run's
   ``max_attempts`` decides whether another attempt follows), a ``ModelError`` that cannot be
   retried or a policy without a model candidate left FAILED_PERMANENT.
@@ -243,11 +243,11 @@ class Worker:
             raise AttemptStopped(_LEASE_LOST)
         if why == _CANCEL:
             return enum_pb2.ATTEMPT_OUTCOME_CANCELLED, None
+        # A pause or an approval wait writes no checkpoint of its own: the next attempt
+        # replays from the last one the logic wrote (see agentrt_sdk.attempt).
         if why == _PAUSE:
-            await attempt._write_checkpoint()
             return enum_pb2.ATTEMPT_OUTCOME_PAUSED, None
         if isinstance(exc, ApprovalPending):
-            await attempt._write_checkpoint()
             return enum_pb2.ATTEMPT_OUTCOME_WAITING_APPROVAL, None
         if isinstance(exc, errors.BudgetExceededError):
             raise exc
