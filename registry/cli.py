@@ -662,11 +662,12 @@ def _versions(args: argparse.Namespace) -> int:
             token = page.next_page_token
             if not token:
                 break
+    if not everything.agent_versions:
+        # An agent exists only through its versions, so an empty list means the name is
+        # unknown (a typo, or another server): a script must not read it as success.
+        raise CommandFailed(f"NOT_FOUND: agent {args.agent!r} has no published versions")
     if args.json:
         print(json_format.MessageToJson(everything, preserving_proto_field_name=True))
-        return 0
-    if not everything.agent_versions:
-        print(f"no versions of {args.agent!r}", file=sys.stderr)
         return 0
     rows = [
         (

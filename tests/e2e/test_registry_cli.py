@@ -203,6 +203,13 @@ def test_show_diff_and_versions(server_address: str) -> None:
 def test_failures_are_one_line(server_address: str, tmp_path: Path) -> None:
     assert "NOT_FOUND" in failure(server_address, "show", "coding_agent@agent_v99")
     assert "INVALID_ARGUMENT" in failure(server_address, "show", "coding_agent")
+    # An unknown agent is an error in both formats, not an empty success.
+    for extra in ((), ("--json",)):
+        result = run(server_address, "versions", "no_such_agent", *extra)
+        assert result.returncode == 1 and result.stdout == ""
+        assert result.stderr.strip() == (
+            "agentrt: NOT_FOUND: agent 'no_such_agent' has no published versions"
+        )
     line = failure(server_address, "publish", str(tmp_path / "missing.yaml"), code=2)
     assert "cannot read" in line
     bad = tmp_path / "bad.yaml"
