@@ -31,7 +31,7 @@ from agentrt.registry.v1 import enum_pb2, message_pb2
 from agentrt.registry.v1 import registry_service_pb2 as pb
 from agentrt.registry.v1 import registry_service_pb2_grpc as pb_grpc
 from agentrt_base.errors import InvalidArgument, NotFound
-from agentrt_base.settings import resolve_target
+from agentrt_base.settings import DEFAULT_PORT, resolve_target
 from agentrt_base.tls import client_channel
 from registry import proto_map
 from registry.bundle import (
@@ -125,8 +125,8 @@ def add_commands(
     digest.add_argument(
         "--target",
         metavar="HOST:PORT",
-        help="resolve references no file declares against this server (read only); "
-        "without it, nothing is contacted",
+        help="resolve references no file declares against this server (read only; a HOST "
+        f"without :PORT means port {DEFAULT_PORT}); without it, nothing is contacted",
     )
     _add_timeout(digest)
     digest.add_argument("--closure", action="store_true", help="also print the resolved closure")
@@ -417,7 +417,7 @@ def _digest(args: argparse.Namespace) -> int:
     extra = [load(path) for path in args.with_files]
     try:
         if args.target:
-            with client_channel(args, args.target) as channel:
+            with client_channel(args, resolve_target(args.target)) as channel:
                 server = ServerComponentSource(pb_grpc.RegistryServiceStub(channel), args.timeout)
                 digested = digest_bundle(bundle, extra, server)
         else:

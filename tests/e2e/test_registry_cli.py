@@ -221,6 +221,12 @@ def test_failures_are_one_line(server_address: str, tmp_path: Path) -> None:
     assert "--tag" in line
 
 
+def test_a_target_without_a_port_dials_the_agentrt_port() -> None:
+    # .invalid never resolves (RFC 6761), so the line names the address that was dialled.
+    line = failure("no-such-host.invalid", "versions", "coding_agent", "--timeout", "10")
+    assert line.startswith("agentrt: UNAVAILABLE: cannot reach no-such-host.invalid:50051: ")
+
+
 def test_ci_publish_script_end_to_end_and_again(server_address: str, tmp_path: Path) -> None:
     shim = tmp_path / "bin" / "agentrt"
     shim.parent.mkdir()
