@@ -187,10 +187,15 @@ def _add_timeout(parser: argparse.ArgumentParser) -> None:
 def _add_expectation(parser: argparse.ArgumentParser, suffix: str) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
-        "--expect", metavar="DIGEST", help=f"the tag must point at DIGEST now {suffix}".strip()
+        "--expect",
+        metavar="DIGEST",
+        help=f"the tag must point at DIGEST now, or already at the new digest (then nothing "
+        f"is written, so a retry succeeds) {suffix}".strip(),
     )
     group.add_argument(
-        "--expect-absent", action="store_true", help=f"the tag must not exist yet {suffix}".strip()
+        "--expect-absent",
+        action="store_true",
+        help=f"the tag must not exist yet, not even at the new digest {suffix}".strip(),
     )
 
 
@@ -379,13 +384,19 @@ def _publish(args: argparse.Namespace) -> int:
                 reason=f"agentrt publish {label}",
             )
             request.provenance.CopyFrom(provenance)
+            not_moved = (
+                f"{label} is published ({version.digest}) but tag {args.tag!r} was not moved"
+            )
             try:
                 moved = stub.SetTag(request, timeout=args.timeout)
             except grpc.RpcError as exc:
                 raise CommandFailed(
-                    f"{label} is published ({version.digest}) but tag {args.tag!r} was not "
-                    f"moved: {_rpc_message(exc, resolve_target(args.target))}"
+                    f"{not_moved}: {_rpc_message(exc, resolve_target(args.target))}"
                 ) from exc
+            try:
+                _check_absent(args, moved)
+            except CommandFailed as exc:
+                raise CommandFailed(f"{not_moved}: {exc}") from exc
             print(_tag_line(moved), file=sys.stderr)
     return 0
 
@@ -401,6 +412,21 @@ def _set_tag_request(
     elif args.expect_absent:
         request.expect_absent = True
     return request
+
+
+def _check_absent(args: argparse.Namespace, response: pb.SetTagResponse) -> None:
+    """Fail ``--expect-absent`` when the tag already existed at the requested digest.
+
+    The server answers such a call with success and no event, so that a retried request whose
+    first answer was lost does not fail (registry_service.proto, SetTag). A command is never
+    a retry of an earlier one, so here an unchanged tag means the tag was there before.
+    """
+    if args.expect_absent and not response.HasField("event"):
+        tag = response.tag
+        raise CommandFailed(
+            f"FAILED_PRECONDITION: tag {tag.agent_id}:{tag.name} already exists (at "
+            f"{tag.digest}, event {tag.event_sequence}); --expect-absent requires that it does not"
+        )
 
 
 def _tag_line(response: pb.SetTagResponse) -> str:
@@ -607,6 +633,7 @@ def _tag(args: argparse.Namespace) -> int:
         for key, value in ci.items():
             setattr(request.provenance, key, value)
         response = stub.SetTag(request, timeout=args.timeout)
+    _check_absent(args, response)
     print(_tag_line(response))
     return 0
 

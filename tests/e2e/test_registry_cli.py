@@ -115,8 +115,14 @@ def test_tags_move_by_compare_and_swap(server_address: str) -> None:
     v7 = digest_of(ok(server_address, "publish", V7))
     created = ok(server_address, "tag", "coding_agent", "prod", v7, "--expect-absent")
     assert created.stdout.strip() == f"coding_agent:prod -> {v7} (event 1)"
-    # Already there: a retry succeeds whatever the expectation, and writes nothing.
-    again = ok(server_address, "tag", "coding_agent", "prod", v7, "--expect-absent")
+    # Already there, even at the same digest: --expect-absent means absent, and nothing is
+    # written (the server's retry-safe success with no event is not taken as one).
+    line = failure(server_address, "tag", "coding_agent", "prod", v7, "--expect-absent")
+    assert line == (
+        f"agentrt: FAILED_PRECONDITION: tag coding_agent:prod already exists (at {v7}, "
+        "event 1); --expect-absent requires that it does not"
+    )
+    again = ok(server_address, "tag", "coding_agent", "prod", v7)
     assert again.stdout.strip() == f"coding_agent:prod -> {v7} (unchanged, event 1)"
     v8 = digest_of(ok(server_address, "publish", V8))
     line = failure(server_address, "tag", "coding_agent", "prod", v8, "--expect-absent")
@@ -138,6 +144,13 @@ def test_tags_move_by_compare_and_swap(server_address: str) -> None:
     )
     canary = ok(server_address, "publish", V7, "--tag", "canary", "--expect-absent")
     assert f"coding_agent:canary -> {v7} (event 3)" in canary.stderr
+    result = run(server_address, "publish", V7, "--tag", "canary", "--expect-absent")
+    assert result.returncode == 1 and result.stdout.strip() == v7
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"agentrt: coding_agent@agent_v7 is published ({v7}) but tag 'canary' was not moved: "
+        f"FAILED_PRECONDITION: tag coding_agent:canary already exists (at {v7}, event 3); "
+        "--expect-absent requires that it does not"
+    )
     # A tag reference as DIGEST copies where it points.
     copied = ok(server_address, "tag", "coding_agent", "stable", "coding_agent:canary")
     assert copied.stdout.strip() == f"coding_agent:stable -> {v7} (event 4)"
