@@ -374,6 +374,8 @@ def _publish(args: argparse.Namespace) -> int:
         print(version.digest, flush=True)
         label = f"{version.agent_id}@{version.version_label}"
         print(f"{'created' if response_agent.created else 'unchanged'} {label}", file=sys.stderr)
+        if not response_agent.created:
+            _warn_provenance_kept(label, version.publish.provenance, provenance)
         if args.tag:
             request = _set_tag_request(
                 args,
@@ -399,6 +401,32 @@ def _publish(args: argparse.Namespace) -> int:
                 raise CommandFailed(f"{not_moved}: {exc}") from exc
             print(_tag_line(moved), file=sys.stderr)
     return 0
+
+
+def _warn_provenance_kept(
+    label: str, recorded: message_pb2.Provenance, sent: message_pb2.Provenance
+) -> None:
+    """Say which stated provenance an identical re-publish did not record.
+
+    A version's provenance is its first publish's and is never rewritten (docs/api.md), so a
+    ``--publisher`` or ``--commit`` given now would otherwise vanish without a word.
+    """
+    kept, dropped = [], []
+    for name in ("publisher", "source_repo", "commit", "pipeline_url"):
+        said, was = getattr(sent, name), getattr(recorded, name)
+        if said and said != was:
+            kept.append(f"{name} {json.dumps(was)}")
+            dropped.append(f"{name} {json.dumps(said)}")
+    if sent.labels and dict(sent.labels) != dict(recorded.labels):
+        kept.append(f"labels {json.dumps(dict(sorted(recorded.labels.items())))}")
+        dropped.append(f"labels {json.dumps(dict(sorted(sent.labels.items())))}")
+    if dropped:
+        print(
+            f"agentrt: warning: {label} was published before and keeps its recorded "
+            f"provenance ({', '.join(kept)}); this publish's {', '.join(dropped)} "
+            "were not recorded",
+            file=sys.stderr,
+        )
 
 
 def _set_tag_request(

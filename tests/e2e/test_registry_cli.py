@@ -95,6 +95,27 @@ def test_digest_without_the_referenced_components_names_the_reference(
     assert "--with" in line and "agentrt publish" in line
 
 
+def test_republishing_with_other_provenance_says_the_recorded_one_is_kept(
+    server_address: str,
+) -> None:
+    first = ok(server_address, "publish", V7, "--publisher", "alice", "--commit", "abc")
+    assert "warning" not in first.stderr
+    again = ok(server_address, "publish", V7, "--publisher", "bob", "--commit", "def")
+    assert again.stdout.strip() == first.stdout.strip()
+    assert again.stderr.strip().splitlines()[-2:] == [
+        "unchanged coding_agent@agent_v7",
+        "agentrt: warning: coding_agent@agent_v7 was published before and keeps its recorded "
+        'provenance (publisher "alice", commit "abc"); this publish\'s publisher "bob", '
+        'commit "def" were not recorded',
+    ]
+    shown = json.loads(ok(server_address, "show", "coding_agent@agent_v7", "--json").stdout)
+    provenance = shown["agent_version"]["publish"]["provenance"]
+    assert (provenance["publisher"], provenance["commit"]) == ("alice", "abc")
+    # The same statement again is no news: no warning.
+    same = ok(server_address, "publish", V7, "--publisher", "alice", "--commit", "abc")
+    assert "warning" not in same.stderr
+
+
 def test_different_content_under_a_taken_label_fails_naming_the_existing_digest(
     server_address: str, tmp_path: Path
 ) -> None:
