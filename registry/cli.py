@@ -5,9 +5,11 @@ the agent, prints the agent digest alone on stdout (so ``DIGEST=$(agentrt publis
 works) and optionally moves a tag with a compare-and-swap expectation. ``digest`` computes
 the same digest offline with the same code the server runs (:mod:`registry.publishing`).
 
-Exit codes: 0 success; 1 the registry refused (a gRPC error, a rule violation, an
-unresolvable reference), reported as one ``agentrt: <reason>`` line on stderr; 2 the command
-line or the file is wrong (missing, not YAML, not a bundle).
+Exit codes: 0 success; 1 the registry refused (a gRPC error, a reference the server was
+asked for and does not have), reported as one ``agentrt: <reason>`` line on stderr; 2 the
+command line or the file is wrong, found without asking a server (missing, not YAML, not a
+bundle, a rule violation, a reference no given file declares) -- so the same file fails
+``digest`` and ``publish`` with the same code.
 """
 
 from __future__ import annotations
@@ -347,7 +349,7 @@ def _publish(args: argparse.Namespace) -> int:
         local = digest_components(bundle)
         check_definition(definition, prefix=AGENT_PREFIX)
     except InvalidArgument as exc:
-        raise CommandFailed(f"{bundle.source}: {_violation(exc)}") from exc
+        raise CommandFailed(f"{bundle.source}: {_violation(exc)}", EXIT_USAGE) from exc
     provenance = _provenance(args)
     with _registry(args) as stub:
         for component, digested in zip(bundle.components, local, strict=True):
@@ -477,7 +479,7 @@ def _digest(args: argparse.Namespace) -> int:
         else:
             digested = digest_bundle(bundle, extra)
     except InvalidArgument as exc:
-        raise CommandFailed(f"{bundle.source}: {_violation(exc)}") from exc
+        raise CommandFailed(f"{bundle.source}: {_violation(exc)}", EXIT_USAGE) from exc
     except NotFound as exc:
         field = exc.metadata.get("field", AGENT_PREFIX)
         where = " or ".join([bundle.source, *(b.source for b in extra)])
@@ -490,8 +492,11 @@ def _digest(args: argparse.Namespace) -> int:
         searched = f"{where} or {args.target}" if args.target else where
         # publishing reports the first unresolved reference and counts the others.
         more = exc.message[exc.message.find(" (and ") :] if " (and " in exc.message else ""
+        # Offline, the files are all there is: they are incomplete. With --target, the
+        # server was asked and has no such component.
         raise CommandFailed(
-            f"{field}: {exc.resource_name!r}{more} matches no component in {searched}; {hint}"
+            f"{field}: {exc.resource_name!r}{more} matches no component in {searched}; {hint}",
+            EXIT_FAILED if args.target else EXIT_USAGE,
         ) from exc
     print(digested.digest)
     if args.closure:

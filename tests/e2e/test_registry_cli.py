@@ -90,9 +90,27 @@ def test_offline_digest_equals_published_digest_and_republish_is_idempotent(
 def test_digest_without_the_referenced_components_names_the_reference(
     server_address: str,
 ) -> None:
-    line = failure(server_address, "digest", V8)
+    # Offline the file alone is incomplete (exit 2); the server, asked, has none (exit 1).
+    line = failure(server_address, "digest", V8, code=2)
     assert "agent.model_policy: 'coding-balanced@3'" in line
     assert "--with" in line and "agentrt publish" in line
+    line = failure(server_address, "digest", V8, "--target", server_address, code=1)
+    assert "agent.model_policy: 'coding-balanced@3'" in line and server_address in line
+
+
+def test_a_rule_violation_in_the_file_is_a_bad_file_for_digest_and_publish(
+    server_address: str, tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(Path(V7).read_text().replace("name: read_file\n", "name: Read File\n", 1))
+    lines = {
+        failure(server_address, command, str(bad), code=2) for command in ("digest", "publish")
+    }
+    assert lines == {
+        f"agentrt: {bad}: components[1].name: 'Read File' is not a valid name: 1-64 of a-z 0-9 "
+        "_ -, starting with a letter"
+    }
+    assert failure(server_address, "versions", "coding_agent").startswith("agentrt: NOT_FOUND")
 
 
 def test_republishing_with_other_provenance_says_the_recorded_one_is_kept(
