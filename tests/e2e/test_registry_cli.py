@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,8 @@ EXAMPLES = ROOT / "examples"
 V7 = str(EXAMPLES / "coding_agent.yaml")
 V8 = str(EXAMPLES / "coding_agent_v8.yaml")
 ABSENT = "sha256:" + "0" * 64
+#: What ``make serve`` installs (``make setup`` makes the same .venv).
+VENV_AGENTRT = ROOT / ".venv" / "bin" / "agentrt"
 
 # CI variables of the machine running the tests would leak into the provenance under test.
 _CI_PREFIXES = ("GITHUB_", "GITLAB_", "CI_", "AGENTRT_")
@@ -279,13 +281,40 @@ def test_a_target_without_a_port_dials_the_agentrt_port() -> None:
     assert line.startswith("agentrt: UNAVAILABLE: cannot reach no-such-host.invalid:50051: ")
 
 
+def _after_make_serve(target: str) -> dict[str, str]:
+    """The environment of a newcomer after ``make serve``: this checkout's .venv exists, and
+    no ``agentrt`` is on PATH."""
+    assert VENV_AGENTRT.is_file(), f"{VENV_AGENTRT} is missing: run make setup"
+    env = _env(target)
+    env["PATH"] = os.pathsep.join(["/usr/bin", "/bin"])
+    env.pop("AGENTRT", None)
+    assert shutil.which("agentrt", path=env["PATH"]) is None
+    return env
+
+
+def test_the_example_files_header_commands_work_after_make_serve(server_address: str) -> None:
+    env = _after_make_serve(server_address)
+    digests = []
+    for example in (V7, V8):
+        header = Path(example).read_text().split("\ncomponents:")[0]
+        commands = [
+            line.removeprefix("#").strip()
+            for line in header.splitlines()
+            if line.removeprefix("#").strip().startswith(".venv/bin/agentrt ")
+        ]
+        assert [c.split()[1] for c in commands] == ["digest", "publish"], header
+        for command in commands:
+            result = subprocess.run(
+                ["bash", "-c", command], env=env, cwd=ROOT, capture_output=True, text=True
+            )
+            assert result.returncode == 0, (command, result.stderr)
+            digests.append(digest_of(result))
+    # Each file's offline digest is what its publish stored.
+    assert digests[0] == digests[1] and digests[2] == digests[3]
+
+
 def test_ci_publish_script_end_to_end_and_again(server_address: str, tmp_path: Path) -> None:
-    shim = tmp_path / "bin" / "agentrt"
-    shim.parent.mkdir()
-    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m runtime_service.cli.main "$@"\n')
-    shim.chmod(0o755)
-    env = _env(server_address)
-    env["PATH"] = f"{shim.parent}{os.pathsep}{env['PATH']}"
+    env = _after_make_serve(server_address)
     for attempt in ("fresh database", "re-run"):
         result = subprocess.run(
             ["bash", str(EXAMPLES / "ci_publish.sh")],
