@@ -23,6 +23,7 @@ from agentrt_base.settings import (
     DEFAULT_DATABASE_URL,
     DEFAULT_LISTEN,
     DEFAULT_MAX_STREAMS_PER_CONNECTION,
+    DEFAULT_PORT,
     ENV_AUTH_CONFIG,
     ENV_BLOB_QUOTA_BYTES,
     ENV_BLOB_UPLOAD_RATE,
@@ -376,7 +377,8 @@ def add_target_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target",
         metavar="HOST:PORT",
-        help=f"server address (env {ENV_TARGET}; default {DEFAULT_LISTEN})",
+        help=f"server address (env {ENV_TARGET}; default {DEFAULT_LISTEN}); a HOST without"
+        f" :PORT means port {DEFAULT_PORT}",
     )
     parser.add_argument(
         "--token",
