@@ -203,29 +203,31 @@ class Runs:
         )
         return await collect(self._c, "runtime", "ListRuns", request, "runs", limit)
 
-    async def cancel(self, run_id: str, reason: str = "") -> message_pb2.Run:
+    async def cancel(self, run_id: str, reason: str = "", *, actor: str = "") -> message_pb2.Run:
+        """Ask the run to stop; ``actor`` is a display label for who asked (the server
+        records the authenticated principal beside it), as for pause and resume."""
         response = await self._c.unary(
             "runtime",
             "CancelRun",
-            pb.CancelRunRequest(run_id=run_id, reason=reason),
+            pb.CancelRunRequest(run_id=run_id, reason=reason, actor=actor),
             pb.CancelRunResponse,
         )
         return response.run
 
-    async def pause(self, run_id: str, reason: str = "") -> message_pb2.Run:
+    async def pause(self, run_id: str, reason: str = "", *, actor: str = "") -> message_pb2.Run:
         response = await self._c.unary(
             "runtime",
             "PauseRun",
-            pb.PauseRunRequest(run_id=run_id, reason=reason),
+            pb.PauseRunRequest(run_id=run_id, reason=reason, actor=actor),
             pb.PauseRunResponse,
         )
         return response.run
 
-    async def resume(self, run_id: str, reason: str = "") -> message_pb2.Run:
+    async def resume(self, run_id: str, reason: str = "", *, actor: str = "") -> message_pb2.Run:
         response = await self._c.unary(
             "runtime",
             "ResumeRun",
-            pb.ResumeRunRequest(run_id=run_id, reason=reason),
+            pb.ResumeRunRequest(run_id=run_id, reason=reason, actor=actor),
             pb.ResumeRunResponse,
         )
         return response.run
@@ -258,9 +260,11 @@ class Runs:
         *,
         kind: int = enum_pb2.INPUT_KIND_FOLLOW_UP,
         data: Mapping[str, object] | None = None,
+        sender: str = "",
         request_id: str = "",
     ) -> message_pb2.Input:
-        """Send an input: a follow-up (the next turn) or a steer (the next model call)."""
+        """Send an input: a follow-up (the next turn) or a steer (the next model call).
+        ``sender`` is a display label; the server records the authenticated principal."""
         response = await self._c.unary(
             "runtime",
             "SendInput",
@@ -269,17 +273,18 @@ class Runs:
                 kind=kind,  # type: ignore[arg-type]
                 content=content,
                 data=_struct(data),
+                sender=sender,
                 request_id=request_id,
             ),
             pb.SendInputResponse,
         )
         return response.input
 
-    async def steer(self, run_id: str, content: str) -> message_pb2.Input:
-        return await self.send(run_id, content, kind=enum_pb2.INPUT_KIND_STEER)
+    async def steer(self, run_id: str, content: str, *, sender: str = "") -> message_pb2.Input:
+        return await self.send(run_id, content, kind=enum_pb2.INPUT_KIND_STEER, sender=sender)
 
-    async def follow_up(self, run_id: str, content: str) -> message_pb2.Input:
-        return await self.send(run_id, content, kind=enum_pb2.INPUT_KIND_FOLLOW_UP)
+    async def follow_up(self, run_id: str, content: str, *, sender: str = "") -> message_pb2.Input:
+        return await self.send(run_id, content, kind=enum_pb2.INPUT_KIND_FOLLOW_UP, sender=sender)
 
     async def resolve_approval(
         self,

@@ -46,7 +46,16 @@ from registry.bundle import (
 from registry.model import Component
 from registry.publishing import check_definition
 
-__all__ = ["EXIT_FAILED", "EXIT_USAGE", "ServerComponentSource", "add_commands", "ci_provenance"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_USAGE",
+    "ServerComponentSource",
+    "add_commands",
+    "add_timeout_argument",
+    "ci_provenance",
+    "default_identity",
+    "key_value",
+]
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -84,7 +93,7 @@ def add_commands(
     def client(name: str, help_text: str, handler: Handler) -> argparse.ArgumentParser:
         parser = commands.add_parser(name, help=help_text, description=help_text)
         add_target_argument(parser)
-        _add_timeout(parser)
+        add_timeout_argument(parser)
         parser.set_defaults(handler=_guarded(handler))
         return parser
 
@@ -103,7 +112,7 @@ def add_commands(
         metavar="K=V",
         action="append",
         default=[],
-        type=_label,
+        type=key_value,
         help="provenance label (repeatable)",
     )
     publish.add_argument(
@@ -130,7 +139,7 @@ def add_commands(
         help="resolve references no file declares against this server (read only; a HOST "
         f"without :PORT means port {DEFAULT_PORT}); without it, nothing is contacted",
     )
-    _add_timeout(digest)
+    add_timeout_argument(digest)
     digest.add_argument("--closure", action="store_true", help="also print the resolved closure")
     digest.set_defaults(handler=_guarded(_digest))
 
@@ -176,7 +185,8 @@ def add_commands(
     history.add_argument("--json", action="store_true", help="the full response as JSON")
 
 
-def _add_timeout(parser: argparse.ArgumentParser) -> None:
+def add_timeout_argument(parser: argparse.ArgumentParser) -> None:
+    """The ``--timeout`` flag of every client command (the operator commands share it)."""
     parser.add_argument(
         "--timeout",
         type=float,
@@ -205,7 +215,8 @@ def _from_env(what: str) -> str:
     return f"{what} (default: from GitHub Actions / GitLab CI variables when set)"
 
 
-def _label(text: str) -> tuple[str, str]:
+def key_value(text: str) -> tuple[str, str]:
+    """``K=V`` as a pair, for an argparse ``type`` (labels, metadata)."""
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
@@ -314,7 +325,8 @@ def ci_provenance(environ: Mapping[str, str]) -> dict[str, str]:
     return found
 
 
-def _default_identity() -> str:
+def default_identity() -> str:
+    """Who a command acts as when not told: the CI's actor, else the login name."""
     from_ci = ci_provenance(os.environ).get("publisher")
     if from_ci:
         return from_ci
@@ -328,7 +340,7 @@ def _provenance(args: argparse.Namespace) -> message_pb2.Provenance:
     # Explicit flags win over what the CI environment says.
     from_env = ci_provenance(os.environ)
     return message_pb2.Provenance(
-        publisher=args.publisher or from_env.get("publisher") or _default_identity(),
+        publisher=args.publisher or from_env.get("publisher") or default_identity(),
         source_repo=args.source_repo or from_env.get("source_repo", ""),
         commit=args.commit or from_env.get("commit", ""),
         pipeline_url=args.pipeline_url or from_env.get("pipeline_url", ""),
@@ -658,7 +670,7 @@ def _tag(args: argparse.Namespace) -> int:
             args.agent,
             args.tag,
             digest,
-            actor=args.actor or _default_identity(),
+            actor=args.actor or default_identity(),
             reason=args.reason,
         )
         # A deploy job moving a tag records its pipeline just as a publish does.

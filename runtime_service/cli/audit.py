@@ -38,6 +38,7 @@ from agentrt_base.tls import client_channel
 from registry.canonical import digest_bytes
 from registry.cli import published_by, verified_text
 from runtime_service import audit_bundle
+from runtime_service.cli import render
 
 __all__ = ["EXIT_FAILED", "EXIT_USAGE", "add_commands", "normalise_argv"]
 
@@ -605,12 +606,14 @@ def _export(args: argparse.Namespace) -> int:
     )
     info: pb.BundleInfo | None = None
     chunks: list[bytes] = []
-    with _audit(args) as stub:
+    with _audit(args) as stub, render.Transfer(f"exporting {args.run_id}") as shown:
         for part in stub.ExportBundle(request, timeout=args.timeout):
             if part.WhichOneof("part") == "info":
                 info = part.info
+                shown.sized(info.size)
             else:
                 chunks.append(part.chunk)
+                shown.advance(len(part.chunk))
     data = b"".join(chunks)
     if info is None:
         raise CommandFailed("the server sent no bundle header")

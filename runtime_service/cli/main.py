@@ -49,6 +49,7 @@ from registry import cli as registry_cli
 from runtime_service import __version__
 from runtime_service.cli import audit as audit_cli
 from runtime_service.cli import database_url
+from runtime_service.cli import operator as operator_cli
 from runtime_service.services.context import RuntimeSettings
 
 #: Exit codes: 1 = the command failed, 2 = bad usage (argparse's own), 3 = cannot start.
@@ -315,6 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     registry_cli.add_commands(commands, add_target_argument)
     audit_cli.add_commands(commands, add_target_argument)
+    operator_cli.add_commands(commands, add_target_argument)
     return parser
 
 

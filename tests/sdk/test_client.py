@@ -50,10 +50,13 @@ def test_publish_thread_run_and_lists(server_address: str) -> None:
         assert [m.content for m in client.threads.messages(thread.id)] == [
             "POST /login answers 500 since the deploy"
         ]
-        steer = client.runs.steer(run.id, "keep legacy tokens working")
+        steer = client.runs.steer(run.id, "keep legacy tokens working", sender="alice")
         assert steer.kind == enum_pb2.INPUT_KIND_STEER
-        cancelled = client.runs.cancel(run.id, "not needed")
+        assert steer.sender == "alice"
+        cancelled = client.runs.cancel(run.id, "not needed", actor="alice")
         assert cancelled.status == enum_pb2.RUN_STATUS_CANCELLED
+        received = [e for e in client.watch_run(run.id) if e.HasField("input_received_attributes")]
+        assert received[0].input_received_attributes.sender == "alice"
 
 
 def test_errors_are_typed_from_the_status_details(server_address: str, tmp_path: Path) -> None:

@@ -1,0 +1,631 @@
+"""The operator commands of ``agentrt``: threads, runs, inputs, approvals and watching.
+
+They are built on the client SDK (:class:`agentrt_sdk.AgentrtClient`), so they share its
+retry rule (a create carries one ``request_id`` over every retry), its typed errors and its
+resuming watches. Each command prints a table for people, or with ``--json`` one JSON object
+per line (proto field names) for scripts; a command that creates something prints the new id
+alone on stdout, so ``RUN=$(agentrt runs create …)`` works.
+
+Exit codes, as the registry commands (docs/api.md): 0 success; 1 the server refused (one
+``agentrt: CODE: message [REASON]`` line on stderr, then one line per field violation);
+2 a bad command line; 130 interrupted (Ctrl-C while watching).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from agentrt.runtime.v1 import enum_pb2, message_pb2
+from agentrt_base.auth import display_actor
+from agentrt_base.tls import ClientTls
+from agentrt_sdk import AgentrtClient, AgentrtError
+from registry.cli import add_timeout_argument, default_identity, key_value
+from runtime_service.cli import render
+
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_USAGE", "add_commands"]
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+Handler = Callable[[argparse.Namespace], int]
+Body = Callable[[AgentrtClient, argparse.Namespace], Awaitable[int]]
+Subparsers = argparse._SubParsersAction  # argparse exports no public name for it
+
+#: The run statuses ``runs list --status`` accepts (the enum's names without the prefix).
+RUN_STATUSES = render.enum_choices(enum_pb2.RunStatus)
+#: The thread concurrency policies ``threads create --concurrency`` accepts.
+CONCURRENCY_POLICIES = render.enum_choices(enum_pb2.ConcurrencyPolicy)
+
+
+# -- wiring ----------------------------------------------------------------------------------
+
+
+def add_commands(
+    commands: Subparsers[argparse.ArgumentParser],
+    add_target_argument: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    """Add ``threads``, ``runs``, ``send``, ``approve`` and ``watch`` to the ``agentrt`` parser.
+
+    Args:
+        commands: The top-level subparsers of ``agentrt``.
+        add_target_argument: Adds the shared client flags (``--target``, ``--token``, TLS).
+    """
+
+    def client(
+        group: Subparsers[argparse.ArgumentParser], name: str, help_text: str, body: Body
+    ) -> argparse.ArgumentParser:
+        parser = group.add_parser(name, help=help_text, description=help_text)
+        add_target_argument(parser)
+        add_timeout_argument(parser)
+        parser.add_argument("--json", action="store_true", help="one JSON object per line")
+        parser.set_defaults(handler=_handler(body))
+        return parser
+
+    threads = commands.add_parser("threads", help="conversations: create, list, show")
+    thread_commands = threads.add_subparsers(
+        dest="threads_command", required=True, metavar="COMMAND"
+    )
+    create = client(thread_commands, "create", "create a thread (prints its id)", _thread_create)
+    create.add_argument("title", metavar="TITLE")
+    create.add_argument("--message", metavar="TEXT", help="then append this user message")
+    create.add_argument("--namespace", default="", metavar="NS", help="the thread's namespace")
+    create.add_argument(
+        "--metadata", metavar="K=V", action="append", default=[], type=key_value, help="repeatable"
+    )
+    create.add_argument(
+        "--concurrency",
+        choices=CONCURRENCY_POLICIES,
+        metavar="POLICY",
+        help="what a new run does while another of the thread is active: "
+        f"{', '.join(CONCURRENCY_POLICIES)} (default: the server's, REJECT)",
+    )
+    listing = client(thread_commands, "list", "list threads, newest first", _thread_list)
+    listing.add_argument("--namespace", default="", metavar="NS", help="only this namespace")
+    _add_limit(listing)
+    show = client(thread_commands, "show", "a thread, its messages and its runs", _thread_show)
+    show.add_argument("thread_id", metavar="THREAD")
+
+    runs = commands.add_parser("runs", help="runs: create, list, show, cancel, pause, resume")
+    run_commands = runs.add_subparsers(dest="runs_command", required=True, metavar="COMMAND")
+    create = client(
+        run_commands, "create", "queue a run of an agent in a thread (prints its id)", _run_create
+    )
+    create.add_argument("thread_id", metavar="THREAD")
+    create.add_argument("agent_ref", metavar="AGENT_REF", help="coding_agent:prod, …@agent_v7, …")
+    create.add_argument("objective", metavar="OBJECTIVE")
+    create.add_argument("--scope", action="append", default=[], metavar="S", help="repeatable")
+    create.add_argument(
+        "--criterion",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="an acceptance criterion (repeatable)",
+    )
+    create.add_argument("--max-steps", type=int, default=0, metavar="N", help="budget")
+    create.add_argument("--max-tokens", type=int, default=0, metavar="N", help="budget")
+    create.add_argument("--max-cost", type=float, default=0.0, metavar="USD", help="budget")
+    create.add_argument("--priority", type=int, default=0, metavar="N")
+    create.add_argument("--max-attempts", type=int, default=0, metavar="N")
+    create.add_argument(
+        "--label", metavar="K=V", action="append", default=[], type=key_value, help="repeatable"
+    )
+    create.add_argument(
+        "--request-id",
+        default="",
+        metavar="ID",
+        help="idempotency key: the same id creates the run once (default: a fresh one)",
+    )
+    listing = client(run_commands, "list", "list runs, newest first", _run_list)
+    listing.add_argument("--thread", default="", metavar="THREAD", help="only this thread's")
+    listing.add_argument(
+        "--status",
+        action="append",
+        default=[],
+        choices=RUN_STATUSES,
+        metavar="STATUS",
+        help=f"only these statuses (repeatable; {', '.join(RUN_STATUSES)})",
+    )
+    listing.add_argument("--agent", default="", metavar="AGENT", help="only this agent's")
+    listing.add_argument("--namespace", default="", metavar="NS", help="only this namespace")
+    _add_limit(listing)
+    show = client(run_commands, "show", "a run with its attempts and steps", _run_show)
+    show.add_argument("run_id", metavar="RUN")
+    for name, verb in (
+        ("cancel", "cancel a run (its worker stops at its next call)"),
+        ("pause", "pause a run (its worker stops at its next call; resume continues it)"),
+        ("resume", "queue a paused run again"),
+    ):
+        control = client(run_commands, name, verb, _run_control)
+        control.add_argument("run_id", metavar="RUN")
+        control.add_argument("--reason", default="", metavar="TEXT", help="why, for the history")
+        _add_actor(control)
+        control.set_defaults(action=name)
+
+    send = client(commands, "send", "send a run an input: a steer or a follow-up", _send)
+    send.add_argument("run_id", metavar="RUN")
+    kind = send.add_mutually_exclusive_group(required=True)
+    kind.add_argument("--steer", metavar="TEXT", help="for the run's next model call")
+    kind.add_argument("--follow-up", metavar="TEXT", help="the run's next turn")
+    _add_actor(send)
+
+    approve = client(commands, "approve", "approve (or deny) a step waiting for approval", _approve)
+    approve.add_argument("run_id", metavar="RUN")
+    approve.add_argument("step_id", metavar="STEP", help="the APPROVAL_REQUEST step")
+    approve.add_argument("--deny", action="store_true", help="deny instead of approving")
+    approve.add_argument("--comment", default="", metavar="TEXT", help="recorded with it")
+    _add_actor(approve)
+
+    watch = client(
+        commands,
+        "watch",
+        "follow a run's events live until it ends, or a thread's until interrupted; "
+        "reconnects by itself and shows each event once",
+        _watch,
+    )
+    which = watch.add_mutually_exclusive_group(required=True)
+    which.add_argument("run_id", nargs="?", metavar="RUN")
+    which.add_argument("--thread", metavar="THREAD", help="a thread's events (all its runs)")
+    watch.add_argument(
+        "--after", type=int, default=0, metavar="SEQ", help="a run's events after SEQ only"
+    )
+
+
+def _add_actor(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--actor",
+        metavar="NAME",
+        help="a display label for who does it (default: your login name); the ledger records "
+        "the authenticated principal beside it",
+    )
+
+
+def _actor(args: argparse.Namespace) -> str:
+    return str(args.actor or default_identity())
+
+
+def _add_limit(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--limit", type=int, default=50, metavar="N", help="at most N (default 50; 0 = all)"
+    )
+
+
+def _handler(body: Body) -> Handler:
+    """Run ``body`` with a client made from the flags; every expected failure becomes the
+    one-line report and its exit code, never a traceback."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            tls = ClientTls.resolve(args.tls_ca, args.tls_cert, args.tls_key)
+        except ValueError as exc:
+            return _fail(str(exc), EXIT_USAGE)
+
+        async def call() -> int:
+            async with AgentrtClient(
+                args.target, token=args.token, tls=tls, timeout=args.timeout
+            ) as client:
+                return await body(client, args)
+
+        try:
+            return asyncio.run(call())
+        except AgentrtError as error:
+            return report(error)
+        except OSError as exc:  # a TLS file named by a flag or the environment
+            return _fail(f"{exc.filename}: {exc.strerror}", EXIT_USAGE)
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED
+
+    return run
+
+
+def report(error: AgentrtError) -> int:
+    """``agentrt: CODE: message [REASON]`` and one indented line per field violation."""
+    line = f"{error.code.name}: {' '.join(error.message.split())}"
+    if error.details.reason:
+        line += f" [{error.details.reason}]"
+    _fail(line, EXIT_FAILED)
+    for violation in error.field_violations:
+        print(f"agentrt:   {violation.field}: {violation.description}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"agentrt: {message}", file=sys.stderr)
+    return code
+
+
+def _limit(args: argparse.Namespace) -> int | None:
+    return args.limit if args.limit > 0 else None
+
+
+def _note_limit(args: argparse.Namespace, shown: int) -> None:
+    """Say so when a listing stopped at ``--limit`` (there may be more)."""
+    if args.limit > 0 and shown >= args.limit:
+        print(f"agentrt: the first {shown} shown; --limit N or --limit 0 for more", file=sys.stderr)
+
+
+# -- threads ---------------------------------------------------------------------------------
+
+
+async def _thread_create(client: AgentrtClient, args: argparse.Namespace) -> int:
+    policy = (
+        enum_pb2.ConcurrencyPolicy.Value(f"CONCURRENCY_POLICY_{args.concurrency}")
+        if args.concurrency
+        else enum_pb2.CONCURRENCY_POLICY_UNSPECIFIED
+    )
+    thread = await client.threads.create(
+        args.title,
+        namespace=args.namespace,
+        metadata=dict(args.metadata),
+        concurrency_policy=policy,
+    )
+    message = None
+    if args.message is not None:
+        message = await client.threads.append_message(thread.id, args.message)
+    if args.json:
+        render.print_json([thread, *([message] if message else [])])
+        return 0
+    print(thread.id, flush=True)
+    print(
+        f"created thread {thread.id}" + (f" with message {message.id}" if message else ""),
+        file=sys.stderr,
+    )
+    return 0
+
+
+async def _thread_list(client: AgentrtClient, args: argparse.Namespace) -> int:
+    threads = await client.threads.list(namespace=args.namespace, limit=_limit(args))
+    if args.json:
+        render.print_json(threads)
+        return 0
+    render.console().print(
+        render.table(
+            "",
+            ("THREAD", "TITLE", "NAMESPACE", "POLICY", "CREATED"),
+            (
+                (
+                    t.id,
+                    t.title,
+                    t.namespace,
+                    render.enum_label(enum_pb2.ConcurrencyPolicy, t.concurrency_policy),
+                    render.when(t.create_time),
+                )
+                for t in threads
+            ),
+        )
+    )
+    _note_limit(args, len(threads))
+    return 0
+
+
+async def _thread_show(client: AgentrtClient, args: argparse.Namespace) -> int:
+    thread = await client.threads.get(args.thread_id)
+    messages = await client.threads.messages(thread.id)
+    runs = await client.runs.list(thread_id=thread.id)
+    if args.json:
+        render.print_json(
+            [
+                {
+                    "thread": render.as_dict(thread),
+                    "messages": [render.as_dict(m) for m in messages],
+                    "runs": [render.as_dict(r) for r in runs],
+                }
+            ]
+        )
+        return 0
+    out = render.console()
+    out.print(
+        render.key_values(
+            [
+                ("thread", thread.id),
+                ("title", thread.title),
+                ("namespace", thread.namespace),
+                (
+                    "policy",
+                    render.enum_label(enum_pb2.ConcurrencyPolicy, thread.concurrency_policy),
+                ),
+                ("created", render.when(thread.create_time)),
+                ("metadata", ", ".join(f"{k}={v}" for k, v in sorted(thread.metadata.items()))),
+            ]
+        )
+    )
+    out.print(
+        render.table(
+            "messages",
+            ("MESSAGE", "ROLE", "RUN", "TIME", "CONTENT"),
+            (
+                (
+                    m.id,
+                    render.enum_label(enum_pb2.MessageRole, m.role),
+                    m.run_id or "-",
+                    render.when(m.create_time),
+                    m.content,
+                )
+                for m in messages
+            ),
+        )
+    )
+    out.print(_runs_table("runs", runs))
+    return 0
+
+
+# -- runs ------------------------------------------------------------------------------------
+
+
+def _agent_text(run: message_pb2.Run) -> str:
+    agent = run.agent
+    text = f"{agent.agent_id}@{agent.version_label}"
+    if agent.resolved_via_tag:
+        text += f" (via :{agent.resolved_via_tag})"
+    return text
+
+
+def _status_text(run: message_pb2.Run) -> str:
+    status = render.enum_label(enum_pb2.RunStatus, run.status)
+    if run.terminal_reason:
+        status += f" ({render.enum_label(enum_pb2.TerminalReason, run.terminal_reason)})"
+    requested = [
+        name
+        for name, flag in (("cancel", run.cancel_requested), ("pause", run.pause_requested))
+        if flag
+    ]
+    if requested:
+        status += f" [{', '.join(requested)} requested]"
+    return status
+
+
+def _runs_table(title: str, runs: list[message_pb2.Run]) -> Any:
+    return render.table(
+        title,
+        ("RUN", "THREAD", "AGENT", "STATUS", "ATTEMPTS", "STEPS", "CREATED", "OBJECTIVE"),
+        (
+            (
+                r.id,
+                r.thread_id,
+                _agent_text(r),
+                _status_text(r),
+                str(r.attempt_count),
+                str(r.step_count),
+                render.when(r.create_time),
+                r.goal.objective,
+            )
+            for r in runs
+        ),
+    )
+
+
+async def _run_create(client: AgentrtClient, args: argparse.Namespace) -> int:
+    budget = message_pb2.Budget(
+        max_steps=args.max_steps, max_model_tokens=args.max_tokens, max_cost_usd=args.max_cost
+    )
+    run = await client.runs.create(
+        args.thread_id,
+        args.agent_ref,
+        args.objective,
+        scope=args.scope,
+        acceptance_criteria=args.criterion,
+        budget=budget if budget.ByteSize() else None,
+        priority=args.priority,
+        max_attempts=args.max_attempts,
+        labels=dict(args.label),
+        request_id=args.request_id,
+    )
+    if args.json:
+        render.print_json([run])
+        return 0
+    print(run.id, flush=True)
+    print(f"created run {run.id}: {_agent_text(run)} {_status_text(run)}", file=sys.stderr)
+    return 0
+
+
+async def _run_list(client: AgentrtClient, args: argparse.Namespace) -> int:
+    runs = await client.runs.list(
+        thread_id=args.thread,
+        statuses=[enum_pb2.RunStatus.Value(f"RUN_STATUS_{s}") for s in args.status],
+        agent_id=args.agent,
+        namespace=args.namespace,
+        limit=_limit(args),
+    )
+    if args.json:
+        render.print_json(runs)
+        return 0
+    render.console().print(_runs_table("", runs))
+    _note_limit(args, len(runs))
+    return 0
+
+
+async def _run_show(client: AgentrtClient, args: argparse.Namespace) -> int:
+    run = await client.runs.get(args.run_id)
+    attempts = await client.runs.attempts(run.id)
+    steps = await client.runs.steps(run.id)
+    if args.json:
+        render.print_json(
+            [
+                {
+                    "run": render.as_dict(run),
+                    "attempts": [render.as_dict(a) for a in attempts],
+                    "steps": [render.as_dict(s) for s in steps],
+                }
+            ]
+        )
+        return 0
+    usage = run.usage
+    budget = run.budget
+    limits = ", ".join(
+        f"{name} {value}"
+        for name, value in (
+            ("steps", budget.max_steps),
+            ("tokens", budget.max_model_tokens),
+            ("usd", budget.max_cost_usd),
+        )
+        if value
+    )
+    out = render.console()
+    out.print(
+        render.key_values(
+            [
+                ("run", run.id),
+                ("thread", run.thread_id),
+                ("status", _status_text(run)),
+                ("agent", f"{_agent_text(run)} {run.agent.agent_digest}"),
+                ("requested", run.agent.requested_ref),
+                ("objective", run.goal.objective),
+                ("scope", ", ".join(run.goal.scope)),
+                ("criteria", "; ".join(run.goal.acceptance_criteria)),
+                ("input revision", str(run.input_revision)),
+                ("budget", limits or "unlimited"),
+                (
+                    "usage",
+                    f"{run.step_count} steps, {usage.input_tokens} in + {usage.output_tokens} out"
+                    f" tokens, ${usage.cost_usd:.4f}",
+                ),
+                ("created", f"{render.when(run.create_time)} by {run.creator_principal or '-'}"),
+                ("started", render.when(run.start_time)),
+                ("ended", render.when(run.end_time) if run.end_time.seconds else ""),
+                ("message", run.terminal_message),
+                ("result", run.result_summary),
+                ("checkpoint", run.latest_checkpoint_id),
+            ]
+        )
+    )
+    number = {a.id: str(a.number) for a in attempts}
+    out.print(
+        render.table(
+            "attempts",
+            (
+                "#",
+                "ATTEMPT",
+                "REASON",
+                "WORKER",
+                "STATUS",
+                "STARTED",
+                "ENDED",
+                "RESUMED FROM",
+                "ERROR",
+            ),
+            (
+                (
+                    str(a.number),
+                    a.id,
+                    render.enum_label(enum_pb2.AttemptReason, a.reason),
+                    display_actor(a.worker_principal, a.worker_id),
+                    render.enum_label(enum_pb2.AttemptStatus, a.status),
+                    render.when(a.start_time),
+                    render.when(a.end_time),
+                    a.resume_from_checkpoint_id or "-",
+                    a.error.message,
+                )
+                for a in attempts
+            ),
+        )
+    )
+    out.print(
+        render.table(
+            "steps",
+            ("SEQ", "ATTEMPT", "TYPE", "OPERATION", "STATUS", "MODEL", "STEP", "DETAIL"),
+            (
+                (
+                    str(s.sequence),
+                    number.get(s.attempt_id, "?"),
+                    render.enum_label(enum_pb2.StepType, s.type),
+                    s.tool_name or s.completion_check or s.operation or "-",
+                    _step_status(s),
+                    render.model_text(s.versions.model),
+                    s.id,
+                    _step_detail(s),
+                )
+                for s in steps
+            ),
+        )
+    )
+    return 0
+
+
+def _step_status(step: message_pb2.Step) -> str:
+    status = render.enum_label(enum_pb2.StepStatus, step.status)
+    if step.error_class:
+        status += f" ({render.enum_label(enum_pb2.ErrorClass, step.error_class)})"
+    return status
+
+
+def _step_detail(step: message_pb2.Step) -> str:
+    if step.approval.decision:
+        decision = render.enum_label(enum_pb2.ApprovalDecision, step.approval.decision)
+        by = display_actor(step.approval.approver_principal, step.approval.approver)
+        return f"{decision} by {by}" + (
+            f": {step.approval.comment}" if step.approval.comment else ""
+        )
+    if step.approval_step_id:
+        return f"approved by step {step.approval_step_id}"
+    return " ".join((step.error_message or step.summary).split())
+
+
+async def _run_control(client: AgentrtClient, args: argparse.Namespace) -> int:
+    act = {"cancel": client.runs.cancel, "pause": client.runs.pause, "resume": client.runs.resume}
+    run = await act[args.action](args.run_id, args.reason, actor=_actor(args))
+    if args.json:
+        render.print_json([run])
+        return 0
+    print(f"run {run.id}: {_status_text(run)}")
+    return 0
+
+
+# -- inputs and approvals --------------------------------------------------------------------
+
+
+async def _send(client: AgentrtClient, args: argparse.Namespace) -> int:
+    if args.steer is not None:
+        sent = await client.runs.steer(args.run_id, args.steer, sender=_actor(args))
+    else:
+        sent = await client.runs.follow_up(args.run_id, args.follow_up, sender=_actor(args))
+    if args.json:
+        render.print_json([sent])
+        return 0
+    print(sent.id, flush=True)
+    kind = render.enum_label(enum_pb2.InputKind, sent.kind)
+    status = render.enum_label(enum_pb2.InputStatus, sent.status)
+    print(f"sent {kind} {sent.id} to run {sent.run_id} ({status})", file=sys.stderr)
+    return 0
+
+
+async def _approve(client: AgentrtClient, args: argparse.Namespace) -> int:
+    answer = await client.runs.resolve_approval(
+        args.run_id,
+        args.step_id,
+        approve=not args.deny,
+        approver=_actor(args),
+        comment=args.comment,
+    )
+    if args.json:
+        render.print_json([answer])
+        return 0
+    step, run = answer.step, answer.run
+    print(
+        f"step {step.id} {render.enum_label(enum_pb2.StepStatus, step.status)}; "
+        f"run {run.id}: {_status_text(run)}"
+    )
+    return 0
+
+
+# -- watch -----------------------------------------------------------------------------------
+
+
+async def _watch(client: AgentrtClient, args: argparse.Namespace) -> int:
+    out = render.console()
+    if args.thread:
+        async for item in client.watch_thread(args.thread):
+            if args.json:
+                render.print_json([{"cursor": item.cursor, "event": render.as_dict(item.event)}])
+            else:
+                out.print(render.event_line(item.event, with_run=True), soft_wrap=True)
+        return 0  # not reached: a thread's stream goes on until interrupted
+    async for event in client.watch_run(args.run_id, after_sequence=args.after):
+        if args.json:
+            render.print_json([event])
+        else:
+            out.print(render.event_line(event), soft_wrap=True)
+    return 0

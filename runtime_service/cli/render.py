@@ -1,0 +1,269 @@
+"""How the operator commands show things: rich tables for people, JSON lines for scripts.
+
+Every value a user or an agent wrote (a thread title, an objective, a tool's arguments) goes
+into a :class:`rich.text.Text`, never into a markup string, so ``[bold]`` in a title is
+printed as written. Output that is not a terminal gets a wide fixed width (``COLUMNS``
+overrides it) instead of rich's 80 columns, so a table piped to a file or read by a test is
+not folded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TextIO
+
+from google.protobuf import json_format, timestamp_pb2
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
+from runtime_service.events import event_type_name
+
+__all__ = [
+    "Transfer",
+    "as_dict",
+    "console",
+    "enum_choices",
+    "enum_label",
+    "event_line",
+    "event_summary",
+    "event_type",
+    "json_line",
+    "key_values",
+    "model_text",
+    "print_json",
+    "table",
+    "when",
+]
+
+#: Width of output that is not a terminal (a pipe, a file, a test).
+PIPE_WIDTH = 200
+#: The longest attribute value an event summary shows before cutting it with "…" (a
+#: digest, 71 characters, is shown whole).
+SUMMARY_VALUE_CHARS = 80
+
+
+def console(stream: TextIO | None = None) -> Console:
+    """A console on ``stream`` (stdout): no highlighting of numbers or paths in user content."""
+    out = stream or sys.stdout
+    wide = not out.isatty() and "COLUMNS" not in os.environ
+    return Console(file=out, width=PIPE_WIDTH if wide else None, highlight=False)
+
+
+def as_dict(message: Message) -> dict[str, Any]:
+    """``message`` as JSON-ready data, with the proto field names (``thread_id``)."""
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+def json_line(data: Message | Mapping[str, Any]) -> str:
+    """One JSON object on one line (for ``--json``: one object per item or event)."""
+    value = as_dict(data) if isinstance(data, Message) else data
+    return json.dumps(value, ensure_ascii=False, sort_keys=False)
+
+
+def print_json(items: Iterable[Message | Mapping[str, Any]]) -> None:
+    for item in items:
+        print(json_line(item), flush=True)
+
+
+def enum_label(enum: Any, value: int) -> str:
+    """``RUN_STATUS_WAITING_APPROVAL`` as ``WAITING_APPROVAL``; ``-`` when unset."""
+    if not value:
+        return "-"
+    # Every enum of the contract starts with its ``<PREFIX>_UNSPECIFIED = 0``.
+    prefix = str(enum.Name(0)).removesuffix("UNSPECIFIED")
+    return str(enum.Name(value)).removeprefix(prefix)
+
+
+def enum_choices(enum: Any) -> list[str]:
+    """The labels of every value of ``enum`` but the unspecified one (for ``choices``)."""
+    return [enum_label(enum, value) for value in enum.values() if value]
+
+
+def when(stamp: timestamp_pb2.Timestamp, *, precise: bool = False) -> str:
+    """A timestamp as ISO 8601 UTC (``2026-12-02T07:01:02Z``); ``-`` when unset."""
+    if not stamp.seconds and not stamp.nanos:
+        return "-"
+    moment = stamp.ToDatetime(tzinfo=dt.UTC)
+    text = moment.isoformat(timespec="milliseconds" if precise else "seconds")
+    return text.replace("+00:00", "Z")
+
+
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]]) -> Table:
+    """A table whose cells are plain text (no markup); the first column never wraps."""
+    grid = Table(title=title or None, title_justify="left", show_edge=False, pad_edge=False)
+    for i, column in enumerate(columns):
+        grid.add_column(column, no_wrap=i == 0, overflow="fold")
+    for row in rows:
+        grid.add_row(*(Text(cell) for cell in row))
+    return grid
+
+
+def key_values(rows: Iterable[tuple[str, str]]) -> Table:
+    """``key  value`` lines, the empty values left out."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for key, value in rows:
+        if value:
+            grid.add_row(Text(key), Text(value))
+    return grid
+
+
+def model_text(model: message_pb2.RecordedModel) -> str:
+    """``claude-sonnet-4 via primary/anthropic (PRIMARY)``, with the reported id when the
+    provider answered with another; empty for a step that is not a model call."""
+    if not model.candidate_name and not model.requested_model_id:
+        return ""
+    text = model.requested_model_id or "?"
+    if model.reported_model_id and model.reported_model_id != model.requested_model_id:
+        text += f" -> {model.reported_model_id}"
+    text += f" via {model.candidate_name}"
+    if model.provider:
+        text += f"/{model.provider}"
+    if model.reason:
+        text += f" ({enum_label(enum_pb2.CandidateReason, model.reason)})"
+    return text
+
+
+# -- events ----------------------------------------------------------------------------------
+
+
+def event_type(event: event_pb2.Event) -> str:
+    """``run.status_changed``: the dotted name the log and the bundles use (docs/audit.md)."""
+    which = event.WhichOneof("attributes")
+    if which is None:  # an event type newer than this client
+        return enum_label(enum_pb2.EventType, event.event_type).lower()
+    return event_type_name(getattr(event, which))
+
+
+def _scalar(field: FieldDescriptor, value: Any) -> str:
+    if field.type == FieldDescriptor.TYPE_ENUM:
+        return _enum(field, value)
+    if isinstance(value, str):
+        one_line = " ".join(value.split())
+        if len(one_line) > SUMMARY_VALUE_CHARS:
+            one_line = one_line[: SUMMARY_VALUE_CHARS - 1] + "…"
+        return json.dumps(one_line, ensure_ascii=False) if " " in one_line else one_line
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _enum(field: FieldDescriptor, value: int) -> str:
+    assert field.enum_type is not None  # an enum field always has its enum type
+    values = field.enum_type.values_by_number
+    prefix = values[0].name.removesuffix("UNSPECIFIED")
+    known = values.get(value)
+    return known.name.removeprefix(prefix) if known else str(value)
+
+
+def _flatten(message: Message, prefix: str) -> list[str]:
+    parts: list[str] = []
+    for field, value in message.ListFields():
+        key = prefix + field.name
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            parts += [
+                f"{key}.{k}={_scalar(field.message_type.fields[1], v)}" for k, v in value.items()
+            ]
+        elif field.is_repeated:
+            if field.message_type is not None:
+                parts.append(f"{key}=[{len(value)}]")
+            else:
+                parts.append(f"{key}=[{', '.join(_scalar(field, v) for v in value)}]")
+        elif field.message_type is not None:
+            if field.message_type.full_name == "google.protobuf.Timestamp":
+                parts.append(f"{key}={when(value)}")
+            elif field.message_type.full_name == "google.protobuf.Struct":
+                parts.append(f"{key}={{{len(value.fields)} keys}}")
+            else:
+                parts += _flatten(value, key + ".")
+        else:
+            parts.append(f"{key}={_scalar(field, value)}")
+    return parts
+
+
+def event_summary(event: event_pb2.Event) -> str:
+    """Every set attribute of the event as ``key=value`` on one line (nested messages with
+    dotted keys, long text cut), e.g. ``step_id=stp_… type=TOOL_CALL tool_name=apply_patch``."""
+    which = event.WhichOneof("attributes")
+    if which is None:
+        return ""
+    return " ".join(_flatten(getattr(event, which), ""))
+
+
+def event_line(event: event_pb2.Event, *, with_run: bool = False) -> Text:
+    """``  12  2026-12-02T07:01:02.123Z  step.started  step_id=…`` (and the run for a thread)."""
+    head = f"{event.sequence:>5}  {when(event.event_time, precise=True)}  "
+    line = Text(head)
+    line.append(f"{event_type(event):<26}", style="bold")
+    if with_run and event.run_id:
+        line.append(f"  {event.run_id}")
+    line.append("  " + event_summary(event))
+    return line
+
+
+class Transfer:
+    """Progress of a download whose size arrives with its first message (an audit bundle):
+    a spinner while the server builds it, then a bar of bytes received, on stderr. Nothing
+    is shown when stderr is not a terminal, so scripts and logs get no control codes.
+
+        with Transfer("exporting run_…") as shown:
+            shown.sized(info.size)
+            shown.advance(len(chunk))
+    """
+
+    def __init__(self, description: str, console: Console | None = None) -> None:
+        self._console = console or Console(stderr=True)
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+        if self._console.is_terminal:
+            self._progress = Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                console=self._console,
+                transient=True,
+            )
+            self._task = self._progress.add_task(description, total=None)
+
+    def sized(self, total: int) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, total=total)
+
+    def advance(self, size: int) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.advance(self._task, size)
+
+    def __enter__(self) -> Transfer:
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._progress is not None:
+            self._progress.stop()

@@ -1,0 +1,362 @@
+"""The operator commands (threads, runs, send, approve, watch) as a person or a script runs
+them: each command its own ``agentrt`` process against a real server, on SQLite and
+PostgreSQL. The worker side is played with the raw worker stubs, as a worker in another
+language would, so what the commands show is what the ledger holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+from typing import Any
+
+import pytest
+
+from agentrt.runtime.v1 import enum_pb2, message_pb2
+from agentrt.runtime.v1 import worker_service_pb2 as wpb
+from tests.e2e.cli_support import AGENTRT, ROOT, checkout_env
+from tests.runtime_support import Stubs
+from tests.support import ServerThread
+
+pytestmark = pytest.mark.e2e
+
+V7 = str(ROOT / "examples" / "coding_agent.yaml")
+
+
+def _env(target: str) -> dict[str, str]:
+    env = checkout_env({k: v for k, v in os.environ.items() if not k.startswith("AGENTRT_")})
+    env["AGENTRT_TARGET"] = target
+    env.pop("COLUMNS", None)
+    return env
+
+
+def run(target: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*AGENTRT, *args], env=_env(target), cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+
+
+def ok(target: str, *args: str) -> str:
+    result = run(target, *args)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    return result.stdout
+
+
+def json_lines(target: str, *args: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in ok(target, *args, "--json").splitlines()]
+
+
+def refused(target: str, *args: str, code: int = 1) -> list[str]:
+    """Run a command that must fail; its stderr lines (the first is the one-line report)."""
+    result = run(target, *args)
+    assert result.returncode == code, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines and all(line.startswith("agentrt: ") for line in lines), result.stderr
+    return lines
+
+
+def watcher(target: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*AGENTRT, "watch", *args],
+        env=_env(target),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def publish_and_thread(target: str) -> str:
+    ok(target, "publish", V7, "--tag", "prod")
+    thread = ok(
+        target,
+        "threads",
+        "create",
+        "login returns 500",
+        "--message",
+        "POST /login answers 500 since the deploy",
+        "--concurrency",
+        "ALLOW",
+    ).strip()
+    assert thread and "\n" not in thread
+    return thread
+
+
+def create_run(target: str, thread: str, objective: str) -> str:
+    return ok(target, "runs", "create", thread, "coding_agent:prod", objective).strip()
+
+
+def model_call(stubs: Stubs, fence: Any, turn: str, key: str) -> str:
+    step = stubs.worker.BeginStep(
+        wpb.BeginStepRequest(
+            fence=fence,
+            turn_id=turn,
+            type=enum_pb2.STEP_TYPE_MODEL_CALL,
+            idempotency_key=key,
+            model_call=message_pb2.ModelCallSpec(estimated_input_tokens=100),
+        ),
+        timeout=10,
+    ).step
+    end_step(stubs, fence, step.id, reported_model_id="claude-sonnet-4-20250514")
+    return str(step.id)
+
+
+def apply_patch(stubs: Stubs, fence: Any, turn: str) -> Any:
+    arguments = message_pb2.ToolCallSpec(tool="apply_patch")
+    arguments.arguments.update({"patch": "--- a/login.py\n+++ b/login.py\n"})
+    return stubs.worker.BeginStep(
+        wpb.BeginStepRequest(
+            fence=fence,
+            turn_id=turn,
+            type=enum_pb2.STEP_TYPE_TOOL_CALL,
+            idempotency_key="patch-1",
+            tool_call=arguments,
+        ),
+        timeout=10,
+    ).step
+
+
+def end_step(stubs: Stubs, fence: Any, step_id: str, **kw: Any) -> None:
+    kw.setdefault("status", enum_pb2.STEP_STATUS_SUCCEEDED)
+    stubs.worker.EndStep(wpb.EndStepRequest(fence=fence, step_id=step_id, **kw), timeout=10)
+
+
+def begin_turn(stubs: Stubs, fence: Any) -> str:
+    return str(stubs.worker.BeginTurn(wpb.BeginTurnRequest(fence=fence), timeout=10).turn.id)
+
+
+def wait_for_approval(stubs: Stubs) -> str:
+    """Attempt 1: a model call, then apply_patch, which the permission policy holds for a
+    human; the attempt ends WAITING_APPROVAL. Returns the approval step's id."""
+    fence = stubs.acquire("worker-a").fence
+    turn = begin_turn(stubs, fence)
+    model_call(stubs, fence, turn, "model-1")
+    approval = apply_patch(stubs, fence, turn)
+    assert approval.type == enum_pb2.STEP_TYPE_APPROVAL_REQUEST
+    stubs.finish(fence, enum_pb2.ATTEMPT_OUTCOME_WAITING_APPROVAL)
+    return str(approval.id)
+
+
+def complete(stubs: Stubs) -> None:
+    """Attempt 2 (after the approval): the patch, then the completion checks, then done."""
+    fence = stubs.acquire("worker-b").fence
+    turn = begin_turn(stubs, fence)
+    patch = apply_patch(stubs, fence, turn)
+    assert patch.type == enum_pb2.STEP_TYPE_TOOL_CALL
+    end_step(stubs, fence, patch.id, side_effect=True)
+    for check in ("tests-pass", "diff-produced"):
+        step = stubs.worker.BeginStep(
+            wpb.BeginStepRequest(
+                fence=fence,
+                turn_id=turn,
+                type=enum_pb2.STEP_TYPE_COMPLETION_CHECK,
+                completion_check=message_pb2.CompletionCheckSpec(check=check),
+            ),
+            timeout=10,
+        ).step
+        end_step(stubs, fence, step.id)
+    stubs.worker.EndTurn(wpb.EndTurnRequest(fence=fence, turn_id=turn), timeout=10)
+    stubs.finish(fence, enum_pb2.ATTEMPT_OUTCOME_SUCCEEDED_COMPLETE_RUN)
+
+
+def test_threads_runs_inputs_and_run_control(server_address: str) -> None:
+    target = server_address
+    thread = publish_and_thread(target)
+
+    listed = ok(target, "threads", "list")
+    assert thread in listed and "login returns 500" in listed and "ALLOW" in listed
+    assert any(t["id"] == thread for t in json_lines(target, "threads", "list"))
+    shown = ok(target, "threads", "show", thread)
+    assert "POST /login answers 500 since the deploy" in shown and "USER" in shown
+    [detail] = json_lines(target, "threads", "show", thread)
+    assert detail["thread"]["title"] == "login returns 500"
+    assert [m["content"] for m in detail["messages"]] == [
+        "POST /login answers 500 since the deploy"
+    ]
+
+    run_id = ok(
+        target,
+        "runs",
+        "create",
+        thread,
+        "coding_agent:prod",
+        "fix the login failure and keep legacy-token compatibility",
+        "--scope",
+        "src/auth/",
+        "--criterion",
+        "the suite passes",
+        "--max-steps",
+        "40",
+        "--label",
+        "ticket=LOGIN-500",
+    ).strip()
+    table = ok(target, "runs", "list", "--thread", thread)
+    assert run_id in table and "coding_agent@agent_v7 (via :prod)" in table and "QUEUED" in table
+    [listed_run] = json_lines(target, "runs", "list", "--thread", thread)
+    assert listed_run["id"] == run_id and listed_run["status"] == "RUN_STATUS_QUEUED"
+    assert listed_run["labels"] == {"ticket": "LOGIN-500"}
+    assert listed_run["budget"]["max_steps"] == "40"
+    assert ok(target, "runs", "list", "--thread", thread, "--status", "RUNNING", "--json") == ""
+    assert run_id in ok(target, "threads", "show", thread)
+
+    shown = ok(target, "runs", "show", run_id)
+    for fact in ("QUEUED", "coding_agent:prod", "src/auth/", "the suite passes", "steps 40"):
+        assert fact in shown, shown
+    [detail] = json_lines(target, "runs", "show", run_id)
+    assert detail["run"]["goal"]["objective"].startswith("fix the login failure")
+    assert detail["attempts"] == [] and detail["steps"] == []
+
+    steer = ok(target, "send", run_id, "--steer", "prefer small diffs").strip()
+    [follow] = json_lines(target, "send", run_id, "--follow-up", "then add a regression test")
+    assert follow["kind"] == "INPUT_KIND_FOLLOW_UP" and follow["run_id"] == run_id
+    assert steer and steer != follow["id"]
+    usage = run(target, "send", run_id)  # argparse's own report, exit 2
+    assert usage.returncode == 2
+    assert "one of the arguments --steer --follow-up is required" in usage.stderr
+
+    assert "PAUSED" in ok(target, "runs", "pause", run_id, "--reason", "lunch")
+    [resumed] = json_lines(target, "runs", "resume", run_id)
+    assert resumed["status"] == "RUN_STATUS_QUEUED"
+    assert "CANCELLED" in ok(target, "runs", "cancel", run_id, "--reason", "wrong ticket")
+    [cancelled] = json_lines(target, "runs", "show", run_id)
+    assert cancelled["run"]["status"] == "RUN_STATUS_CANCELLED"
+
+    # Refusals: one line with the code, message and reason; field violations beneath it.
+    [line] = refused(target, "runs", "show", "run_doesnotexist")
+    assert line.startswith("agentrt: NOT_FOUND: ") and line.endswith("]")
+    [line] = refused(target, "runs", "pause", run_id)
+    assert line.startswith("agentrt: FAILED_PRECONDITION: ")
+    lines = refused(target, "runs", "create", thread, "coding_agent:prod", "")
+    assert lines[0].startswith("agentrt: INVALID_ARGUMENT: ")
+    assert any(line.startswith("agentrt:   goal.objective: ") for line in lines[1:]), lines
+    [line] = refused(target, "runs", "create", thread, "no_such_agent:prod", "x")
+    assert line.startswith("agentrt: NOT_FOUND: ")
+
+
+def test_approve_and_watch_a_run_until_it_ends(server_address: str, stubs: Stubs) -> None:
+    target = server_address
+    thread = publish_and_thread(target)
+    thread_watch = watcher(target, "--thread", thread, "--json")
+    run_id = create_run(target, thread, "fix the login failure")
+    run_watch = watcher(target, run_id, "--json")
+
+    step_id = wait_for_approval(stubs)
+    shown = ok(target, "runs", "show", run_id)
+    for fact in (
+        "WAITING_APPROVAL",
+        "APPROVAL_REQUEST",
+        "apply_patch",
+        "claude-sonnet-4 -> claude-sonnet-4-20250514 via primary/anthropic (PRIMARY)",
+        "worker-a",
+        step_id,
+    ):
+        assert fact in shown, shown
+    [detail] = json_lines(target, "runs", "show", run_id)
+    assert [s["type"] for s in detail["steps"]] == [
+        "STEP_TYPE_MODEL_CALL",
+        "STEP_TYPE_APPROVAL_REQUEST",
+    ]
+    model = detail["steps"][0]["versions"]["model"]
+    assert (model["candidate_name"], model["requested_model_id"]) == (
+        "primary",
+        "claude-sonnet-4",
+    )
+
+    approved = ok(
+        target, "approve", run_id, step_id, "--comment", "small and safe", "--actor", "alice"
+    )
+    assert f"step {step_id} SUCCEEDED" in approved and "QUEUED" in approved
+    [line] = refused(target, "approve", run_id, step_id, "--deny")
+    assert line.startswith("agentrt: FAILED_PRECONDITION: ")
+
+    complete(stubs)
+    out, err = run_watch.communicate(timeout=120)
+    assert run_watch.returncode == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    assert [int(e["sequence"]) for e in events] == list(range(1, len(events) + 1))
+    assert events[0]["event_type"] == "EVENT_TYPE_RUN_CREATED"
+    assert events[-1]["event_type"] == "EVENT_TYPE_RUN_ENDED"
+    assert events[-1]["run_ended_attributes"]["status"] == "RUN_STATUS_COMPLETED"
+    resolved = [e for e in events if e["event_type"] == "EVENT_TYPE_APPROVAL_RESOLVED"]
+    assert resolved[0]["approval_resolved_attributes"]["comment"] == "small and safe"
+    assert resolved[0]["approval_resolved_attributes"]["approver"] == "alice"
+
+    # The run has ended: a human watch replays its events, one line each, and exits.
+    human = ok(target, "watch", run_id).splitlines()
+    assert len(human) == len(events)
+    assert human[0].split()[:1] == ["1"] and "run.created" in human[0]
+    assert "approval.resolved" in human[events.index(resolved[0])]
+    assert "run.ended" in human[-1] and "status=COMPLETED" in human[-1]
+    after = ok(target, "watch", run_id, "--after", str(len(events) - 1), "--json").splitlines()
+    assert [json.loads(line)["sequence"] for line in after] == [str(len(events))]
+
+    # A thread's watch goes on until interrupted: it has seen the run end, then Ctrl-C.
+    assert thread_watch.stdout is not None
+    seen: list[dict[str, Any]] = []
+    while not seen or seen[-1]["event"]["event_type"] != "EVENT_TYPE_RUN_ENDED":
+        line = thread_watch.stdout.readline()
+        assert line, thread_watch.stderr.read() if thread_watch.stderr else ""
+        seen.append(json.loads(line))
+    thread_watch.send_signal(signal.SIGINT)
+    thread_watch.communicate(timeout=60)
+    assert thread_watch.returncode == 130
+    assert [e["event"]["sequence"] for e in seen if e["event"].get("run_id") == run_id] == [
+        e["sequence"] for e in events
+    ]
+    assert all(item["cursor"] for item in seen)
+
+    finished = ok(target, "runs", "show", run_id)
+    assert "COMPLETED" in finished and "worker-b" in finished and "tests-pass" in finished
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_watch_carries_on_across_a_server_restart(database_url: str) -> None:
+    port = _free_port()
+    first = ServerThread(database_url, listen=f"127.0.0.1:{port}")
+    target = first.start()
+    thread = publish_and_thread(target)
+    run_id = create_run(target, thread, "fix the login failure")
+    watch = watcher(target, run_id, "--json")
+    assert watch.stdout is not None
+    created = json.loads(watch.stdout.readline())
+    assert created["event_type"] == "EVENT_TYPE_RUN_CREATED"
+    with Stubs.open(target) as stubs:
+        step_id = wait_for_approval(stubs)
+    first.stop()  # the watch's stream breaks; it reconnects once a server answers again
+
+    second = ServerThread(database_url, listen=f"127.0.0.1:{port}")
+    second.start()
+    try:
+        ok(target, "approve", run_id, step_id)
+        with Stubs.open(target) as stubs:
+            complete(stubs)
+        out, err = watch.communicate(timeout=120)
+    finally:
+        second.stop()
+    assert watch.returncode == 0, err
+    events = [created, *(json.loads(line) for line in out.splitlines())]
+    assert [int(e["sequence"]) for e in events] == list(range(1, len(events) + 1))
+    assert events[-1]["event_type"] == "EVENT_TYPE_RUN_ENDED"
+
+
+def test_failures_before_any_answer_are_one_line_with_their_exit_code(tmp_path: Any) -> None:
+    nowhere = "127.0.0.1:1"
+    [line] = refused(nowhere, "runs", "list")  # retried with backoff, then reported
+    assert line.startswith("agentrt: UNAVAILABLE: ") and "127.0.0.1:1" in line
+    missing = str(tmp_path / "ca.pem")
+    [line] = refused(nowhere, "runs", "list", "--tls-ca", missing, code=2)
+    assert line == f"agentrt: {missing}: No such file or directory"
+    [line] = refused(nowhere, "runs", "list", "--tls-cert", missing, code=2)
+    assert "--tls-key" in line
+    bad = run(nowhere, "runs", "list", "--status", "SLEEPING")
+    assert bad.returncode == 2 and "invalid choice: 'SLEEPING'" in bad.stderr
