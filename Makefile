@@ -5,7 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 BUF := node_modules/.bin/buf
-PROTOS := $(shell find protos -name '*.proto' | sort)
+# Our contract only: protos/google/rpc is vendored for other languages' clients, and Python
+# takes google.rpc from googleapis-common-protos like the server does.
+PROTOS := $(shell find protos/agentrt -name '*.proto' | sort)
 
 .PHONY: setup serve test lint gen check-gen wheel-check clean
 
