@@ -9,7 +9,7 @@ BUF := node_modules/.bin/buf
 # takes google.rpc from googleapis-common-protos like the server does.
 PROTOS := $(shell find protos/agentrt -name '*.proto' | sort)
 
-.PHONY: setup serve test lint gen check-gen wheel-check clean
+.PHONY: setup serve test lint gen check-gen wheel-check clean node-build breaking
 
 # The stamp is rebuilt whenever the declared dependencies change, so a pull that adds one
 # installs it without anybody deleting .venv by hand.
@@ -28,7 +28,8 @@ setup: $(VENV)/.stamp
 serve: $(VENV)/.stamp
 	$(BIN)/agentrt serve
 
-test: $(VENV)/.stamp
+# The Node client tests (tests/polyglot) build their TypeScript with the tools in node_modules.
+test: $(VENV)/.stamp node_modules/.stamp
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # One pinned command produces generated/: protoc from grpcio-tools with the mypy-protobuf plugins.
@@ -53,3 +54,10 @@ lint: $(VENV)/.stamp node_modules/.stamp
 
 clean:
 	rm -rf $(VENV) node_modules build dist .mypy_cache .pytest_cache .ruff_cache
+
+# Polyglot clients (issue 19). TypeScript generated from protos/ by buf.gen.yaml with local
+# plugins only (protoc-gen-es from node_modules, no network), then type-checked and compiled
+# with the Node client test; both outputs are git-ignored. tests/polyglot runs the result.
+node-build: node_modules/.stamp
+	$(BUF) generate
+	node_modules/.bin/tsc -p tests/polyglot/node
