@@ -61,3 +61,10 @@ clean:
 node-build: node_modules/.stamp
 	$(BUF) generate
 	node_modules/.bin/tsc -p tests/polyglot/node
+
+# The contract only grows (buf.yaml: breaking FILE): the protos are compared with those of
+# BREAKING_AGAINST, by default the previous commit (in CI, a clone of main: main before the
+# change under test). From a branch: make breaking BREAKING_AGAINST='.git#branch=main'.
+BREAKING_AGAINST ?= .git\#ref=HEAD~1
+breaking: node_modules/.stamp
+	$(BUF) breaking --against '$(BREAKING_AGAINST)'
