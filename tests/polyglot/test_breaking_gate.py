@@ -15,6 +15,7 @@ from tests.e2e.cli_support import ROOT
 
 BUF = ROOT / "node_modules" / ".bin" / "buf"
 EVENT_PROTO = Path("protos/agentrt/runtime/v1/event.proto")
+MAKE = ["make", "--no-print-directory", "-f", str(ROOT / "Makefile")]
 #: A field of the contract, as written in event.proto.
 FIELD = "  string title = 1;\n"
 
@@ -32,8 +33,7 @@ def _git(repo: Path, *args: str) -> None:
 def _gate(repo: Path) -> subprocess.CompletedProcess[str]:
     # -o: node_modules is this checkout's (BUF), nothing to install in the throwaway repo.
     return subprocess.run(
-        ["make", "--no-print-directory", "-f", str(ROOT / "Makefile"), "-o", "node_modules/.stamp"]
-        + ["breaking", f"BUF={BUF}"],
+        [*MAKE, "-o", "node_modules/.stamp", "breaking", f"BUF={BUF}"],
         cwd=repo,
         capture_output=True,
         text=True,
