@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -48,11 +49,11 @@ def java_build() -> Path:
     return CLASSES
 
 
-def test_java_decodes_a_refusals_details(java_build: Path, stub, tmp_path: Path) -> None:
+def test_java_decodes_a_refusals_details(java_build: Path, stub: Any, tmp_path: Path) -> None:
     bad = registry_data.tool("Read File!", "1")
     with pytest.raises(grpc.RpcError) as caught:
         stub.PublishComponent(rpb.PublishComponentRequest(component=bad), timeout=10)
-    status = rpc_status.from_call(caught.value)
+    status = rpc_status.from_call(cast(grpc.Call, caught.value))
     assert status is not None
     trailer = tmp_path / "status.bin"
     trailer.write_bytes(status.SerializeToString())

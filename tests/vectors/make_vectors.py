@@ -533,7 +533,7 @@ def _event_vector(
     getattr(event, field.name).CopyFrom(attributes)
     event.event_time.FromDatetime(when)
     attributes_json = json_format.MessageToDict(attributes, preserving_proto_field_name=True)
-    members = {
+    members: dict[str, Any] = {
         "event_id": event.id,
         "thread_id": event.thread_id,
         "run_id": event.run_id,
@@ -554,17 +554,19 @@ def _event_vector(
         "thread_id": event.thread_id,
         "type": "agentrt.event.v1",
     }
-    vector = _vector(
-        description,
-        "event",
-        json_format.MessageToDict(event, preserving_proto_field_name=True),
-        document,
-    )
+    wire = json_format.MessageToDict(event, preserving_proto_field_name=True)
+    # A map prints in no fixed order: sorted here, the file comes out the same every time.
+    for map_field in attributes.DESCRIPTOR.fields:
+        if map_field.message_type is not None and map_field.message_type.GetOptions().map_entry:
+            printed = wire[field.name]
+            if map_field.name in printed:
+                printed[map_field.name] = dict(sorted(printed[map_field.name].items()))
+    vector = _vector(description, "event", wire, document)
     assert vector["digest"] == event.hash
     return vector
 
 
-def _event_types() -> dict[str, int]:
+def _event_types() -> dict[str, Any]:
     """EventType value by attributes message name: RunCreatedAttributes is
     EVENT_TYPE_RUN_CREATED, the member ``run_created_attributes``."""
     from agentrt.runtime.v1 import enum_pb2, event_pb2
