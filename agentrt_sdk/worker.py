@@ -221,6 +221,11 @@ class Worker:
         except AttemptStopped as exc:
             if attempt.stop_reason != _LEASE_LOST:
                 _log.warning("%s: stopped: %s", label, exc)
+        except errors.AgentrtError as exc:
+            # The server refused or could not take a call of the protocol itself (after the
+            # transport's retries): this attempt is left to its lease, which expires, and
+            # the worker goes on with the next run.
+            _log.error("%s: abandoned: %s", label, exc)
         finally:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -145,3 +145,119 @@ def test_a_failing_logic_finishes_the_attempt_failed_with_its_error(server_addre
             assert "KeyError" in attempt.error.message
 
     asyncio.run(scenario())
+
+
+def test_concurrency_works_on_several_runs_at_once(server_address: str) -> None:
+    inside: list[str] = []
+    both = asyncio.Event()
+
+    async def meet(attempt: Attempt) -> Result:
+        # Returns only once two runs are inside the logic at the same time.
+        inside.append(attempt.run.id)
+        if len(inside) == 2:
+            both.set()
+        await asyncio.wait_for(both.wait(), 30)
+        await attempt.check("tests-pass", True)
+        await attempt.check("diff-produced", True)
+        return Result(summary="met")
+
+    async def scenario() -> None:
+        async with AgentrtClient(server_address) as client:
+            await client.registry.publish(EXAMPLE, tag="prod")
+            runs = []
+            for n in range(2):
+                thread = await client.threads.create(f"t{n}")  # one run per thread at a time
+                runs.append(await client.runs.create(thread.id, "coding_agent:prod", f"run {n}"))
+            worker = Worker(client, meet, concurrency=2, lease_ttl=5, poll_wait=1)
+            await worker.run(max_runs=2)
+            for run in runs:
+                final = await client.runs.get(run.id)
+                assert final.status == enum_pb2.RUN_STATUS_COMPLETED, final
+            assert sorted(inside) == sorted(r.id for r in runs)
+
+    asyncio.run(scenario())
+
+
+def test_pause_finishes_the_attempt_paused_and_resume_continues(server_address: str) -> None:
+    started = asyncio.Event()
+
+    async def slow_then_done(attempt: Attempt) -> Result:
+        if attempt.attempt.number == 1:
+            started.set()
+            await asyncio.sleep(3600)
+        await attempt.check("tests-pass", True)
+        await attempt.check("diff-produced", True)
+        return Result(summary=f"done in attempt {attempt.attempt.number}")
+
+    async def scenario() -> None:
+        async with AgentrtClient(server_address) as client:
+            await client.registry.publish(EXAMPLE, tag="prod")
+            thread = await client.threads.create("t")
+            run = await client.runs.create(thread.id, "coding_agent:prod", "pause me")
+            worker = Worker(client, slow_then_done, lease_ttl=1.5, poll_wait=1)
+            stop = asyncio.Event()
+            working = asyncio.create_task(worker.run(stop))
+            await asyncio.wait_for(started.wait(), 30)
+            await client.runs.pause(run.id, "lunch")
+
+            async def paused() -> bool:
+                return (await client.runs.get(run.id)).status == enum_pb2.RUN_STATUS_PAUSED
+
+            await _until(paused)
+            await client.runs.resume(run.id, "back")
+
+            async def completed() -> bool:
+                return (await client.runs.get(run.id)).status == enum_pb2.RUN_STATUS_COMPLETED
+
+            await _until(completed)
+            stop.set()
+            await working
+            first, second = await client.runs.attempts(run.id)
+            assert first.status == enum_pb2.ATTEMPT_STATUS_PAUSED
+            assert second.status == enum_pb2.ATTEMPT_STATUS_SUCCEEDED
+
+    asyncio.run(scenario())
+
+
+class _Silent(Worker):
+    """A worker whose heartbeats never reach the server (a network partition, say)."""
+
+    async def _heartbeat(self, attempt, stop) -> None:
+        await asyncio.Event().wait()
+
+
+def test_a_lost_lease_stops_the_logic_without_another_write(server_address: str) -> None:
+    refused: list[BaseException] = []
+
+    async def keep_checkpointing(attempt: Attempt) -> Result:
+        try:
+            while True:
+                attempt.state["beats"] = attempt.state.get("beats", 0) + 1
+                await attempt.checkpoint()
+                await asyncio.sleep(0.1)
+        except BaseException as exc:
+            refused.append(exc)
+            raise
+
+    async def finish(attempt: Attempt) -> Result:
+        await attempt.check("tests-pass", True)
+        await attempt.check("diff-produced", True)
+        return Result(summary=f"resumed after {attempt.state['beats']} checkpoints")
+
+    async def scenario() -> None:
+        async with AgentrtClient(server_address) as client:
+            await client.registry.publish(EXAMPLE, tag="prod")
+            thread = await client.threads.create("t")
+            run = await client.runs.create(thread.id, "coding_agent:prod", "partitioned")
+            await _Silent(client, keep_checkpointing, lease_ttl=1, poll_wait=1).run(max_runs=1)
+            # The logic met the dead fence and the worker stopped; the next worker resumes.
+            assert refused and type(refused[0]).__name__ == "LeaseLostError"
+            await Worker(client, finish, lease_ttl=5, poll_wait=1).run(max_runs=1)
+            final = await client.runs.get(run.id)
+            assert final.status == enum_pb2.RUN_STATUS_COMPLETED
+            assert final.result_summary.startswith("resumed after ")
+            first, second = await client.runs.attempts(run.id)
+            assert first.status == enum_pb2.ATTEMPT_STATUS_LOST
+            assert second.resume_from_checkpoint_id
+
+    asyncio.run(scenario())
