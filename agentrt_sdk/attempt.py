@@ -19,6 +19,7 @@ checkpoint the logic wrote, and its recorded steps make the replay cheap.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -97,9 +98,12 @@ class ModelCall:
 
     step: message_pb2.Step
     resolved: message_pb2.ResolvedVersions
+    #: Steers delivered at this model call, oldest first: :meth:`request` appends them.
     steers: Sequence[message_pb2.Input]
     existing: bool
     model: ModelAdapter | None
+    #: Each tool's description, from the bound definition (BeginStep hands out schemas).
+    tool_descriptions: Mapping[str, str] = field(default_factory=dict)
     response: ModelResponse | None = None
 
     @property
@@ -120,18 +124,25 @@ class ModelCall:
     @property
     def tools(self) -> list[ToolSpec]:
         return [
-            ToolSpec(t.name, "", json_format.MessageToDict(t.input_schema))
+            ToolSpec(
+                t.name,
+                self.tool_descriptions.get(t.name, ""),
+                json_format.MessageToDict(t.input_schema),
+            )
             for t in self.resolved.tools
         ]
 
     def request(self, messages: Sequence[Mapping[str, Any]]) -> ModelRequest:
+        """The model request: ``messages``, then the steers delivered at this call (an
+        operator's ``agentrt send --steer`` reaches the model here)."""
         model = self.resolved.model
+        steered = [{"role": "user", "content": s.content} for s in self.steers]
         return ModelRequest(
             provider=model.provider,
             model_id=model.model_id,
             parameters=json_format.MessageToDict(model.parameters),
             system_prompt=self.system_prompt,
-            messages=list(messages),
+            messages=[*messages, *steered],
             tools=self.tools,
         )
 
@@ -177,8 +188,7 @@ def _response_json(response: ModelResponse) -> bytes:
     ).encode()
 
 
-def _response_from_json(content: bytes) -> ModelResponse:
-    data = json.loads(content)
+def _response_from_json(data: Mapping[str, Any]) -> ModelResponse:
     return ModelResponse(
         model_id=data["model_id"],
         content=data["content"],
@@ -217,7 +227,12 @@ class Attempt:
     stop_reason: str = ""
     _counters: dict[str, int] = field(default_factory=dict)
     _last_sequence: int = 0
-    _open_steps: set[str] = field(default_factory=set)
+
+    @functools.cached_property
+    def definition(self) -> resolution.BoundDefinition:
+        """The bound definition, parsed by the runtime's own reader of ``definition_json``:
+        the prompt, the policies, each skill's and tool's pinned spec."""
+        return resolution.bound_definition(json.loads(self.agent.definition_json))
 
     # -- the worker's side ------------------------------------------------------------------
 
@@ -270,7 +285,6 @@ class Attempt:
         response = await self.client.connection.unary(
             "worker", "EndStep", request, wpb.EndStepResponse
         )
-        self._open_steps.discard(step_id)
         self._seen(response.step)
         return response.step
 
@@ -328,15 +342,17 @@ class Attempt:
         begun = await self._worker("BeginStep", request, wpb.BeginStepResponse)
         self._seen(begun.step)
         call = ModelCall(
-            begun.step, begun.resolved, list(begun.steer_inputs), begun.existing, self.model
+            begun.step,
+            begun.resolved,
+            list(begun.steer_inputs),
+            begun.existing,
+            self.model,
+            {name: str(t.spec.get("description", "")) for name, t in self.definition.tools.items()},
         )
         if begun.existing and begun.step.status == enum_pb2.STEP_STATUS_SUCCEEDED:
-            call.response = _response_from_json(
-                json.dumps(await self._get_json(begun.step.output_ref)).encode()
-            )
+            call.response = _response_from_json(await self._get_json(begun.step.output_ref))
             yield call
             return
-        self._open_steps.add(begun.step.id)
         try:
             yield call
         except BaseException as exc:
@@ -408,10 +424,9 @@ class Attempt:
         """The candidate the runtime will resolve after ``failed`` failed with ``exc`` (None:
         none is left), by the runtime's own rule (``resolution.choose_model``), so the worker
         and the ledger cannot disagree about the fallback."""
-        definition = resolution.bound_definition(json.loads(self.agent.definition_json))
         try:
             choice = resolution.choose_model(
-                definition.model_policy.spec,
+                self.definition.model_policy.spec,
                 estimated_input_tokens=estimated_input_tokens,
                 previous_error_class=enum_pb2.ErrorClass.Name(exc.error_class).removeprefix(
                     "ERROR_CLASS_"
@@ -463,7 +478,6 @@ class Attempt:
             call.reused = call.done = True
             yield call
             return
-        self._open_steps.add(step.id)
         try:
             yield call
         except BaseException as exc:

@@ -261,3 +261,38 @@ def test_a_lost_lease_stops_the_logic_without_another_write(server_address: str)
             assert second.resume_from_checkpoint_id
 
     asyncio.run(scenario())
+
+
+def test_a_steer_reaches_the_next_model_call(server_address: str) -> None:
+    from agentrt_sdk.models.scripted import Reply, ScriptedModel
+
+    ready, go = asyncio.Event(), asyncio.Event()
+    model = ScriptedModel([Reply("ok")])
+
+    async def steered(attempt: Attempt) -> Result:
+        await attempt.check("tests-pass", True)
+        ready.set()
+        await go.wait()
+        answer = await attempt.generate([{"role": "user", "content": "go on"}])
+        await attempt.check("diff-produced", True)
+        return Result(summary=answer.content)
+
+    async def scenario() -> None:
+        async with AgentrtClient(server_address) as client:
+            await client.registry.publish(EXAMPLE, tag="prod")
+            thread = await client.threads.create("t")
+            run = await client.runs.create(thread.id, "coding_agent:prod", "listen")
+            worker = Worker(client, steered, model=model, lease_ttl=5, poll_wait=1)
+            working = asyncio.create_task(worker.run(max_runs=1))
+            await asyncio.wait_for(ready.wait(), 30)
+            await client.runs.steer(run.id, "keep legacy tokens working")
+            go.set()
+            await working
+            assert (await client.runs.get(run.id)).status == enum_pb2.RUN_STATUS_COMPLETED
+
+    asyncio.run(scenario())
+    (request,) = model.requests
+    assert request.messages[-1] == {"role": "user", "content": "keep legacy tokens working"}
+    # The tools offered carry their descriptions from the bound definition.
+    described = {t.name: t.description for t in request.tools}
+    assert described["read_file"].startswith("Read a UTF-8 text file")
