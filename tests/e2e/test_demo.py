@@ -109,3 +109,27 @@ def test_demo_plays_the_login_fix_case(database_url: str) -> None:
     assert artifact["agent_digest"] == agent["digest"]
     (regression,) = follow_up["artifacts"]
     assert regression["name"] == "legacy-token-test.patch"
+
+
+def test_demo_against_a_running_server(sqlite_url: str) -> None:
+    """``--target``: the case is played against a server the caller runs (here one in this
+    process), and its runs stay there to be read afterwards."""
+    from agentrt_sdk import Client
+    from tests.support import running_server
+
+    with running_server(sqlite_url) as address:
+        done = subprocess.run(
+            [*AGENTRT, "demo", "--json", "--target", address],
+            capture_output=True,
+            text=True,
+            env=checkout_env(os.environ),
+            timeout=180,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        facts = json.loads(done.stdout)
+        assert facts["target"] == address
+        with Client(address) as client:
+            for run in facts["runs"]:
+                assert client.runs.get(run["id"]).agent.agent_digest == facts["agent"]["digest"]
+                assert client.audit.verify(run["id"]).intact
