@@ -12,9 +12,15 @@ from dataclasses import dataclass, field
 from agentrt_base.limits import Limits
 from agentrt_base.tls import ServerTls
 
-DEFAULT_LISTEN = "127.0.0.1:50051"
+#: The port agentrt serves on, and the one a client's ``--target HOST`` means when it names
+#: none (gRPC's own default for a bare host is 443, which no agentrt server listens on).
+DEFAULT_PORT = 50051
+DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 DEFAULT_DATABASE_URL = "sqlite:///./agentrt.db"
-DEFAULT_TARGET = "127.0.0.1:50051"
+DEFAULT_TARGET = DEFAULT_LISTEN
+#: gRPC name-resolver schemes (grpc/grpc doc/naming.md): a target that starts with one is
+#: passed to gRPC as it is.
+_TARGET_SCHEMES = ("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:")
 
 ENV_LISTEN = "AGENTRT_LISTEN"
 ENV_INSECURE = "AGENTRT_INSECURE"
@@ -264,6 +270,25 @@ def _limits(
 
 
 def resolve_target(target: str | None, environ: Mapping[str, str] | None = None) -> str:
-    """The server address a client command talks to: ``--target``, ``AGENTRT_TARGET``, default."""
+    """The server address a client command talks to: ``--target``, ``AGENTRT_TARGET``, default;
+    a host named without a port gets :data:`DEFAULT_PORT` (:func:`with_default_port`)."""
     env = os.environ if environ is None else environ
-    return target or env.get(ENV_TARGET) or DEFAULT_TARGET
+    return with_default_port(target or env.get(ENV_TARGET) or DEFAULT_TARGET)
+
+
+def with_default_port(target: str) -> str:
+    """``target`` with :data:`DEFAULT_PORT` added when it names a host and no port.
+
+    ``HOST``, ``[V6]`` and a bare IPv6 address get the port; ``HOST:PORT``, ``[V6]:PORT`` and
+    a target with a gRPC scheme (``dns:``, ``unix:``, ...) are returned unchanged.
+    """
+    if target.startswith(_TARGET_SCHEMES):
+        return target
+    if target.startswith("["):
+        return target if "]:" in target else f"{target}:{DEFAULT_PORT}"
+    colons = target.count(":")
+    if colons == 0:
+        return f"{target}:{DEFAULT_PORT}"
+    if colons > 1:  # an IPv6 address without brackets cannot carry a port
+        return f"[{target}]:{DEFAULT_PORT}"
+    return target

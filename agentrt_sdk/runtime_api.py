@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
+import getpass
+import socket
 from collections.abc import Iterable, Mapping
 
 from google.protobuf import struct_pb2, timestamp_pb2
@@ -12,6 +14,12 @@ from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt_sdk.paging import collect
 from agentrt_sdk.transport import Connection
+
+
+def default_actor() -> str:
+    """``user@host`` of this process: the label recorded beside the caller's principal when
+    the caller gives none."""
+    return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
 def _timestamp(when: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
@@ -284,13 +292,14 @@ class Runs:
         step_id: str,
         *,
         approve: bool,
-        approver: str,
+        approver: str | None = None,
         comment: str = "",
         request_id: str = "",
     ) -> pb.ResolveApprovalResponse:
         """Approve or deny the approval step ``step_id``; the run is queued again.
-        ``approver`` (the server requires it) names who decided, as a display label; the
-        server records the authenticated principal beside it."""
+
+        ``approver`` is the label recorded beside the authenticated principal (default: this
+        process's ``user@host``)."""
         decision = (
             enum_pb2.APPROVAL_DECISION_APPROVE if approve else enum_pb2.APPROVAL_DECISION_DENY
         )
@@ -301,7 +310,7 @@ class Runs:
                 run_id=run_id,
                 step_id=step_id,
                 decision=decision,
-                approver=approver,
+                approver=approver or default_actor(),
                 comment=comment,
                 request_id=request_id,
             ),

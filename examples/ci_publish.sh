@@ -5,17 +5,23 @@
 #   make serve &                       # a server (fresh SQLite file in the working dir)
 #   bash examples/ci_publish.sh        # AGENTRT_TARGET defaults to 127.0.0.1:50051
 #
-# AGENTRT names the command to run (default: `agentrt` on PATH); it may have arguments,
-# e.g. AGENTRT=".venv/bin/python -m runtime_service.cli.main". Re-running against the same
-# database works: publishes are idempotent and the tag steps check where `prod` points.
+# AGENTRT names the command to run: by default this checkout's .venv/bin/agentrt (what
+# `make serve` installs; it is not on PATH), else `agentrt` on PATH (an installed wheel). It
+# may have arguments, e.g. AGENTRT=".venv/bin/python -m runtime_service.cli.main". Re-running
+# against the same database works: publishes are idempotent and the tag steps check where
+# `prod` points.
 set -euo pipefail
 
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CHECKOUT_AGENTRT="$HERE/../.venv/bin/agentrt"
+if [[ -z "${AGENTRT:-}" ]]; then
+  if [[ -x "$CHECKOUT_AGENTRT" ]]; then AGENTRT="$CHECKOUT_AGENTRT"; else AGENTRT=agentrt; fi
+fi
 export AGENTRT_TARGET="${AGENTRT_TARGET:-127.0.0.1:50051}"
-read -r -a AGENTRT_COMMAND <<<"${AGENTRT:-agentrt}"
+read -r -a AGENTRT_COMMAND <<<"$AGENTRT"
 # `command` so that AGENTRT=agentrt runs the program, not this function again.
 agentrt() { command "${AGENTRT_COMMAND[@]}" "$@"; }
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 V7_FILE="$HERE/coding_agent.yaml"
 V8_FILE="$HERE/coding_agent_v8.yaml"
 STDERR="$(mktemp)"

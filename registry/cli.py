@@ -5,9 +5,11 @@ the agent, prints the agent digest alone on stdout (so ``DIGEST=$(agentrt publis
 works) and optionally moves a tag with a compare-and-swap expectation. ``digest`` computes
 the same digest offline with the same code the server runs (:mod:`registry.publishing`).
 
-Exit codes: 0 success; 1 the registry refused (a gRPC error, a rule violation, an
-unresolvable reference), reported as one ``agentrt: <reason>`` line on stderr; 2 the command
-line or the file is wrong (missing, not YAML, not a bundle).
+Exit codes: 0 success; 1 the registry refused (a gRPC error, a reference the server was
+asked for and does not have), reported as one ``agentrt: <reason>`` line on stderr; 2 the
+command line or the file is wrong, found without asking a server (missing, not YAML, not a
+bundle, a rule violation, a reference no given file declares) -- so the same file fails
+``digest`` and ``publish`` with the same code.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from agentrt.registry.v1 import enum_pb2, message_pb2
 from agentrt.registry.v1 import registry_service_pb2 as pb
 from agentrt.registry.v1 import registry_service_pb2_grpc as pb_grpc
 from agentrt_base.errors import InvalidArgument, NotFound
-from agentrt_base.settings import resolve_target
+from agentrt_base.settings import DEFAULT_PORT, resolve_target
 from agentrt_base.tls import client_channel
 from registry import proto_map
 from registry.bundle import (
@@ -134,8 +136,8 @@ def add_commands(
     digest.add_argument(
         "--target",
         metavar="HOST:PORT",
-        help="resolve references no file declares against this server (read only); "
-        "without it, nothing is contacted",
+        help="resolve references no file declares against this server (read only; a HOST "
+        f"without :PORT means port {DEFAULT_PORT}); without it, nothing is contacted",
     )
     add_timeout_argument(digest)
     digest.add_argument("--closure", action="store_true", help="also print the resolved closure")
@@ -197,10 +199,15 @@ def add_timeout_argument(parser: argparse.ArgumentParser) -> None:
 def _add_expectation(parser: argparse.ArgumentParser, suffix: str) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
-        "--expect", metavar="DIGEST", help=f"the tag must point at DIGEST now {suffix}".strip()
+        "--expect",
+        metavar="DIGEST",
+        help=f"the tag must point at DIGEST now, or already at the new digest (then nothing "
+        f"is written, so a retry succeeds) {suffix}".strip(),
     )
     group.add_argument(
-        "--expect-absent", action="store_true", help=f"the tag must not exist yet {suffix}".strip()
+        "--expect-absent",
+        action="store_true",
+        help=f"the tag must not exist yet, not even at the new digest {suffix}".strip(),
     )
 
 
@@ -354,7 +361,7 @@ def _publish(args: argparse.Namespace) -> int:
         local = digest_components(bundle)
         check_definition(definition, prefix=AGENT_PREFIX)
     except InvalidArgument as exc:
-        raise CommandFailed(f"{bundle.source}: {_violation(exc)}") from exc
+        raise CommandFailed(f"{bundle.source}: {_violation(exc)}", EXIT_USAGE) from exc
     provenance = _provenance(args)
     with _registry(args) as stub:
         for component, digested in zip(bundle.components, local, strict=True):
@@ -381,6 +388,8 @@ def _publish(args: argparse.Namespace) -> int:
         print(version.digest, flush=True)
         label = f"{version.agent_id}@{version.version_label}"
         print(f"{'created' if response_agent.created else 'unchanged'} {label}", file=sys.stderr)
+        if not response_agent.created:
+            _warn_provenance_kept(label, version.publish.provenance, provenance)
         if args.tag:
             request = _set_tag_request(
                 args,
@@ -391,15 +400,47 @@ def _publish(args: argparse.Namespace) -> int:
                 reason=f"agentrt publish {label}",
             )
             request.provenance.CopyFrom(provenance)
+            not_moved = (
+                f"{label} is published ({version.digest}) but tag {args.tag!r} was not moved"
+            )
             try:
                 moved = stub.SetTag(request, timeout=args.timeout)
             except grpc.RpcError as exc:
                 raise CommandFailed(
-                    f"{label} is published ({version.digest}) but tag {args.tag!r} was not "
-                    f"moved: {_rpc_message(exc, resolve_target(args.target))}"
+                    f"{not_moved}: {_rpc_message(exc, resolve_target(args.target))}"
                 ) from exc
+            try:
+                _check_absent(args, moved)
+            except CommandFailed as exc:
+                raise CommandFailed(f"{not_moved}: {exc}") from exc
             print(_tag_line(moved), file=sys.stderr)
     return 0
+
+
+def _warn_provenance_kept(
+    label: str, recorded: message_pb2.Provenance, sent: message_pb2.Provenance
+) -> None:
+    """Say which stated provenance an identical re-publish did not record.
+
+    A version's provenance is its first publish's and is never rewritten (docs/api.md), so a
+    ``--publisher`` or ``--commit`` given now would otherwise vanish without a word.
+    """
+    kept, dropped = [], []
+    for name in ("publisher", "source_repo", "commit", "pipeline_url"):
+        said, was = getattr(sent, name), getattr(recorded, name)
+        if said and said != was:
+            kept.append(f"{name} {json.dumps(was)}")
+            dropped.append(f"{name} {json.dumps(said)}")
+    if sent.labels and dict(sent.labels) != dict(recorded.labels):
+        kept.append(f"labels {json.dumps(dict(sorted(recorded.labels.items())))}")
+        dropped.append(f"labels {json.dumps(dict(sorted(sent.labels.items())))}")
+    if dropped:
+        print(
+            f"agentrt: warning: {label} was published before and keeps its recorded "
+            f"provenance ({', '.join(kept)}); this publish's {', '.join(dropped)} "
+            "were not recorded",
+            file=sys.stderr,
+        )
 
 
 def _set_tag_request(
@@ -413,6 +454,21 @@ def _set_tag_request(
     elif args.expect_absent:
         request.expect_absent = True
     return request
+
+
+def _check_absent(args: argparse.Namespace, response: pb.SetTagResponse) -> None:
+    """Fail ``--expect-absent`` when the tag already existed at the requested digest.
+
+    The server answers such a call with success and no event, so that a retried request whose
+    first answer was lost does not fail (registry_service.proto, SetTag). A command is never
+    a retry of an earlier one, so here an unchanged tag means the tag was there before.
+    """
+    if args.expect_absent and not response.HasField("event"):
+        tag = response.tag
+        raise CommandFailed(
+            f"FAILED_PRECONDITION: tag {tag.agent_id}:{tag.name} already exists (at "
+            f"{tag.digest}, event {tag.event_sequence}); --expect-absent requires that it does not"
+        )
 
 
 def _tag_line(response: pb.SetTagResponse) -> str:
@@ -429,13 +485,13 @@ def _digest(args: argparse.Namespace) -> int:
     extra = [load(path) for path in args.with_files]
     try:
         if args.target:
-            with client_channel(args, args.target) as channel:
+            with client_channel(args, resolve_target(args.target)) as channel:
                 server = ServerComponentSource(pb_grpc.RegistryServiceStub(channel), args.timeout)
                 digested = digest_bundle(bundle, extra, server)
         else:
             digested = digest_bundle(bundle, extra)
     except InvalidArgument as exc:
-        raise CommandFailed(f"{bundle.source}: {_violation(exc)}") from exc
+        raise CommandFailed(f"{bundle.source}: {_violation(exc)}", EXIT_USAGE) from exc
     except NotFound as exc:
         field = exc.metadata.get("field", AGENT_PREFIX)
         where = " or ".join([bundle.source, *(b.source for b in extra)])
@@ -448,8 +504,11 @@ def _digest(args: argparse.Namespace) -> int:
         searched = f"{where} or {args.target}" if args.target else where
         # publishing reports the first unresolved reference and counts the others.
         more = exc.message[exc.message.find(" (and ") :] if " (and " in exc.message else ""
+        # Offline, the files are all there is: they are incomplete. With --target, the
+        # server was asked and has no such component.
         raise CommandFailed(
-            f"{field}: {exc.resource_name!r}{more} matches no component in {searched}; {hint}"
+            f"{field}: {exc.resource_name!r}{more} matches no component in {searched}; {hint}",
+            EXIT_FAILED if args.target else EXIT_USAGE,
         ) from exc
     print(digested.digest)
     if args.closure:
@@ -619,6 +678,7 @@ def _tag(args: argparse.Namespace) -> int:
         for key, value in ci.items():
             setattr(request.provenance, key, value)
         response = stub.SetTag(request, timeout=args.timeout)
+    _check_absent(args, response)
     print(_tag_line(response))
     return 0
 
@@ -674,11 +734,12 @@ def _versions(args: argparse.Namespace) -> int:
             token = page.next_page_token
             if not token:
                 break
+    if not everything.agent_versions:
+        # An agent exists only through its versions, so an empty list means the name is
+        # unknown (a typo, or another server): a script must not read it as success.
+        raise CommandFailed(f"NOT_FOUND: agent {args.agent!r} has no published versions")
     if args.json:
         print(json_format.MessageToJson(everything, preserving_proto_field_name=True))
-        return 0
-    if not everything.agent_versions:
-        print(f"no versions of {args.agent!r}", file=sys.stderr)
         return 0
     rows = [
         (

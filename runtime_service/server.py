@@ -19,7 +19,6 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from agentrt.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from agentrt.registry.v1 import registry_service_pb2, registry_service_pb2_grpc
@@ -42,6 +41,7 @@ from registry.servicer import RegistryServicer
 from runtime_service import migrate
 from runtime_service.health import DatabaseHealth, HealthServicer
 from runtime_service.notify import Notifier
+from runtime_service.reflection import enable_reflection
 from runtime_service.servicers.audit import AuditServicer
 from runtime_service.servicers.runtime import RuntimeServicer
 from runtime_service.servicers.worker import WorkerServicer
@@ -260,9 +260,7 @@ class AgentrtServer:
         audit_service_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(runtime), server)
         health_servicer = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        reflection.enable_server_reflection(
-            (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-        )
+        enable_reflection(server, (*SERVICE_NAMES, health.SERVICE_NAME))
         try:
             _check_bindable(self.settings.listen)
             tls = self.settings.tls

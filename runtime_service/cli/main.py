@@ -23,6 +23,7 @@ from agentrt_base.settings import (
     DEFAULT_DATABASE_URL,
     DEFAULT_LISTEN,
     DEFAULT_MAX_STREAMS_PER_CONNECTION,
+    DEFAULT_PORT,
     ENV_AUTH_CONFIG,
     ENV_BLOB_QUOTA_BYTES,
     ENV_BLOB_UPLOAD_RATE,
@@ -291,10 +292,38 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
     health.set_defaults(handler=_cmd_health)
 
+    demo = commands.add_parser(
+        "demo",
+        help="play the login-fix case with real worker processes and print its audit tree",
+        description=(
+            "Starts a server (unless --target), publishes coding_agent@agent_v7, runs the"
+            " login-fix case with two worker processes (the first killed with SIGKILL), a"
+            " model fallback and an approval, then a follow-up run, and prints the audit tree"
+            " read back from the server."
+        ),
+    )
+    demo.add_argument(
+        "--target", default=None, help="HOST:PORT of a running server (default: start one)"
+    )
+    demo.add_argument(
+        "--database-url",
+        default=None,
+        help="the started server's database (default: an SQLite file in a temporary folder)",
+    )
+    demo.add_argument("--json", action="store_true", help="print the facts as JSON")
+    demo.add_argument("--keep", action="store_true", help="keep the logs and workspace")
+    demo.set_defaults(handler=_cmd_demo)
+
     registry_cli.add_commands(commands, add_target_argument)
     audit_cli.add_commands(commands, add_target_argument)
     operator_cli.add_commands(commands, add_target_argument)
     return parser
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from agentrt_sdk.demo import play
+
+    return play.main(args.target, args.database_url, args.json, args.keep)
 
 
 def _add_limit_arguments(serve: argparse.ArgumentParser) -> None:
@@ -350,7 +379,8 @@ def add_target_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target",
         metavar="HOST:PORT",
-        help=f"server address (env {ENV_TARGET}; default {DEFAULT_LISTEN})",
+        help=f"server address (env {ENV_TARGET}; default {DEFAULT_LISTEN}); a HOST without"
+        f" :PORT means port {DEFAULT_PORT}",
     )
     parser.add_argument(
         "--token",

@@ -155,7 +155,19 @@ def add_commands(
 
     approve = client(commands, "approve", "approve (or deny) a step waiting for approval", _approve)
     approve.add_argument("run_id", metavar="RUN")
-    approve.add_argument("step_id", metavar="STEP", help="the APPROVAL_REQUEST step")
+    approve.add_argument(
+        "step_id",
+        nargs="?",
+        metavar="STEP",
+        help="the APPROVAL_REQUEST step (default: the one step of RUN waiting for approval)",
+    )
+    approve.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="without STEP: wait up to SECONDS for the run to ask for an approval",
+    )
     approve.add_argument("--deny", action="store_true", help="deny instead of approving")
     approve.add_argument("--comment", default="", metavar="TEXT", help="recorded with it")
     _add_actor(approve)
@@ -592,10 +604,38 @@ async def _send(client: AgentrtClient, args: argparse.Namespace) -> int:
     return 0
 
 
+class _NoApproval(Exception):
+    """The run has no (single) step waiting for approval to pick."""
+
+
+async def _waiting_step(client: AgentrtClient, run_id: str, wait: float) -> str:
+    """The id of the run's one step waiting for approval, waiting up to ``wait`` seconds for
+    the run to ask for one (its worker records the request, then ends its attempt)."""
+    deadline = asyncio.get_running_loop().time() + wait
+    while True:
+        run = await client.runs.get(run_id)
+        if run.status == enum_pb2.RUN_STATUS_WAITING_APPROVAL:
+            steps = await client.runs.steps(run_id)
+            waiting = [s.id for s in steps if s.status == enum_pb2.STEP_STATUS_WAITING_APPROVAL]
+            if len(waiting) == 1:
+                return waiting[0]
+            raise _NoApproval(
+                f"run {run_id} has {len(waiting)} steps waiting for approval: name one"
+                f" ({', '.join(waiting)})"
+            )
+        if run.HasField("end_time") or asyncio.get_running_loop().time() >= deadline:
+            raise _NoApproval(f"run {run_id} is {_status_text(run)}: no step waits for approval")
+        await asyncio.sleep(0.2)
+
+
 async def _approve(client: AgentrtClient, args: argparse.Namespace) -> int:
+    try:
+        step_id = args.step_id or await _waiting_step(client, args.run_id, args.wait)
+    except _NoApproval as exc:
+        return _fail(str(exc), EXIT_FAILED)
     answer = await client.runs.resolve_approval(
         args.run_id,
-        args.step_id,
+        step_id,
         approve=not args.deny,
         approver=_actor(args),
         comment=args.comment,

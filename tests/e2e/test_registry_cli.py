@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,8 @@ EXAMPLES = ROOT / "examples"
 V7 = str(EXAMPLES / "coding_agent.yaml")
 V8 = str(EXAMPLES / "coding_agent_v8.yaml")
 ABSENT = "sha256:" + "0" * 64
+#: What ``make serve`` installs (``make setup`` makes the same .venv).
+VENV_AGENTRT = ROOT / ".venv" / "bin" / "agentrt"
 
 # CI variables of the machine running the tests would leak into the provenance under test.
 _CI_PREFIXES = ("GITHUB_", "GITLAB_", "CI_", "AGENTRT_")
@@ -90,9 +92,48 @@ def test_offline_digest_equals_published_digest_and_republish_is_idempotent(
 def test_digest_without_the_referenced_components_names_the_reference(
     server_address: str,
 ) -> None:
-    line = failure(server_address, "digest", V8)
+    # Offline the file alone is incomplete (exit 2); the server, asked, has none (exit 1).
+    line = failure(server_address, "digest", V8, code=2)
     assert "agent.model_policy: 'coding-balanced@3'" in line
     assert "--with" in line and "agentrt publish" in line
+    line = failure(server_address, "digest", V8, "--target", server_address, code=1)
+    assert "agent.model_policy: 'coding-balanced@3'" in line and server_address in line
+
+
+def test_a_rule_violation_in_the_file_is_a_bad_file_for_digest_and_publish(
+    server_address: str, tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(Path(V7).read_text().replace("name: read_file\n", "name: Read File\n", 1))
+    lines = {
+        failure(server_address, command, str(bad), code=2) for command in ("digest", "publish")
+    }
+    assert lines == {
+        f"agentrt: {bad}: components[1].name: 'Read File' is not a valid name: 1-64 of a-z 0-9 "
+        "_ -, starting with a letter"
+    }
+    assert failure(server_address, "versions", "coding_agent").startswith("agentrt: NOT_FOUND")
+
+
+def test_republishing_with_other_provenance_says_the_recorded_one_is_kept(
+    server_address: str,
+) -> None:
+    first = ok(server_address, "publish", V7, "--publisher", "alice", "--commit", "abc")
+    assert "warning" not in first.stderr
+    again = ok(server_address, "publish", V7, "--publisher", "bob", "--commit", "def")
+    assert again.stdout.strip() == first.stdout.strip()
+    assert again.stderr.strip().splitlines()[-2:] == [
+        "unchanged coding_agent@agent_v7",
+        "agentrt: warning: coding_agent@agent_v7 was published before and keeps its recorded "
+        'provenance (publisher "alice", commit "abc"); this publish\'s publisher "bob", '
+        'commit "def" were not recorded',
+    ]
+    shown = json.loads(ok(server_address, "show", "coding_agent@agent_v7", "--json").stdout)
+    provenance = shown["agent_version"]["publish"]["provenance"]
+    assert (provenance["publisher"], provenance["commit"]) == ("alice", "abc")
+    # The same statement again is no news: no warning.
+    same = ok(server_address, "publish", V7, "--publisher", "alice", "--commit", "abc")
+    assert "warning" not in same.stderr
 
 
 def test_different_content_under_a_taken_label_fails_naming_the_existing_digest(
@@ -115,8 +156,14 @@ def test_tags_move_by_compare_and_swap(server_address: str) -> None:
     v7 = digest_of(ok(server_address, "publish", V7))
     created = ok(server_address, "tag", "coding_agent", "prod", v7, "--expect-absent")
     assert created.stdout.strip() == f"coding_agent:prod -> {v7} (event 1)"
-    # Already there: a retry succeeds whatever the expectation, and writes nothing.
-    again = ok(server_address, "tag", "coding_agent", "prod", v7, "--expect-absent")
+    # Already there, even at the same digest: --expect-absent means absent, and nothing is
+    # written (the server's retry-safe success with no event is not taken as one).
+    line = failure(server_address, "tag", "coding_agent", "prod", v7, "--expect-absent")
+    assert line == (
+        f"agentrt: FAILED_PRECONDITION: tag coding_agent:prod already exists (at {v7}, "
+        "event 1); --expect-absent requires that it does not"
+    )
+    again = ok(server_address, "tag", "coding_agent", "prod", v7)
     assert again.stdout.strip() == f"coding_agent:prod -> {v7} (unchanged, event 1)"
     v8 = digest_of(ok(server_address, "publish", V8))
     line = failure(server_address, "tag", "coding_agent", "prod", v8, "--expect-absent")
@@ -138,6 +185,13 @@ def test_tags_move_by_compare_and_swap(server_address: str) -> None:
     )
     canary = ok(server_address, "publish", V7, "--tag", "canary", "--expect-absent")
     assert f"coding_agent:canary -> {v7} (event 3)" in canary.stderr
+    result = run(server_address, "publish", V7, "--tag", "canary", "--expect-absent")
+    assert result.returncode == 1 and result.stdout.strip() == v7
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"agentrt: coding_agent@agent_v7 is published ({v7}) but tag 'canary' was not moved: "
+        f"FAILED_PRECONDITION: tag coding_agent:canary already exists (at {v7}, event 3); "
+        "--expect-absent requires that it does not"
+    )
     # A tag reference as DIGEST copies where it points.
     copied = ok(server_address, "tag", "coding_agent", "stable", "coding_agent:canary")
     assert copied.stdout.strip() == f"coding_agent:stable -> {v7} (event 4)"
@@ -203,6 +257,13 @@ def test_show_diff_and_versions(server_address: str) -> None:
 def test_failures_are_one_line(server_address: str, tmp_path: Path) -> None:
     assert "NOT_FOUND" in failure(server_address, "show", "coding_agent@agent_v99")
     assert "INVALID_ARGUMENT" in failure(server_address, "show", "coding_agent")
+    # An unknown agent is an error in both formats, not an empty success.
+    for extra in ((), ("--json",)):
+        result = run(server_address, "versions", "no_such_agent", *extra)
+        assert result.returncode == 1 and result.stdout == ""
+        assert result.stderr.strip() == (
+            "agentrt: NOT_FOUND: agent 'no_such_agent' has no published versions"
+        )
     line = failure(server_address, "publish", str(tmp_path / "missing.yaml"), code=2)
     assert "cannot read" in line
     bad = tmp_path / "bad.yaml"
@@ -214,13 +275,46 @@ def test_failures_are_one_line(server_address: str, tmp_path: Path) -> None:
     assert "--tag" in line
 
 
+def test_a_target_without_a_port_dials_the_agentrt_port() -> None:
+    # .invalid never resolves (RFC 6761), so the line names the address that was dialled.
+    line = failure("no-such-host.invalid", "versions", "coding_agent", "--timeout", "10")
+    assert line.startswith("agentrt: UNAVAILABLE: cannot reach no-such-host.invalid:50051: ")
+
+
+def _after_make_serve(target: str) -> dict[str, str]:
+    """The environment of a newcomer after ``make serve``: this checkout's .venv exists, and
+    no ``agentrt`` is on PATH."""
+    assert VENV_AGENTRT.is_file(), f"{VENV_AGENTRT} is missing: run make setup"
+    env = _env(target)
+    env["PATH"] = os.pathsep.join(["/usr/bin", "/bin"])
+    env.pop("AGENTRT", None)
+    assert shutil.which("agentrt", path=env["PATH"]) is None
+    return env
+
+
+def test_the_example_files_header_commands_work_after_make_serve(server_address: str) -> None:
+    env = _after_make_serve(server_address)
+    digests = []
+    for example in (V7, V8):
+        header = Path(example).read_text().split("\ncomponents:")[0]
+        commands = [
+            line.removeprefix("#").strip()
+            for line in header.splitlines()
+            if line.removeprefix("#").strip().startswith(".venv/bin/agentrt ")
+        ]
+        assert [c.split()[1] for c in commands] == ["digest", "publish"], header
+        for command in commands:
+            result = subprocess.run(
+                ["bash", "-c", command], env=env, cwd=ROOT, capture_output=True, text=True
+            )
+            assert result.returncode == 0, (command, result.stderr)
+            digests.append(digest_of(result))
+    # Each file's offline digest is what its publish stored.
+    assert digests[0] == digests[1] and digests[2] == digests[3]
+
+
 def test_ci_publish_script_end_to_end_and_again(server_address: str, tmp_path: Path) -> None:
-    shim = tmp_path / "bin" / "agentrt"
-    shim.parent.mkdir()
-    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m runtime_service.cli.main "$@"\n')
-    shim.chmod(0o755)
-    env = _env(server_address)
-    env["PATH"] = f"{shim.parent}{os.pathsep}{env['PATH']}"
+    env = _after_make_serve(server_address)
     for attempt in ("fresh database", "re-run"):
         result = subprocess.run(
             ["bash", str(EXAMPLES / "ci_publish.sh")],

@@ -186,3 +186,34 @@ def test_watch_resumes_across_a_server_restart_without_gaps_or_repeats(
         first.stop()
     assert seen == list(range(1, len(seen) + 1))
     assert len(seen) >= 3  # created, the steer, the cancellation and the end
+
+
+def test_blobs_round_trip_in_chunks_and_audit_calls(server_address: str) -> None:
+    import hashlib
+
+    content = bytes(range(256)) * 10_000  # 2.5 MB: three chunks
+    with Client(server_address) as client:
+        blob = client.blobs.put(content, media_type="application/octet-stream")
+        assert blob.digest == "sha256:" + hashlib.sha256(content).hexdigest()
+        assert blob.size == len(content)
+        again = client.blobs.put(content)
+        assert again.digest == blob.digest
+        got, data = client.blobs.get(blob.digest)
+        assert data == content and got.size == len(content)
+        with pytest.raises(NotFoundError):
+            client.blobs.get("sha256:" + "0" * 64)
+
+        published = client.registry.publish(EXAMPLE, tag="prod")
+        thread = client.threads.create("audit me")
+        run = client.runs.create(thread.id, "coding_agent:prod", "be audited")
+        client.runs.cancel(run.id, "enough")
+        assert client.audit.verify(run.id).intact
+        info, bundle = client.audit.export_bundle(run.id)
+        assert info.digest == "sha256:" + hashlib.sha256(bundle).hexdigest()
+        assert info.size == len(bundle)
+        (record,) = client.audit.provenance(run_id=run.id).records
+        assert record.agent_version.digest == published.agent_version.digest
+        usages = client.audit.find_usages(agent_digest=published.agent_version.digest)
+        assert run.id in {u.run_id for u in usages}
+        with pytest.raises(ValueError):
+            client.audit.provenance()

@@ -6,9 +6,11 @@ import logging
 
 import grpc
 import pytest
+from google.protobuf import descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from runtime_service.reflection import V1_REQUEST, V1_RESPONSE
 from runtime_service.server import SERVICE_NAMES
 
 AGENTRT_SERVICES = {
@@ -84,6 +86,49 @@ def test_reflection_serves_file_descriptors(server_address: str) -> None:
             )
         )
     assert responses[0].file_descriptor_response.file_descriptor_proto
+
+
+def test_reflection_v1_lists_the_services_and_describes_itself(server_address: str) -> None:
+    """Current grpcurl asks for grpc.reflection.v1 first (v1alpha only when that is
+    UNIMPLEMENTED); a v1 client gets the same answers."""
+    with grpc.insecure_channel(server_address) as channel:
+        info = channel.stream_stream(
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+            request_serializer=V1_REQUEST.SerializeToString,
+            response_deserializer=V1_RESPONSE.FromString,
+        )
+        listed, described, contract = info(
+            iter(
+                [
+                    V1_REQUEST(list_services=""),
+                    V1_REQUEST(file_containing_symbol="grpc.reflection.v1.ServerReflection"),
+                    V1_REQUEST(file_containing_symbol="agentrt.registry.v1.RegistryService"),
+                ]
+            ),
+            timeout=5,
+        )
+    names = {s.name for s in listed.list_services_response.service}
+    assert names >= AGENTRT_SERVICES | {
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+        "grpc.reflection.v1alpha.ServerReflection",
+    }
+    # `grpcurl describe` of the v1 service: its file, in its own package.
+    files = [
+        descriptor_pb2.FileDescriptorProto.FromString(raw)
+        for raw in described.file_descriptor_response.file_descriptor_proto
+    ]
+    (own,) = files
+    assert (own.name, own.package) == ("grpc/reflection/v1/reflection.proto", "grpc.reflection.v1")
+    (service,) = own.service
+    (method,) = service.method
+    assert method.input_type == ".grpc.reflection.v1.ServerReflectionRequest"
+    assert method.client_streaming and method.server_streaming
+    contract_files = {
+        descriptor_pb2.FileDescriptorProto.FromString(raw).name
+        for raw in contract.file_descriptor_response.file_descriptor_proto
+    }
+    assert "agentrt/registry/v1/registry_service.proto" in contract_files
 
 
 def test_unknown_rpc_answers_unimplemented(server_address: str) -> None:

@@ -6,17 +6,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import rfc8785
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
 from runtime_service import events
 from tests import event_rule
 
-_VECTOR = Path(__file__).resolve().parents[1] / "vectors" / "event.json"
+_VECTORS = sorted((Path(__file__).resolve().parents[1] / "vectors").glob("event*.json"))
 
 
-def test_the_event_vector_recomputes_by_the_documented_rule() -> None:
-    vector = json.loads(_VECTOR.read_text(encoding="utf-8"))
+def test_there_is_a_set_of_event_vectors() -> None:
+    assert len(_VECTORS) >= 5
+
+
+@pytest.mark.parametrize("path", _VECTORS, ids=lambda p: p.stem)
+def test_the_event_vector_recomputes_by_the_documented_rule(path: Path) -> None:
+    vector = json.loads(path.read_text(encoding="utf-8"))
     document = event_rule.event_document(vector["input"])
     assert rfc8785.dumps(document).decode("utf-8") == vector["canonical"]
     assert event_rule.event_hash(vector["input"]) == vector["digest"] == vector["input"]["hash"]

@@ -93,9 +93,27 @@ RULES = (
         "services hold no SQL and build no protobuf: store/ holds the SQL, servicers the mapping",
         allowed=("sqlalchemy.orm", "sqlalchemy.orm.Session"),
     ),
+    Rule(
+        ("agentrt_sdk", "agentrt_sdk.*"),
+        (
+            "sqlalchemy",
+            "agentrt_base.db",
+            "registry.store",
+            "registry.service",
+            "registry.servicer",
+            "runtime_service.store",
+            "runtime_service.services",
+            "runtime_service.servicers",
+            "runtime_service.server",
+            "runtime_service.step_",
+            "runtime_service.cli",
+        ),
+        "the SDK is a client: it calls the server over gRPC and may share only its pure rules "
+        "(resolution, bundle parsing), never its storage, services or transport",
+    ),
 )
 
-PACKAGES = ("agentrt_base", "registry", "runtime_service")
+PACKAGES = ("agentrt_base", "agentrt_sdk", "registry", "runtime_service")
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -14,6 +14,7 @@ every file independently (``hashlib`` on the ``canonical`` text, the ``rfc8785``
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 from typing import Any
@@ -377,18 +378,15 @@ def main() -> None:
         ),
     )
     _write("event", event_vector())
+    for name, vector in more_event_vectors().items():
+        _write(name, vector)
 
 
 def event_vector() -> dict[str, Any]:
     """A run's first event, made by the runtime's own functions: ``input`` is the ``Event`` in
     the proto3 JSON mapping (what a watcher receives), ``canonical`` the document its hash
     covers and ``digest`` its hash (docs/audit.md, "Recomputing an event's hash")."""
-    import datetime as dt
-
-    from google.protobuf import json_format
-
     from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
-    from runtime_service import events
 
     resolve_time = dt.datetime(2026, 1, 2, 3, 4, 5, 120000, tzinfo=dt.UTC)
     attributes = event_pb2.RunCreatedAttributes(
@@ -409,24 +407,139 @@ def event_vector() -> dict[str, Any]:
         creator_principal="alice",
     )
     attributes.agent.resolve_time.FromDatetime(resolve_time)
-    event = event_pb2.Event(
-        id="evt_01EXAMPLE1",
+    return _event_vector(
+        "An event as a watcher receives it (the Event message in the proto3 JSON mapping, "
+        "proto field names), and the document its hash covers: event_type is the EventType "
+        "name without EVENT_TYPE_, lowercased, its first _ a dot (run.created); event_time "
+        "has exactly six fractional digits (the wire's .120Z is .120000Z); sequence is a "
+        "number (the wire's int64 is a string); the set attributes member is kept as it is; "
+        'empty members absent on the wire (prev_hash) are "" in the document.',
+        attributes,
+        event_id="evt_01EXAMPLE1",
         run_id="run_01EXAMPLE",
-        thread_id="thr_01EXAMPLE",
         sequence=1,
-        event_type=enum_pb2.EVENT_TYPE_RUN_CREATED,
+        when=resolve_time,
         prev_hash="",
-        run_created_attributes=attributes,
     )
-    event.event_time.FromDatetime(resolve_time)
+
+
+#: A previous event's hash, for the vectors of events after a run's first.
+_PREV = "sha256:" + "cd" * 32
+
+
+def more_event_vectors() -> dict[str, dict[str, Any]]:
+    """Events of other shapes, each exercising a spelling the first one does not (the
+    cross-language tests recompute every ``event*.json``)."""
+    from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
+
+    return {
+        "event_thread_message": _event_vector(
+            'A thread\'s own event: no run_id on the wire, "" in the document; an event_time '
+            "with no fraction on the wire (05Z) is .000000Z in the document; an enum inside "
+            "the attributes is its full name.",
+            event_pb2.ThreadMessageAppendedAttributes(
+                message_id="msg_01EXAMPLE", role=enum_pb2.MESSAGE_ROLE_USER
+            ),
+            event_id="evt_01EXAMPLE2",
+            run_id="",
+            sequence=2,
+            when=dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
+            prev_hash=_PREV,
+        ),
+        "event_step_ended": _event_vector(
+            "A later event of a run: prev_hash is the previous event's hash; an event_time "
+            "with six digits stays as it is; int64 members of the attributes (usage tokens) "
+            "stay strings, a double (cost_usd) is a JSON number, a false bool is absent.",
+            event_pb2.StepEndedAttributes(
+                step_id="stp_01EXAMPLE",
+                status=enum_pb2.STEP_STATUS_SUCCEEDED,
+                output_ref="sha256:" + "ef" * 32,
+                usage=message_pb2.Usage(input_tokens=1200, output_tokens=345, cost_usd=0.0125),
+                reported_model_id="claude-sonnet-4-5",
+                retryable=False,
+            ),
+            event_id="evt_01EXAMPLE3",
+            run_id="run_01EXAMPLE",
+            sequence=7,
+            when=dt.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=dt.UTC),
+            prev_hash=_PREV,
+        ),
+        "event_status_changed": _event_vector(
+            "An event type of several words: only the first _ becomes a dot "
+            "(EVENT_TYPE_RUN_STATUS_CHANGED is run.status_changed); text outside ASCII is "
+            "hashed as UTF-8, not escaped; an event_time with three digits gets three zeros.",
+            event_pb2.RunStatusChangedAttributes(
+                previous_status=enum_pb2.RUN_STATUS_RUNNING,
+                status=enum_pb2.RUN_STATUS_PAUSED,
+                actor="Zo\u00eb \U0001f600",
+                reason="paus\u00e9 \u2028 by operator",
+                actor_principal="zoe@example.com",
+            ),
+            event_id="evt_01EXAMPLE4",
+            run_id="run_01EXAMPLE",
+            sequence=12,
+            when=dt.datetime(2026, 1, 2, 3, 4, 5, 7000, tzinfo=dt.UTC),
+            prev_hash=_PREV,
+        ),
+        "event_artifact_created": _event_vector(
+            "A map in the attributes (labels) is a JSON object whose keys JCS sorts; an int64 "
+            "(size) is a string.",
+            event_pb2.ArtifactCreatedAttributes(
+                artifact_id="art_01EXAMPLE",
+                step_id="stp_01EXAMPLE",
+                name="app.py",
+                blob_digest="sha256:" + "ef" * 32,
+                media_type="text/x-python",
+                attempt_id="att_01EXAMPLE",
+                size=9007199254740993,
+                labels={"kind": "src", "Language": "python", "\u00e9tape": "2"},
+            ),
+            event_id="evt_01EXAMPLE5",
+            run_id="run_01EXAMPLE",
+            sequence=9,
+            when=dt.datetime(2026, 1, 2, 3, 4, 5, 999999, tzinfo=dt.UTC),
+            prev_hash=_PREV,
+        ),
+    }
+
+
+def _event_vector(
+    description: str,
+    attributes: Any,
+    *,
+    event_id: str,
+    run_id: str,
+    sequence: int,
+    when: dt.datetime,
+    prev_hash: str,
+) -> dict[str, Any]:
+    """The vector of the event carrying ``attributes``, hashed by the runtime's own
+    functions; its ``canonical`` document is spelled out here, apart from the runtime's."""
+    from google.protobuf import json_format
+
+    from agentrt.runtime.v1 import event_pb2
+    from runtime_service import events
+
+    event = event_pb2.Event(
+        id=event_id,
+        run_id=run_id,
+        thread_id="thr_01EXAMPLE",
+        sequence=sequence,
+        event_type=_EVENT_TYPES[attributes.DESCRIPTOR.name],
+        prev_hash=prev_hash,
+    )
+    member = event_pb2.Event.DESCRIPTOR.oneofs_by_name["attributes"]
+    (field,) = [f for f in member.fields if f.message_type.name == attributes.DESCRIPTOR.name]
+    getattr(event, field.name).CopyFrom(attributes)
+    event.event_time.FromDatetime(when)
     attributes_json = json_format.MessageToDict(attributes, preserving_proto_field_name=True)
-    members = {
+    members: dict[str, Any] = {
         "event_id": event.id,
         "thread_id": event.thread_id,
         "run_id": event.run_id,
         "sequence": event.sequence,
         "event_type": events.event_type_name(attributes),
-        "event_time": events.format_time(resolve_time),
+        "event_time": events.format_time(when),
         "prev_hash": event.prev_hash,
     }
     event.hash = events.event_hash(attributes=attributes_json, **members)
@@ -441,19 +554,33 @@ def event_vector() -> dict[str, Any]:
         "thread_id": event.thread_id,
         "type": "agentrt.event.v1",
     }
-    vector = _vector(
-        "An event as a watcher receives it (the Event message in the proto3 JSON mapping, "
-        "proto field names), and the document its hash covers: event_type is the EventType "
-        "name without EVENT_TYPE_, lowercased, its first _ a dot (run.created); event_time "
-        "has exactly six fractional digits (the wire's .120Z is .120000Z); sequence is a "
-        "number (the wire's int64 is a string); the set attributes member is kept as it is; "
-        'empty members absent on the wire (prev_hash) are "" in the document.',
-        "event",
-        json_format.MessageToDict(event, preserving_proto_field_name=True),
-        document,
-    )
+    wire = json_format.MessageToDict(event, preserving_proto_field_name=True)
+    # A map prints in no fixed order: sorted here, the file comes out the same every time.
+    for map_field in attributes.DESCRIPTOR.fields:
+        if map_field.message_type is not None and map_field.message_type.GetOptions().map_entry:
+            printed = wire[field.name]
+            if map_field.name in printed:
+                printed[map_field.name] = dict(sorted(printed[map_field.name].items()))
+    vector = _vector(description, "event", wire, document)
     assert vector["digest"] == event.hash
     return vector
+
+
+def _event_types() -> dict[str, Any]:
+    """EventType value by attributes message name: RunCreatedAttributes is
+    EVENT_TYPE_RUN_CREATED, the member ``run_created_attributes``."""
+    from agentrt.runtime.v1 import enum_pb2, event_pb2
+
+    oneof = event_pb2.Event.DESCRIPTOR.oneofs_by_name["attributes"]
+    return {
+        f.message_type.name: enum_pb2.EventType.Value(
+            "EVENT_TYPE_" + f.name.removesuffix("_attributes").upper()
+        )
+        for f in oneof.fields
+    }
+
+
+_EVENT_TYPES = _event_types()
 
 
 if __name__ == "__main__":

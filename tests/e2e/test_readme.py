@@ -1,0 +1,134 @@
+"""The README's commands as a newcomer types them.
+
+The PostgreSQL section's two lines are run in the shape the README gives them (``createdb
+-h -p -U NAME``, checked to name the database of the URL on the next line; then ``make
+serve`` with that URL and the ``AGENTRT_LISTEN`` the README shows), on a database of the
+test's own: the database name, the port the server listens on, and where PostgreSQL answers
+(the suite's admin URL) are put in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import signal
+import subprocess
+import uuid
+from collections.abc import Iterator
+
+import grpc
+import pytest
+import sqlalchemy as sa
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from agentrt_base.db_engines import normalise_url
+from tests.conftest import drop_postgres_database
+from tests.e2e.cli_support import ROOT, serve_env, wait_ready
+from tests.support import free_port
+
+pytestmark = pytest.mark.e2e
+
+README = (ROOT / "README.md").read_text()
+
+
+def _section(title: str) -> str:
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", README, re.S | re.M)
+    assert match, f"README has no section {title!r}"
+    return match.group(1)
+
+
+def _shell_lines(section: str) -> list[str]:
+    blocks = re.findall(r"^```sh\n(.*?)^```", section, re.S | re.M)
+    return [line for block in blocks for line in block.splitlines() if not line.startswith("#")]
+
+
+def test_the_two_commands_are_the_newcomers_commands() -> None:
+    commands = [line.split("#")[0].strip() for line in _shell_lines(_section("Two commands"))]
+    assert commands == ["make serve", "make test"]
+
+
+@pytest.fixture
+def database_name(postgres_admin_url: str) -> Iterator[str]:
+    name = f"agentrt_readme_{uuid.uuid4().hex[:12]}"
+    yield name
+    drop_postgres_database(postgres_admin_url, name)
+
+
+@pytest.mark.postgres
+def test_the_postgresql_lines_serve_from_a_fresh_database(
+    postgres_admin_url: str, database_name: str
+) -> None:
+    createdb, serve = _shell_lines(_section("PostgreSQL"))
+    assignment, make = serve.split(" ", 1)
+    assert make == "make serve"
+    variable, readme_url = assignment.split("=", 1)
+    assert variable == "AGENTRT_DATABASE_URL"
+    url = sa.make_url(readme_url)
+    # The two lines name the same database.
+    assert shlex.split(createdb) == [
+        "createdb",
+        "-h",
+        str(url.host),
+        "-p",
+        str(url.port),
+        "-U",
+        str(url.username),
+        str(url.database),
+    ]
+    listen = re.search(r"`AGENTRT_LISTEN=(\S+) make serve`", _section("Two commands"))
+    assert listen, "the README says how to change the port"
+
+    admin = normalise_url(postgres_admin_url)
+    ours = url.set(
+        host=admin.host, port=admin.port or 5432, username=admin.username, database=database_name
+    )
+    env = serve_env()
+    for name in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL"):  # when run under `make test`
+        env.pop(name, None)
+    if admin.password:
+        env["PGPASSWORD"] = admin.password
+        ours = ours.set(password=admin.password)
+    created = subprocess.run(
+        [
+            "createdb",
+            "-h",
+            str(ours.host),
+            "-p",
+            str(ours.port),
+            "-U",
+            str(ours.username),
+            database_name,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert created.returncode == 0, created.stderr
+
+    port = free_port()
+    host = listen.group(1).rsplit(":", 1)[0]
+    env["AGENTRT_LISTEN"] = f"{host}:{port}"
+    env["AGENTRT_DATABASE_URL"] = ours.render_as_string(hide_password=False)
+    process = subprocess.Popen(
+        ["make", "serve"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # make and the server it starts are one group to stop
+    )
+    try:
+        wait_ready(process, timeout=120)
+        with grpc.insecure_channel(f"{host}:{port}") as channel:
+            response = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=10
+            )
+        assert response.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # gone already if it never got ready
+            os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
