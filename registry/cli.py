@@ -598,9 +598,15 @@ def _show(args: argparse.Namespace) -> int:
         ("agent", version.agent_id),
         ("label", version.version_label),
         ("digest", version.digest),
-        ("resolved", f"{resolution.requested_ref} ({how}) at {_time(resolution.resolve_time)}"),
+        (
+            "resolved",
+            f"{resolution.requested_ref} ({how}) at {timestamp_text(resolution.resolve_time)}",
+        ),
         ("tags", ", ".join(version.tags) or "-"),
-        ("published", f"{_time(version.publish.publish_time)} by {published_by(version.publish)}"),
+        (
+            "published",
+            f"{timestamp_text(version.publish.publish_time)} by {published_by(version.publish)}",
+        ),
         ("verified", verified_text(verified)),
         ("source", provenance.source_repo),
         ("commit", provenance.commit),
@@ -650,11 +656,14 @@ def _closure_extra(c: message_pb2.ResolvedComponent) -> str:
     return extra
 
 
-def _time(stamp: timestamp_pb2.Timestamp) -> str:
+def timestamp_text(stamp: timestamp_pb2.Timestamp, *, precise: bool = False) -> str:
+    """A timestamp as every command prints one: ISO 8601 UTC (``2026-12-02T07:01:02Z``, with
+    milliseconds when ``precise``); ``-`` when unset."""
     if not stamp.seconds and not stamp.nanos:
         return "-"
     moment = stamp.ToDatetime(tzinfo=dt.UTC)
-    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+    text = moment.isoformat(timespec="milliseconds" if precise else "seconds")
+    return text.replace("+00:00", "Z")
 
 
 def _tag(args: argparse.Namespace) -> int:
@@ -745,7 +754,7 @@ def _versions(args: argparse.Namespace) -> int:
         (
             v.version_label,
             v.digest,
-            _time(v.publish.publish_time),
+            timestamp_text(v.publish.publish_time),
             ",".join(v.tags) or "-",
             v.publish.principal or "-",
             "verified" if v.publish.verified_provenance.verified else "unverified",
@@ -808,6 +817,7 @@ def _history(args: argparse.Namespace) -> int:
             by += f" (says {json.dumps(e.actor_label)})"
         reason = f"  {json.dumps(e.reason)}" if e.reason else ""
         print(
-            f"{e.sequence:>4}  {_time(e.event_time)}  {kind:<6}  {e.tag}  {target}  by {by}{reason}"
+            f"{e.sequence:>4}  {timestamp_text(e.event_time)}  {kind:<6}  {e.tag}  {target}"
+            f"  by {by}{reason}"
         )
     return 0

@@ -9,7 +9,6 @@ not folded.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import sys
@@ -17,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TextIO
 
-from google.protobuf import json_format, timestamp_pb2
+from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from rich.console import Console
@@ -34,6 +33,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
+from registry.cli import timestamp_text
 from runtime_service.events import event_type_name
 
 __all__ = [
@@ -97,13 +97,8 @@ def enum_choices(enum: Any) -> list[str]:
     return [enum_label(enum, value) for value in enum.values() if value]
 
 
-def when(stamp: timestamp_pb2.Timestamp, *, precise: bool = False) -> str:
-    """A timestamp as ISO 8601 UTC (``2026-12-02T07:01:02Z``); ``-`` when unset."""
-    if not stamp.seconds and not stamp.nanos:
-        return "-"
-    moment = stamp.ToDatetime(tzinfo=dt.UTC)
-    text = moment.isoformat(timespec="milliseconds" if precise else "seconds")
-    return text.replace("+00:00", "Z")
+#: A timestamp as every command prints one (the registry commands' rule, shared).
+when = timestamp_text
 
 
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]]) -> Table:
