@@ -241,44 +241,39 @@ async def login_fix(attempt: Attempt) -> Result:
         if os.environ.get("AGENTRT_DEMO_HANG_AFTER_CHECKPOINT"):
             # Worker A of the demo: wait here to be killed (SIGKILL), after the checkpoint.
             await asyncio.Event().wait()
-    if "patch" not in state:
-        answer = await attempt.generate(_ask(attempt, "fix"))
-        state["patch"] = answer.tool_calls[0].arguments["patch"]
-    applied = await attempt.tool("apply_patch", {"patch": state["patch"]})
-    if applied.denied:
+    tests = await _patch_and_verify(attempt, "fix", "login-fix.patch")
+    if tests is None:
         return Result(summary="the patch was denied; nothing changed")
-    await attempt.artifact(
-        "login-fix.patch",
-        state["patch"].encode(),
-        step_id=applied.step.id,
-        media_type="text/x-diff",
-        labels={"kind": "diff"},
-    )
-    verified = await attempt.tool("run_tests", {})
-    await attempt.check("tests-pass", bool(verified.output["passed"]), verified.output["output"])
-    await attempt.check("diff-produced", True, "login-fix.patch")
     answer = await attempt.generate(_ask(attempt, "report"))
-    return Result(summary=answer.content, output={"tests": verified.output})
+    return Result(summary=answer.content, output={"tests": tests})
 
 
 async def _regression(attempt: Attempt) -> Result:
-    if "patch" not in attempt.state:
-        # Kept in the state, so the attempt that resumes after the approval does not ask the
-        # model again: the approval wait checkpoints it.
-        answer = await attempt.generate(_ask(attempt, "regression"))
-        attempt.state["patch"] = answer.tool_calls[0].arguments["patch"]
-    patch = attempt.state["patch"]
+    tests = await _patch_and_verify(attempt, "regression", "legacy-token-test.patch")
+    if tests is None:
+        return Result(summary="the regression test was denied")
+    return Result(summary="added a legacy-token regression test", output={"tests": tests})
+
+
+async def _patch_and_verify(attempt: Attempt, phase: str, artifact: str) -> dict[str, Any] | None:
+    """Ask the model for a patch, apply it (the permission policy asks a human first), keep it
+    as an artifact, run the suite and attest the completion checks: the suite's result, or
+    None when the approver denied the patch. After the approval the next attempt replays this
+    from the last checkpoint: the model's answer and the decision come back as recorded."""
+    answer = await attempt.generate(_ask(attempt, phase))
+    patch = str(answer.tool_calls[0].arguments["patch"])
     applied = await attempt.tool("apply_patch", {"patch": patch})
     if applied.denied:
-        return Result(summary="the regression test was denied")
+        return None
     await attempt.artifact(
-        "legacy-token-test.patch",
+        artifact,
         patch.encode(),
         step_id=applied.step.id,
         media_type="text/x-diff",
         labels={"kind": "diff"},
     )
     verified = await attempt.tool("run_tests", {})
-    await attempt.check("tests-pass", bool(verified.output["passed"]), verified.output["output"])
-    await attempt.check("diff-produced", True, "legacy-token-test.patch")
-    return Result(summary="added a legacy-token regression test", output={"tests": verified.output})
+    output: dict[str, Any] = verified.output
+    await attempt.check("tests-pass", bool(output["passed"]), output["output"])
+    await attempt.check("diff-produced", True, artifact)
+    return output

@@ -222,24 +222,6 @@ async def play(target: str | None, database_url: str | None, workdir: Path) -> d
             )
             mark("published, run created")
 
-            def worker(name: str, *extra: str, env: dict[str, str] | None = None) -> Any:
-                log = workdir / f"{name}.log"
-                child = processes.start(
-                    _python(
-                        "agentrt_sdk.demo.worker_main",
-                        "--target",
-                        target,
-                        "--worker-id",
-                        name,
-                        "--workspace",
-                        str(workspace),
-                        *extra,
-                    ),
-                    log,
-                    env,
-                )
-                return child, log
-
             checkpoint = await _until_event(
                 client, run.id, 0, {enum_pb2.EVENT_TYPE_CHECKPOINT_WRITTEN}, 30
             )
