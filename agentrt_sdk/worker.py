@@ -178,13 +178,11 @@ class Worker:
         )
         label = f"run {acquired.run.id} attempt {acquired.attempt.number}"
         logic: asyncio.Task[Any] | None = None
-        stopping = asyncio.Event()
 
         def stop(why: str) -> None:
             if not attempt.stop_reason:
                 attempt.stop_reason = why
                 _log.info("%s: %s", label, why)
-            stopping.set()
             if logic is not None:
                 logic.cancel()
 
