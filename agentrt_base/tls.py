@@ -188,12 +188,17 @@ def open_channel(
     """A channel to ``target``: TLS (and a client certificate) when configured."""
     if tls is None:
         return grpc.insecure_channel(target, options=list(options))
-    credentials = grpc.ssl_channel_credentials(
+    return grpc.secure_channel(target, channel_credentials(tls), options=list(options))
+
+
+def channel_credentials(tls: ClientTls) -> grpc.ChannelCredentials:
+    """The credentials of a TLS client channel: the server's CA, and a client certificate
+    when one is configured (for the blocking channels here and the SDK's asyncio ones)."""
+    return grpc.ssl_channel_credentials(
         root_certificates=Path(tls.ca_file).read_bytes(),
         private_key=Path(tls.key_file).read_bytes() if tls.key_file else None,
         certificate_chain=Path(tls.cert_file).read_bytes() if tls.cert_file else None,
     )
-    return grpc.secure_channel(target, credentials, options=list(options))
 
 
 def is_loopback(listen: str) -> bool:

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from google.protobuf.message import Message
+
 from agentrt.audit.v1 import audit_service_pb2 as apb
 from agentrt.audit.v1 import message_pb2 as amsg
 from agentrt_sdk.paging import collect
 from agentrt_sdk.transport import Connection
+
+
+def _set_one(request: Message, **fields: str) -> None:
+    """Set the one field of ``request``'s oneof that the caller named (ValueError unless
+    exactly one is non-empty: the server would refuse it INVALID_ARGUMENT anyway)."""
+    named = [(name, value) for name, value in fields.items() if value]
+    if len(named) != 1:
+        raise ValueError(f"{type(request).__name__}: give exactly one of {', '.join(fields)}")
+    setattr(request, *named[0])
 
 
 class Audit:
@@ -25,16 +36,13 @@ class Audit:
     ) -> apb.GetProvenanceResponse:
         """The provenance of exactly one of a run, step, artifact or blob."""
         request = apb.GetProvenanceRequest(max_steps=max_steps)
-        given = {
-            "run_id": run_id,
-            "step_id": step_id,
-            "artifact_id": artifact_id,
-            "blob_digest": blob_digest,
-        }
-        named = [(k, v) for k, v in given.items() if v]
-        if len(named) != 1:
-            raise ValueError("provenance: name exactly one of run_id, step_id, artifact_id, blob")
-        setattr(request, named[0][0], named[0][1])
+        _set_one(
+            request,
+            run_id=run_id,
+            step_id=step_id,
+            artifact_id=artifact_id,
+            blob_digest=blob_digest,
+        )
         return await self._c.unary("audit", "GetProvenance", request, apb.GetProvenanceResponse)
 
     async def find_usages(
@@ -47,16 +55,13 @@ class Audit:
         limit: int | None = None,
     ) -> list[amsg.UsageRecord]:
         request = apb.FindUsagesRequest()
-        given = {
-            "component_ref": component_ref,
-            "tool_schema_digest": tool_schema_digest,
-            "agent_digest": agent_digest,
-            "model_id": model_id,
-        }
-        named = [(k, v) for k, v in given.items() if v]
-        if len(named) != 1:
-            raise ValueError("find_usages: name exactly one query")
-        setattr(request, named[0][0], named[0][1])
+        _set_one(
+            request,
+            component_ref=component_ref,
+            tool_schema_digest=tool_schema_digest,
+            agent_digest=agent_digest,
+            model_id=model_id,
+        )
         return await collect(self._c, "audit", "FindUsages", request, "usages", limit)
 
     async def verify(self, run_id: str) -> apb.VerifyRunResponse:

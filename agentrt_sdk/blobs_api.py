@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
-
 from agentrt.runtime.v1 import message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt_sdk.transport import Connection
+from registry.canonical import digest_bytes
 
 #: The largest chunk the server takes (runtime_service.proto, PutBlob).
 CHUNK = 1 << 20
 
 
-def blob_digest(content: bytes) -> str:
-    """The digest the server gives ``content``."""
-    return "sha256:" + hashlib.sha256(content).hexdigest()
+#: The digest the server gives ``content`` (the project's one digest function).
+blob_digest = digest_bytes
 
 
 class Blobs:

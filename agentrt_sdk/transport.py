@@ -26,7 +26,6 @@ import random
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import grpc
@@ -37,7 +36,7 @@ from agentrt.audit.v1 import audit_service_pb2_grpc
 from agentrt.registry.v1 import registry_service_pb2_grpc
 from agentrt.runtime.v1 import runtime_service_pb2_grpc, worker_service_pb2_grpc
 from agentrt_base.settings import resolve_target
-from agentrt_base.tls import ENV_TOKEN, ClientTls
+from agentrt_base.tls import ENV_TOKEN, ClientTls, channel_credentials
 from agentrt_sdk import errors
 
 __all__ = ["Connection", "RetryPolicy"]
@@ -150,12 +149,9 @@ class Connection:
         if tls is None:
             self.channel = grpc.aio.insecure_channel(self.target, options=list(options))
         else:
-            credentials = grpc.ssl_channel_credentials(
-                root_certificates=Path(tls.ca_file).read_bytes(),
-                private_key=Path(tls.key_file).read_bytes() if tls.key_file else None,
-                certificate_chain=Path(tls.cert_file).read_bytes() if tls.cert_file else None,
+            self.channel = grpc.aio.secure_channel(
+                self.target, channel_credentials(tls), options=list(options)
             )
-            self.channel = grpc.aio.secure_channel(self.target, credentials, options=list(options))
         self._stubs = {name: make(self.channel) for name, make in _SERVICES.items()}
 
     async def close(self) -> None:

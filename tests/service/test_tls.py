@@ -20,6 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentrt_base.settings import ServerSettings
 from agentrt_base.tls import ClientTls, ServerTls, is_loopback, open_channel
+from agentrt_sdk import AgentrtClient, RetryPolicy, UnavailableError
 from runtime_service.cli.main import main as agentrt
 from runtime_service.server import AgentrtServer, StartupError
 from tests.certs import Authority
@@ -110,6 +111,16 @@ def test_mtls_requires_a_client_certificate_of_its_ca(files: Files, sqlite_url: 
             == 0
         )
         assert agentrt(command) != 0
+        # The SDK's asyncio channel, with the same credentials.
+        assert asyncio.run(_sdk_threads(address, known)) == []
+        with pytest.raises(UnavailableError):
+            asyncio.run(_sdk_threads(address, ClientTls(ca_file)))
+
+
+async def _sdk_threads(address: str, tls: ClientTls) -> list[Any]:
+    fast = RetryPolicy(attempts=1)
+    async with AgentrtClient(address, tls=tls, retry=fast, timeout=5) as client:
+        return await client.threads.list()
 
 
 def test_renewed_certificate_files_are_used_without_a_restart(
