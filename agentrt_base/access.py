@@ -142,6 +142,23 @@ class Field:
 
 
 @dataclass(frozen=True)
+class Link:
+    """Another id the request names, which the handler looks up and links to or acts on
+    besides the main resource (a run's parent, the step an approval resolves): the caller
+    needs ``permission`` on what it names, decided as if it were a main resource (issue 25:
+    without this a team-b client linked its run to a team-a run, and the link went into the
+    run and its hash-chained event)."""
+
+    permission: str
+    field: Field
+
+
+#: What a linked run, step or attempt needs: reading it. A link reveals, in the caller's own
+#: ledger, that the thing exists and whose it is; that is what runs.read grants.
+LINK_PERMISSION = "runs.read"
+
+
+@dataclass(frozen=True)
 class Rule:
     permission: str
     #: The fields that name the resource, tried in order; the first one set is the resource.
@@ -150,6 +167,10 @@ class Rule:
     #: The answer lists resources, filtered to the caller's :class:`Visibility` along these
     #: dimensions (empty: not a list).
     lists: frozenset[Dimension] = frozenset()
+    #: Every other id the request names that the handler looks up: each one set must pass
+    #: :func:`decide` too (ids the handler only filters by, within the main resource, need
+    #: none; docs/security.md lists every id field and how it is checked).
+    links: tuple[Link, ...] = ()
 
 
 _NS = frozenset({Dimension.NAMESPACE})
@@ -157,9 +178,17 @@ _NS_SCOPE = frozenset({Dimension.NAMESPACE, Dimension.SCOPE})
 
 
 def _r(
-    permission: str, *fields: tuple[Kind, str], lists: frozenset[Dimension] = frozenset()
+    permission: str,
+    *fields: tuple[Kind, str],
+    lists: frozenset[Dimension] = frozenset(),
+    links: tuple[tuple[Kind, str], ...] = (),
 ) -> Rule:
-    return Rule(permission, tuple(Field(k, p) for k, p in fields), lists)
+    return Rule(
+        permission,
+        tuple(Field(k, p) for k, p in fields),
+        lists,
+        tuple(Link(LINK_PERMISSION, Field(k, p)) for k, p in links),
+    )
 
 
 _REG = "/agentrt.registry.v1.RegistryService/"
@@ -186,10 +215,16 @@ RULES: Mapping[str, Rule] = {
     _RUN + "CreateThread": _r("threads.create", (Kind.NAMESPACE, "namespace")),
     _RUN + "GetThread": _r("threads.read", (Kind.THREAD, "thread_id")),
     _RUN + "ListThreads": _r("threads.read", (Kind.NAMESPACE, "namespace"), lists=_NS),
-    _RUN + "AppendMessage": _r("messages.append", (Kind.THREAD, "thread_id")),
+    _RUN + "AppendMessage": _r(
+        "messages.append", (Kind.THREAD, "thread_id"), links=((Kind.RUN, "run_id"),)
+    ),
     _RUN + "ListMessages": _r("threads.read", (Kind.THREAD, "thread_id")),
     _RUN + "WatchThread": _r("threads.read", (Kind.THREAD, "thread_id")),
-    _RUN + "CreateRun": _r("runs.create", (Kind.THREAD, "thread_id")),
+    _RUN + "CreateRun": _r(
+        "runs.create",
+        (Kind.THREAD, "thread_id"),
+        links=((Kind.RUN, "parent_run_id"), (Kind.RUN, "derived_from_run_id")),
+    ),
     _RUN + "GetRun": _r("runs.read", (Kind.RUN, "run_id")),
     _RUN + "ListRuns": _r(
         "runs.read", (Kind.THREAD, "thread_id"), (Kind.NAMESPACE, "namespace"), lists=_NS_SCOPE
@@ -204,7 +239,9 @@ RULES: Mapping[str, Rule] = {
     _RUN + "ResumeRun": _r("runs.control", (Kind.RUN, "run_id")),
     _RUN + "AmendRun": _r("runs.control", (Kind.RUN, "run_id")),
     _RUN + "SendInput": _r("runs.control", (Kind.RUN, "run_id")),
-    _RUN + "ResolveApproval": _r("approvals.resolve", (Kind.RUN, "run_id")),
+    _RUN + "ResolveApproval": _r(
+        "approvals.resolve", (Kind.RUN, "run_id"), links=((Kind.STEP, "step_id"),)
+    ),
     _RUN + "PutBlob": _r("blobs.write", (Kind.NAMESPACE, "header.namespace")),
     _RUN + "GetBlob": _r("blobs.read", (Kind.NAMESPACE, "namespace")),
     _WRK + "AcquireRun": _r("work.acquire", lists=_NS_SCOPE),
@@ -363,8 +400,25 @@ class Authorizer:
         why = decide(principal, rule, resource)
         if why is not None:
             raise _denied(principal, rule.permission, why, resource)
+        for link in rule.links:
+            await self._check_link(principal, link, request)
         if rule.lists:
             VISIBLE.set(visibility(principal, rule.permission))
+
+    async def _check_link(self, principal: Principal, link: Link, request: Any) -> None:
+        value = field_value(request, link.field.path)
+        if not value:
+            return
+        # No such thing: the handler answers NOT_FOUND, as it does for anyone (and as naming
+        # it as the main resource would).
+        linked = await self._lookup(link.field.kind, value)
+        if linked is None:
+            return
+        why = decide(principal, Rule(link.permission), linked)
+        if why is not None:
+            error = _denied(principal, link.permission, why, linked)
+            error.metadata["field"] = link.field.path
+            raise error
 
     async def _resource(self, rule: Rule, request: Any) -> Resource | None:
         for f in rule.fields:

@@ -30,7 +30,7 @@ from runtime_service.fence import FenceClaim, new_lease_token, token_holds
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime
-from runtime_service.store import attempts, leases, run_requests, transitions
+from runtime_service.store import attempts, blobs, leases, run_requests, transitions
 from runtime_service.store import completion as completion_store
 from runtime_service.store.fencing import fenced
 from runtime_service.store.ledger import CheckpointRow
@@ -244,6 +244,11 @@ class LeasesService:
                 ):
                     return run, attempt
             run, attempt = fenced(session, fence)
+            if output_ref:
+                # Fix (issue 25): the result was stored unchecked, so a worker could make a
+                # run's output (and its hash-chained run.ended) a blob only another namespace
+                # holds, or no blob at all. The same rule as every other blob reference.
+                blobs.require(session, run.namespace, output_ref, "output_ref")
             now = utcnow()
             checks: list[CheckResult] = []
             if outcome == "SUCCEEDED_COMPLETE_RUN":

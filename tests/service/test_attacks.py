@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -475,6 +476,79 @@ def test_a_stranger_cannot_create_in_another_namespace(world: World) -> None:
     assert [t.id for t in everything] == [run.thread_id]
 
 
+# -- every id a request names is authorised (issue 25) --------------------------------------
+
+
+def linked(permission: str, call: Callable[..., Any], request: Any, field: str) -> None:
+    """``call`` is refused as naming the linked ``field``'s run or step as the main resource
+    would be: PERMISSION_DENIED OUTSIDE_SCOPE, the metadata naming the field."""
+    details = expect(DENIED, call, request, timeout=T, reason="OUTSIDE_SCOPE")
+    info = details["ErrorInfo"]
+    assert (info.metadata["permission"], info.metadata["field"]) == (permission, field), info
+
+
+def test_a_run_links_to_no_run_of_another_namespace(world: World) -> None:
+    """Team-b's client named a team-a run as its run's parent (or origin): the link went into
+    the run and its hash-chained run.created event, and told team-b the run exists."""
+    w = world
+    theirs = a_run(w)
+    before = mark(w, theirs.id)
+    b = w["b-client"]
+    thread = b.thread(namespace=B)
+    goal = message_pb2.Goal(objective="adopt their run")
+    for field in ("parent_run_id", "derived_from_run_id"):
+        request = pb.CreateRunRequest(
+            thread_id=thread.id, agent_ref="coding_agent:prod", goal=goal, **{field: theirs.id}
+        )
+        linked("runs.read", b.runtime.CreateRun, request, field)
+        # A run nobody has is answered as before: NOT_FOUND naming the field.
+        setattr(request, field, "run_nobodys")
+        details = expect(grpc.StatusCode.NOT_FOUND, b.runtime.CreateRun, request, timeout=T)
+        assert details["ErrorInfo"].metadata["field"] == field
+    # Nothing was created: no run in team-b's thread, team-a's run untouched.
+    listed = w["admin"].runtime.ListRuns(pb.ListRunsRequest(thread_id=thread.id), timeout=T)
+    assert not listed.runs
+    assert mark(w, theirs.id) == before
+    # Team-b links its own runs; team-a its own.
+    own = b.run(thread.id)
+    child = b.run(thread.id, parent_run_id=own.id, derived_from_run_id=own.id)
+    assert (child.parent_run_id, child.derived_from_run_id) == (own.id, own.id)
+    assert a_run(w, parent_run_id=theirs.id).parent_run_id == theirs.id
+
+
+def test_a_message_or_an_approval_names_nothing_of_another_namespace(world: World) -> None:
+    """AppendMessage's run_id and ResolveApproval's step_id are checked as the main resource
+    is: another namespace's run or step is PERMISSION_DENIED (it was INVALID_ARGUMENT, which
+    told a stranger it exists, where naming it as the resource said only "not yours")."""
+    w = world
+    worker = a_attempt(w)
+    asked = worker.tool("apply_patch", "patch-1", patch="--- a\n+++ b\n").step
+    worker.finish(E.ATTEMPT_OUTCOME_WAITING_APPROVAL)
+    theirs = mark(w, worker.run_id)
+    thread = w["b-client"].thread(namespace=B)
+    b_run = w["b-client"].run(thread.id)
+    ours = mark(w, b_run.id)
+    append = pb.AppendMessageRequest(
+        thread_id=thread.id, role=E.MESSAGE_ROLE_USER, content="hi", run_id=worker.run_id
+    )
+    linked("runs.read", w["b-client"].runtime.AppendMessage, append, "run_id")
+    resolve = pb.ResolveApprovalRequest(
+        run_id=b_run.id, step_id=asked.id, decision=E.APPROVAL_DECISION_APPROVE
+    )
+    linked("runs.read", w["b-approver"].runtime.ResolveApproval, resolve, "step_id")
+    # Nothing changed on either side: no message, no approval, no event.
+    messages = w["admin"].runtime.ListMessages(
+        pb.ListMessagesRequest(thread_id=thread.id), timeout=T
+    )
+    assert not messages.messages
+    assert (mark(w, worker.run_id), mark(w, b_run.id)) == (theirs, ours)
+    assert get_step(w["a-client"], asked.id).status == E.STEP_STATUS_WAITING_APPROVAL
+    # Within team-b, a run of another thread is still the caller's mistake, not a secret.
+    other = w["b-client"].run(w["b-client"].thread(namespace=B).id)
+    append.run_id = other.id
+    expect(grpc.StatusCode.INVALID_ARGUMENT, w["b-client"].runtime.AppendMessage, append)
+
+
 # -- the public fence -----------------------------------------------------------------------
 
 
@@ -619,10 +693,14 @@ def test_a_blob_only_another_namespace_holds_cannot_be_referenced(world: World) 
             ),
         }
 
+    def finish(digest: str) -> Any:
+        # Fix (issue 25): FinishAttempt stored its output_ref unchecked, as the run's output.
+        return worker.finish(E.ATTEMPT_OUTCOME_FAILED_PERMANENT, output_ref=digest)
+
     before = mark(w, run.id)
     precondition = grpc.StatusCode.FAILED_PRECONDITION
     for digest in (theirs, nobodys):  # answered alike: missing
-        for field, call in references(digest).items():
+        for field, call in [*references(digest).items(), ("output_ref", partial(finish, digest))]:
             details = expect(precondition, call, reason="BLOB_MISSING")
             assert details["ErrorInfo"].metadata["field"] == field, details
         trace = apb.GetProvenanceRequest(blob_digest=digest)
@@ -634,6 +712,7 @@ def test_a_blob_only_another_namespace_holds_cannot_be_referenced(world: World) 
     assert put_blob(w["b-worker"], b"team-a's contract", B).created
     for call in references(theirs).values():
         call()
+    assert finish(theirs).attempt.output_ref == theirs
     traced = w.audit("b-auditor").GetProvenance(
         apb.GetProvenanceRequest(blob_digest=theirs), timeout=T
     )
