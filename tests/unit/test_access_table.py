@@ -3,6 +3,7 @@ docs carry exactly it, and its pieces agree with each other."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -14,7 +15,9 @@ from agentrt.audit.v1 import audit_service_pb2
 from agentrt.registry.v1 import registry_service_pb2
 from agentrt.runtime.v1 import runtime_service_pb2, worker_service_pb2
 from agentrt_base.access import (
+    LINK_PERMISSION,
     RULES,
+    Authorizer,
     Kind,
     Resource,
     Rule,
@@ -26,8 +29,8 @@ from agentrt_base.access import (
     scope_matches,
     visibility,
 )
-from agentrt_base.auth import Principal
-from agentrt_base.errors import InvalidArgument
+from agentrt_base.auth import CALLER, Principal
+from agentrt_base.errors import InvalidArgument, PermissionDenied
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 _MODULES = (registry_service_pb2, runtime_service_pb2, worker_service_pb2, audit_service_pb2)
@@ -49,6 +52,10 @@ def test_every_rpc_has_exactly_one_rule_and_every_field_it_names_exists() -> Non
         request = methods[name].input_type._concrete_class()  # type: ignore[attr-defined]
         for f in rule.fields:
             assert isinstance(field_value(request, f.path), str), (name, f.path)
+        for link in rule.links:
+            assert isinstance(field_value(request, link.field.path), str), (name, link)
+            # A link is looked up: only ids have a lookup (a namespace or a name is no link).
+            assert link.field.kind not in (Kind.NAMESPACE, Kind.NAME), (name, link)
 
 
 def test_the_docs_carry_the_table_the_server_enforces() -> None:
@@ -136,3 +143,40 @@ def test_visibility_is_the_union_of_the_granting_roles() -> None:
 def test_kinds_with_a_lookup_are_the_ones_the_table_uses() -> None:
     used = {f.kind for rule in RULES.values() for f in rule.fields}
     assert used == set(Kind)
+
+
+_CREATE_RUN = "/agentrt.runtime.v1.RuntimeService/CreateRun"
+
+
+def test_every_id_a_request_links_to_is_decided_like_the_resource() -> None:
+    """Issue 25: CreateRun's parent_run_id and derived_from_run_id need runs.read on the run
+    they name, decided by decide(); an id nobody has is left to the handler (NOT_FOUND)."""
+    known = {
+        (Kind.THREAD, "thr_b"): Resource("team-b"),
+        (Kind.RUN, "run_b"): Resource("team-b", "coding_agent"),
+        (Kind.RUN, "run_a"): Resource("team-a", "coding_agent"),
+    }
+
+    async def lookup(kind: Kind, id_: str) -> Resource | None:
+        return known.get((kind, id_))
+
+    authorizer = Authorizer(lookup)
+
+    def authorize(**fields: str) -> None:
+        request = runtime_service_pb2.CreateRunRequest(thread_id="thr_b", **fields)
+        asyncio.run(authorizer.authorize(_CREATE_RUN, request))
+
+    token = CALLER.set(Principal("b", ("client",), (), ("team-b",)))
+    try:
+        authorize()
+        for field in ("parent_run_id", "derived_from_run_id"):
+            authorize(**{field: "run_b"})
+            authorize(**{field: "run_x"})
+            with pytest.raises(PermissionDenied) as refused:
+                authorize(**{field: "run_a"})
+            assert refused.value.reason == "OUTSIDE_SCOPE"
+            assert refused.value.metadata["field"] == field
+            assert refused.value.metadata["permission"] == LINK_PERMISSION
+            assert refused.value.metadata["namespace"] == "team-a"
+    finally:
+        CALLER.reset(token)
