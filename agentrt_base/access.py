@@ -2,7 +2,9 @@
 
 Every RPC of every agentrt service has one :class:`Rule` in :data:`RULES`: the permission it
 needs and how to find, from the request, the resource it touches (a namespace, or a registry
-name, directly or through a thread, run, step, artifact or attempt). Roles grant permissions
+name, directly or through a thread, run, step, artifact or attempt), and every other id the
+request names that the handler looks up (``Rule.links``: a run's parent, the step an approval
+resolves), each decided the same way (issue 25). Roles grant permissions
 (:data:`ROLE_PERMISSIONS`) and are limited along dimensions (:data:`ROLE_LIMITS`): a
 ``client`` only in its namespaces, a ``publisher`` only for its agent scopes (patterns over
 agent ids and component names), a ``worker`` along both. A call is allowed when one of the
