@@ -248,6 +248,26 @@ class AuthConfig:
             raise ValueError(f"auth config {path}: unknown table(s) {sorted(unknown)}")
         return cls(by_hash, by_san, issuers, mappings, policies)
 
+    def role_grants(self) -> list[tuple[str, ...]]:
+        """The roles each way in grants: every token, certificate and OIDC rule."""
+        fixed = [p.roles for p in [*self.by_token_hash.values(), *self.by_san.values()]]
+        return fixed + [rule.roles for m in self.mappings.values() for rule in m.rules]
+
+
+def reload_refusal(in_use: AuthConfig | None, new: AuthConfig) -> str | None:
+    """Why a reload to ``new`` must be refused, or None. A reload may not lock the operator
+    out of a running server: a file that admits nobody (no token, certificate or OIDC rule —
+    an emptied or truncated file, say) is refused, and so is one without an ``admin`` when
+    the file in use has one. The first start takes any file that loads: there is nothing yet
+    to lock out, and the operator chose it."""
+    grants = new.role_grants()
+    if not grants:
+        return "it admits nobody (no token, certificate or OIDC rule)"
+    had_admin = in_use is not None and any("admin" in r for r in in_use.role_grants())
+    if had_admin and not any("admin" in roles for roles in grants):
+        return "no principal in it has the admin role, and the file in use has one"
+    return None
+
 
 def _text(entry: Any, key: str, where: str) -> str:
     value = entry.get(key) if isinstance(entry, dict) else None
@@ -378,6 +398,10 @@ def _tag_policy(entry: Any, where: str) -> TagPolicy:
     tags = _list(entry, "tags", where)
     if not tags:
         raise ValueError(f"{where}: tags is required (tag name patterns)")
+    if any(p != p.lower() for p in tags):
+        # Tags are set in lower case (registry.refs.is_settable_tag): a pattern with a
+        # capital would match no tag a caller can set, and so protect nothing.
+        raise ValueError(f"{where}: tag patterns are lower case, as tags are")
     return TagPolicy(
         _text(entry, "name", where),
         tags,
@@ -437,6 +461,10 @@ class Authenticator:
             log.error("%s; keeping the configuration in use", exc)
             return False
         previous = self._config
+        refusal = reload_refusal(previous, config)
+        if refusal is not None:
+            log.error("auth config %s not taken: %s; keeping the one in use", self.path, refusal)
+            return False
         if previous is not None:
             # An issuer whose JWKS URL did not change keeps the keys already fetched.
             for name, issuer in config.issuers.items():
@@ -459,8 +487,13 @@ class Authenticator:
             claims = await oidc.verify(token, config.issuers)
             CALLER.set(config.mappings[claims["iss"]].principal_for(claims))
             return
-        principal = config.by_token_hash.get(token_hash(token)) if token is not None else None
-        if principal is None:
+        if token is not None:
+            # A credential presented is the credential judged: an unknown token is refused
+            # even on a connection whose client certificate would be admitted.
+            principal = config.by_token_hash.get(token_hash(token))
+            if principal is None:
+                raise oidc.refuse("unknown_token", "not a token this server knows")
+        else:
             principal = _from_certificate(config, auth_context)
         if principal is None:
             raise Unauthenticated(
@@ -471,14 +504,27 @@ class Authenticator:
         CALLER.set(principal)
 
 
+#: RFC 6750's b64token: what a bearer token may be (API tokens and JWTs are within it).
+_B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+
+
 def _bearer(metadata: Iterable[tuple[str, Any]]) -> str | None:
-    """The token of ``authorization: Bearer <token>``, if the call sends one."""
-    for key, value in metadata:
-        if key == "authorization" and isinstance(value, str):
-            scheme, _, token = value.partition(" ")
-            if scheme.lower() == "bearer" and token.strip():
-                return token.strip()
-    return None
+    """The token of ``authorization: Bearer <token>``, None when the call sends no
+    ``authorization``; UNAUTHENTICATED (cause ``malformed``) for any other value — another
+    scheme, bytes that are not text, whitespace or control characters around or in the token,
+    several values. Malformed credentials are refused, never repaired, and never echoed."""
+    values = [value for key, value in metadata if key == "authorization"]
+    if not values:
+        return None
+    if len(values) > 1:
+        raise oidc.refuse("malformed", "more than one authorization header")
+    value = values[0]
+    scheme, _, token = value.partition(" ") if isinstance(value, str) else ("", "", "")
+    if scheme.lower() != "bearer" or not _B64TOKEN.fullmatch(token):
+        raise oidc.refuse(
+            "malformed", "the authorization header is not `Bearer <token>` (RFC 6750 b64token)"
+        )
+    return token
 
 
 def _from_certificate(config: AuthConfig, auth_context: Any) -> Principal | None:

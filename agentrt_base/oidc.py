@@ -52,6 +52,8 @@ ASYMMETRIC_ALGORITHMS = (
 DEFAULT_ALGORITHMS = ("RS256", "ES256")
 #: Claims every accepted token carries.
 REQUIRED_CLAIMS = ("iss", "sub", "aud", "exp", "iat")
+#: The claims RFC 7519 defines as NumericDate.
+_NUMERIC_DATES = ("exp", "nbf", "iat")
 #: Bounds on a JWKS document (an issuer publishes a handful of keys).
 MAX_JWKS_BYTES = 1 << 20
 FETCH_TIMEOUT_SECONDS = 5.0
@@ -263,6 +265,12 @@ async def verify(token: str, issuers: Mapping[str, OidcIssuer]) -> dict[str, str
         unverified = jwt.decode(token, options={"verify_signature": False})
     except jwt.PyJWTError:
         raise refuse("malformed", "not a well-formed JWT") from None
+    for name in _NUMERIC_DATES:
+        value = unverified.get(name)
+        # RFC 7519 §2: a NumericDate is a JSON number. PyJWT would accept "9999999999" (it
+        # calls int() on it); a token that is not what the RFC says is refused, not repaired.
+        if name in unverified and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise refuse("malformed", f"claim {name!r} is not a NumericDate (a JSON number)")
     claimed_issuer = unverified.get("iss")
     issuer = issuers.get(claimed_issuer) if isinstance(claimed_issuer, str) else None
     if issuer is None:

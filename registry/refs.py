@@ -48,6 +48,7 @@ __all__ = [
     "is_digest",
     "is_int_version",
     "is_semver",
+    "is_settable_tag",
     "is_valid_label",
     "is_valid_name",
     "is_valid_tag",
@@ -127,6 +128,14 @@ def _looks_like_digest(s: str) -> bool:
 def is_valid_tag(s: str) -> bool:
     """Return whether ``s`` is a valid tag (OCI tag grammar, and not 64 hex digits)."""
     return TAG_RE.match(s) is not None and not _looks_like_digest(s)
+
+
+def is_settable_tag(s: str) -> bool:
+    """Return whether a caller may set ``s`` as a tag: a valid tag in lower case. Tags are
+    compared exactly, so ``PROD`` beside ``prod`` would be a second tag a reader cannot tell
+    apart, and one a tag policy on ``prod`` would not cover (issue 25). Tags that older
+    servers stored with capitals still resolve, and can be deleted."""
+    return is_valid_tag(s) and s == s.lower()
 
 
 def is_valid_label(s: str) -> bool:

@@ -734,6 +734,12 @@ class RegistryService:
         """Point ``agent_id:tag_name`` at ``digest`` if the expectation holds; record the move."""
         problems = ViolationCollector()
         self._check_tag_request(agent_id, tag_name, actor, reason, provenance, problems)
+        if refs.is_valid_tag(tag_name) and not refs.is_settable_tag(tag_name):
+            problems.add(
+                "tag",
+                f"{tag_name!r}: tags are set in lower case ({tag_name.lower()!r}), so no two"
+                " tags differ only in case and a tag policy covers every spelling",
+            )
         _digest_field(digest, "digest", problems)
         if expected_digest is not None:
             _digest_field(expected_digest, "expected_digest", problems)

@@ -117,8 +117,22 @@ def _exposure(settings: ServerSettings, tokens: bool) -> tuple[int, str]:
     listen, tls = settings.listen, settings.tls
     mtls = tls is not None and tls.client_ca_file is not None
     transport = "mTLS" if mtls else "TLS" if tls is not None else "plaintext"
-    if mtls or tokens:
+    if mtls or (tokens and (tls is not None or is_loopback(listen))):
         return logging.INFO, f"listening on {listen} ({transport}; callers are authenticated)"
+    if tokens:
+        # Bearer tokens over plaintext beyond loopback can be read (and replayed) by anyone on
+        # the path: authenticated, but not safely. Refused like an unauthenticated address.
+        if settings.insecure:
+            return (
+                logging.WARNING,
+                f"listening on {listen} (plaintext) with --insecure: bearer tokens cross the"
+                " network in clear, readable by anyone on the path",
+            )
+        raise StartupError(
+            f"refusing to listen on {listen} in plaintext: bearer tokens would cross the network"
+            " in clear (configure TLS with --tls-cert and --tls-key, listen on 127.0.0.1, or"
+            " accept the risk with --insecure)"
+        )
     if is_loopback(listen):
         return (
             logging.INFO,

@@ -259,8 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--insecure",
         action="store_true",
-        help="listen on an address other machines can reach without authenticating callers"
-        f" (env {ENV_INSECURE}=1); refused otherwise",
+        help="listen on an address other machines can reach without authenticating callers,"
+        f" or with bearer tokens over plaintext (env {ENV_INSECURE}=1); refused otherwise",
     )
     serve.set_defaults(handler=_cmd_serve)
 

@@ -118,6 +118,10 @@ def test_a_known_client_certificate_is_a_principal(tmp_path: Path, sqlite_url: s
         as_known = ClientTls(ca_file, write("k.pem", known.cert), write("k.key", known.key))
         with open_channel(address, as_known) as channel:
             _list_threads(channel, None)
+            # A credential presented is judged, not ignored beside an admitted certificate
+            # (issue 25): an unknown or malformed bearer token refuses the call.
+            _refused(channel, "agentrt_guessed")
+            _refused(channel, "agentrt_guessed ")
         as_unknown = ClientTls(ca_file, write("u.pem", unknown.cert), write("u.key", unknown.key))
         with open_channel(address, as_unknown) as channel:
             _refused(channel, None)

@@ -1,0 +1,222 @@
+"""What an outside attack run found in authentication (issue 25, items 3-5 in part), each
+refused now: a malformed or unknown bearer token beside an admitted client certificate, a
+JWT whose dates are not numbers, a reload that would lock everybody out, bearer tokens over
+plaintext beyond loopback, and a tag spelled in capitals to slip past a policy. The
+authenticator is driven directly where the rule is its own (no server needed); the rest
+through a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from agentrt.registry.v1 import registry_service_pb2 as rpb
+from agentrt.registry.v1 import registry_service_pb2_grpc
+from agentrt_base.auth import CALLER, AuthConfig, Authenticator, Principal, token_hash
+from agentrt_base.errors import Unauthenticated
+from agentrt_base.settings import ServerSettings
+from runtime_service.server import AgentrtServer, StartupError
+from tests import registry_data as data
+from tests.oidc import Issuer, issuer_config
+from tests.support import error_details, rpc_error, serving
+
+TOKEN = "agentrt_" + "a" * 43
+SAN = "spiffe://agentrt.test/worker-1"
+
+
+def _config(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "auth.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def _token_entry(name: str, token: str, role: str) -> str:
+    return f'[[tokens]]\nprincipal = "{name}"\nhash = "{token_hash(token)}"\nroles = ["{role}"]\n'
+
+
+CERT_ENTRY = f'[[certificates]]\nsan = "{SAN}"\nprincipal = "worker-1"\nroles = ["worker"]\n'
+CERT_CONTEXT = {"x509_subject_alternative_name": [SAN.encode()]}
+
+
+def _authenticate(
+    authenticator: Authenticator, metadata: list[tuple[str, Any]], context: Any = None
+) -> Principal:
+    async def who() -> Principal:
+        await authenticator.authenticate(metadata, context)
+        principal = CALLER.get()
+        assert principal is not None
+        return principal
+
+    return asyncio.run(who())
+
+
+def _cause(authenticator: Authenticator, metadata: list[tuple[str, Any]], context: Any) -> str:
+    with pytest.raises(Unauthenticated) as refused:
+        _authenticate(authenticator, metadata, context)
+    assert TOKEN not in str(refused.value)  # a refusal never echoes the credential
+    return refused.value.metadata.get("cause", "")
+
+
+def test_a_presented_credential_is_judged_even_beside_an_admitted_certificate(
+    tmp_path: Path,
+) -> None:
+    authenticator = Authenticator(
+        _config(tmp_path, _token_entry("client-a", TOKEN, "client") + CERT_ENTRY)
+    )
+    assert _authenticate(authenticator, [], CERT_CONTEXT).name == "worker-1"
+    # A valid token beside the certificate: the token is the credential judged.
+    bearer = [("authorization", f"Bearer {TOKEN}")]
+    assert _authenticate(authenticator, bearer, CERT_CONTEXT).name == "client-a"
+    # An unknown token is not ignored in favour of the certificate.
+    unknown = [("authorization", "Bearer agentrt_guessed")]
+    assert _cause(authenticator, unknown, CERT_CONTEXT) == "unknown_token"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        f"Bearer {TOKEN}\r\n",
+        f"Bearer {TOKEN}\n",
+        f"Bearer {TOKEN} ",
+        f"Bearer  {TOKEN}",
+        f"Bearer {TOKEN}\x7f",
+        f"Bearer {TOKEN[:20]} {TOKEN[20:]}",
+        f"Basic {TOKEN}",
+        f"{TOKEN}",
+        "Bearer ",
+        (f"Bearer {TOKEN}").encode() + b"\x7f\xff",  # grpcio hands undecodable values as bytes
+    ],
+)
+def test_a_malformed_authorization_is_refused_not_repaired(tmp_path: Path, value: Any) -> None:
+    authenticator = Authenticator(
+        _config(tmp_path, _token_entry("client-a", TOKEN, "client") + CERT_ENTRY)
+    )
+    assert _cause(authenticator, [("authorization", value)], CERT_CONTEXT) == "malformed"
+
+
+def test_two_authorization_values_are_refused(tmp_path: Path) -> None:
+    authenticator = Authenticator(_config(tmp_path, _token_entry("client-a", TOKEN, "client")))
+    twice = [("authorization", f"Bearer {TOKEN}")] * 2
+    assert _cause(authenticator, twice, None) == "malformed"
+
+
+@pytest.mark.parametrize("claim", ["exp", "iat", "nbf"])
+def test_a_jwt_date_that_is_not_a_number_is_refused(tmp_path: Path, claim: str) -> None:
+    issuer = Issuer()
+    (tmp_path / "jwks.json").write_text(json.dumps(issuer.jwks()))
+    authenticator = Authenticator(_config(tmp_path, issuer_config(jwks_file="jwks.json")))
+    good = issuer.token()
+    assert _authenticate(authenticator, [("authorization", f"Bearer {good}")]).method == "oidc"
+    # RFC 7519 §2: NumericDate is a JSON number; PyJWT alone would take the digit string.
+    texts = {"exp": "9999999999", "iat": "1000000000", "nbf": "1000000000"}
+    bad = issuer.token(**{claim: texts[claim]})
+    assert _cause(authenticator, [("authorization", f"Bearer {bad}")], None) == "malformed"
+    as_bool = issuer.token(**{claim: True})
+    assert _cause(authenticator, [("authorization", f"Bearer {as_bool}")], None) == "malformed"
+
+
+def test_a_reload_that_would_lock_everybody_out_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    admin = "agentrt_" + "b" * 43
+    path = _config(
+        tmp_path, _token_entry("root", admin, "admin") + _token_entry("client-a", TOKEN, "client")
+    )
+    authenticator = Authenticator(path)
+    as_admin = [("authorization", f"Bearer {admin}")]
+    for locked_out in (
+        "",  # emptied
+        "# truncated\n",
+        '[[tag_policies]]\nname = "p"\ntags = ["prod"]\n',  # no principal at all
+        _token_entry("client-a", TOKEN, "client"),  # the last admin removed
+    ):
+        Path(path).write_text(locked_out)
+        with caplog.at_level(logging.ERROR, logger="agentrt.auth"):
+            assert not authenticator.reload()
+        assert "keeping the one in use" in caplog.text
+        caplog.clear()
+        assert _authenticate(authenticator, as_admin).name == "root"
+    # A file that keeps an admin is taken; the revoked client is then refused.
+    Path(path).write_text(_token_entry("root", admin, "admin"))
+    assert authenticator.reload()
+    assert _cause(authenticator, [("authorization", f"Bearer {TOKEN}")], None) == "unknown_token"
+    # Without an admin in the file in use, a file that admits somebody is taken.
+    Path(path).write_text(_token_entry("client-a", TOKEN, "client"))
+    other = Authenticator(path)
+    Path(path).write_text(_token_entry("client-b", admin, "client"))
+    assert other.reload()
+    # The first start takes any file that loads (the operator's choice; nothing to lock out).
+    Path(path).write_text("")
+    assert Authenticator(path).configured
+
+
+def test_bearer_tokens_are_not_sent_over_plaintext_beyond_loopback(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    config = _config(tmp_path, _token_entry("client-a", TOKEN, "client"))
+    server = AgentrtServer(
+        ServerSettings(listen="0.0.0.0:0", database_url=sqlite_url, auth_config=config)
+    )
+    with pytest.raises(StartupError, match="in clear"):
+        asyncio.run(server.start())
+
+
+class _Authorized(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    def __init__(self, token: str) -> None:
+        self._metadata = [("authorization", f"Bearer {token}")]
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(details._replace(metadata=self._metadata), request)
+
+
+@pytest.fixture
+def registry_stub_with_policy(tmp_path: Path, database_url: str) -> Iterator[tuple[Any, str]]:
+    """An admin's registry stub on a server whose policy covers ``prod``, and the digest of
+    a published coding_agent version (published without verified provenance)."""
+    config = _config(
+        tmp_path,
+        _token_entry("root", TOKEN, "admin")
+        + '[[tag_policies]]\nname = "prod-from-main"\ntags = ["prod"]\n'
+        + 'claims = { ref = "refs/heads/main" }\n',
+    )
+    with serving(database_url, auth_config=config) as thread:
+        channel = grpc.intercept_channel(
+            grpc.insecure_channel(f"127.0.0.1:{thread.server.port}"), _Authorized(TOKEN)
+        )
+        with channel:
+            stub = registry_service_pb2_grpc.RegistryServiceStub(channel)
+            data.publish_all(stub, data.coding_components())
+            version = stub.PublishAgentVersion(
+                rpb.PublishAgentVersionRequest(definition=data.coding_definition()), timeout=10
+            )
+            yield stub, version.agent_version.digest
+
+
+def test_tags_are_set_in_lower_case_so_a_policy_covers_every_spelling(
+    tmp_path: Path, registry_stub_with_policy: tuple[Any, str]
+) -> None:
+    stub, digest = registry_stub_with_policy
+    refused = rpc_error(
+        stub.SetTag, rpb.SetTagRequest(agent_id="coding_agent", tag="PROD", digest=digest)
+    )
+    assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT
+    violations = error_details(refused)["BadRequest"].field_violations
+    assert [v.field for v in violations] == ["tag"]
+    assert stub.ListTags(rpb.ListTagsRequest(agent_id="coding_agent")).tags == []
+    # The lower-case spelling meets the policy (no verified provenance: refused by it).
+    policy = rpc_error(
+        stub.SetTag, rpb.SetTagRequest(agent_id="coding_agent", tag="prod", digest=digest)
+    )
+    assert policy.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert error_details(policy)["ErrorInfo"].reason == "TAG_POLICY"
+    # A policy pattern in capitals would protect nothing: the file does not load.
+    path = _config(tmp_path, '[[tag_policies]]\nname = "p"\ntags = ["PROD"]\n')
+    with pytest.raises(ValueError, match="lower case"):
+        AuthConfig.load(path)
