@@ -28,7 +28,7 @@ from agentrt.runtime.v1 import (
     worker_service_pb2,
     worker_service_pb2_grpc,
 )
-from agentrt_base import gc_policy
+from agentrt_base import gc_policy, log_redaction
 from agentrt_base.access import Authorizer
 from agentrt_base.auth import Authenticator
 from agentrt_base.db import Database
@@ -201,6 +201,8 @@ class AgentrtServer:
     _database_health: DatabaseHealth | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        # Before any call: grpcio logs callers' undecodable metadata (tokens included).
+        log_redaction.install()
         self.authenticator = Authenticator(self.settings.auth_config)
         self.limiter = Limiter(self.settings.limits)
 
