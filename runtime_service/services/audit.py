@@ -30,7 +30,7 @@ from runtime_service import audit_bundle
 from runtime_service.audit_bundle import ChainReport, Link
 from runtime_service.records import Step, step_of
 from runtime_service.services.context import Runtime
-from runtime_service.store import audit_blobs, audit_reads, blobs, resources, step_reads
+from runtime_service.store import audit_blobs, audit_reads, blobs, step_reads
 from runtime_service.store.ledger import ArtifactRow, CheckpointRow, InputRow, StepRow
 from runtime_service.store.tables import AttemptRow, RunRow, ThreadRow
 
@@ -256,28 +256,25 @@ class AuditService:
             ("input_ref", "STEP_INPUT"),
             ("output_ref", "STEP_OUTPUT"),
         )
+        ns = visible.namespaces
         for side, role in sides:
-            rows = audit_blobs.steps_with_blob(session, digest, side, MAX_BLOB_REFERENCES)
+            rows = audit_blobs.steps_with_blob(session, digest, side, MAX_BLOB_REFERENCES, ns)
             found += [BlobReference(digest, role, r.run_id, r.id) for r in rows]
-        checkpoints = audit_blobs.checkpoints_with_state(session, digest, MAX_BLOB_REFERENCES)
+        checkpoints = audit_blobs.checkpoints_with_state(session, digest, MAX_BLOB_REFERENCES, ns)
         found += [
             BlobReference(digest, "CHECKPOINT", c.run_id, c.step_id, checkpoint_id=c.id)
             for c in checkpoints
         ]
-        artifacts = audit_blobs.artifacts_with_blob(session, digest, MAX_BLOB_REFERENCES)
+        artifacts = audit_blobs.artifacts_with_blob(session, digest, MAX_BLOB_REFERENCES, ns)
         found += [
             BlobReference(digest, "ARTIFACT", a.run_id, a.step_id, artifact_id=a.id)
             for a in artifacts
         ]
-        if visible.namespaces is None:
-            known = bool(found) or blobs.exists(session, digest)
-        else:
-            namespaces = resources.namespaces_of_runs(session, {r.run_id for r in found})
-            found = [r for r in found if namespaces.get(r.run_id) in visible.namespaces]
-            artifacts = [a for a in artifacts if namespaces.get(a.run_id) in visible.namespaces]
-            # Content only other namespaces hold (or use) is not found, as for content nobody
-            # stores: an empty answer would tell this caller that another tenant has it.
-            known = bool(found) or blobs.held_in_any(session, visible.namespaces, digest)
+        # Content only other namespaces hold (or use) is not found, as for content nobody
+        # stores: an empty answer would tell this caller that another tenant has it.
+        known = bool(found) or (
+            blobs.exists(session, digest) if ns is None else blobs.held_in_any(session, ns, digest)
+        )
         if not known:
             raise NotFound("blob", digest)
         found = found[:MAX_BLOB_REFERENCES]

@@ -25,7 +25,7 @@ from registry import service as registry_service
 from registry import store as registry_store
 from registry.model import Component
 from runtime_service.services.context import Runtime
-from runtime_service.store import audit_reads, audit_usages, resources
+from runtime_service.store import audit_reads, audit_usages
 from runtime_service.store.audit_usages import ModelKind
 
 QueryKind = Literal["component_ref", "tool_schema_digest", "agent_digest", "model_id"]
@@ -91,9 +91,9 @@ class UsageService:
     async def find_usages(
         self, query: UsageQuery, visible: Visibility, page_size: int, page_token: str
     ) -> tuple[list[Usage], str]:
-        """One page of the query's uses, keeping those of runs ``visible`` admits (a page may
-        then hold fewer than ``page_size``: AIP-158 allows it, and the token still moves past
-        every use read)."""
+        """One page of the uses, by runs ``visible`` admits, of what ``query`` names. The
+        namespace filter is part of each query: the page and its token are cut from what the
+        caller may see, so neither says anything of another namespace (issue 25)."""
         field_name = query.kind
         if not query.value:
             raise InvalidArgument.for_field(
@@ -127,13 +127,14 @@ class UsageService:
         }
         page = page_request(page_size, page_token, filters, key=(dt.datetime, str, str))
         times = audit_usages.TimeRange(query.start_time, query.end_time)
+        ns = visible.namespaces
 
         def read(session: Session) -> tuple[list[Usage], bool]:
             audit_reads.snapshot(session)
             if component_ref is not None:
-                return self._component_usages(session, query, component_ref, page)
+                return self._component_usages(session, query, component_ref, page, ns)
             if query.kind == "tool_schema_digest":
-                rows = audit_usages.steps_using_schema(session, query.value, times, page)
+                rows = audit_usages.steps_using_schema(session, query.value, times, page, ns)
                 return _merge(
                     [
                         _step_usages(
@@ -143,14 +144,14 @@ class UsageService:
                     page.size,
                 )
             if query.kind == "agent_digest":
-                rows = audit_usages.runs_of_agent(session, query.value, times, page)
+                rows = audit_usages.runs_of_agent(session, query.value, times, page, ns)
                 return _merge([_run_usages(rows, "")], page.size)
             # One ordered index range per kind, merged here: an IN over both kinds would lose
             # the index order and sort every use of a popular model.
             return _merge(
                 [
                     _step_usages(
-                        audit_usages.steps_using_model(session, kind, query.value, times, page),
+                        audit_usages.steps_using_model(session, kind, query.value, times, page, ns),
                         lambda r: f"model {r.name} ({r.kind.removeprefix('model_')})",
                     )
                     for kind in _MODEL_KINDS[query.model_match]
@@ -158,20 +159,17 @@ class UsageService:
                 page.size,
             )
 
-        def read_visible(session: Session) -> tuple[list[Usage], bool, list[Any]]:
-            usages, more = read(session)
-            last = list(usages[-1].key) if usages else []
-            if visible.namespaces is not None:
-                namespaces = resources.namespaces_of_runs(session, {u.run_id for u in usages})
-                usages = [u for u in usages if namespaces.get(u.run_id) in visible.namespaces]
-            return usages, more, last
-
-        usages, more, last = await self._rt.read(read_visible)
-        token = next_page_token(last, filters) if more and last else ""
+        usages, more = await self._rt.read(read)
+        token = next_page_token(list(usages[-1].key), filters) if more and usages else ""
         return usages, token
 
     def _component_usages(
-        self, session: Session, query: UsageQuery, ref: refs.Ref, page: PageRequest
+        self,
+        session: Session,
+        query: UsageQuery,
+        ref: refs.Ref,
+        page: PageRequest,
+        namespaces: frozenset[str] | None,
     ) -> tuple[list[Usage], bool]:
         component = _component(session, ref, query.value)
         shown = (
@@ -186,7 +184,7 @@ class UsageService:
             return _merge(
                 [
                     _run_usages(
-                        audit_usages.runs_of_agent(session, digest, times, page),
+                        audit_usages.runs_of_agent(session, digest, times, page, namespaces),
                         f"{shown} (in {agent_id}@{label})",
                     )
                     for digest, agent_id, label in audit_usages.agents_pinning(
@@ -195,7 +193,7 @@ class UsageService:
                 ],
                 page.size,
             )
-        rows = audit_usages.steps_using_digest(session, component.digest, times, page)
+        rows = audit_usages.steps_using_digest(session, component.digest, times, page, namespaces)
         return _merge([_step_usages(rows, lambda r: shown)], page.size)
 
 

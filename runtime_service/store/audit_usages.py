@@ -5,9 +5,12 @@ The step queries read ``runtime_step_usages`` (the rows ``BeginStep``/``EndStep`
 step), the run queries ``runtime_runs.agent_digest``; each is one ordered index range paged by
 keyset (``docs/audit.md`` lists which index serves which query), never a scan of steps' JSON.
 
-Every page function reads the uses in ``times`` and at most ``page.size + 1`` rows after
-``page.after`` (the keyset position ``(time, step or run id, usage name)``, name ``""`` for
-runs): the extra row tells the caller another page follows.
+Every page function reads the uses in ``times`` by runs of ``namespaces`` (None: every
+namespace) and at most ``page.size + 1`` rows after ``page.after`` (the keyset position
+``(time, step or run id, usage name)``, name ``""`` for runs): the extra row tells the caller
+another page follows. The namespace filter is part of the query, not applied to its page
+afterwards: a page and its token are cut from what the caller may see, so they say nothing
+about another namespace's runs (issue 25).
 """
 
 from __future__ import annotations
@@ -53,9 +56,12 @@ def steps_using_digest(
     digest: str,
     times: TimeRange,
     page: PageRequest,
+    namespaces: frozenset[str] | None,
 ) -> Sequence[sa.Row[*tuple[Any, ...]]]:
     """A page of the uses of the component ``digest`` by steps."""
-    return _step_uses(session, [_U.c.digest == digest, sa.text(USAGE_HAS_DIGEST)], times, page)
+    return _step_uses(
+        session, [_U.c.digest == digest, sa.text(USAGE_HAS_DIGEST)], times, page, namespaces
+    )
 
 
 def steps_using_schema(
@@ -63,10 +69,15 @@ def steps_using_schema(
     schema_digest: str,
     times: TimeRange,
     page: PageRequest,
+    namespaces: frozenset[str] | None,
 ) -> Sequence[sa.Row[*tuple[Any, ...]]]:
     """A page of the uses by steps of a tool whose input schema is ``schema_digest``."""
     return _step_uses(
-        session, [_U.c.schema_digest == schema_digest, sa.text(USAGE_HAS_SCHEMA)], times, page
+        session,
+        [_U.c.schema_digest == schema_digest, sa.text(USAGE_HAS_SCHEMA)],
+        times,
+        page,
+        namespaces,
     )
 
 
@@ -76,10 +87,15 @@ def steps_using_model(
     model_id: str,
     times: TimeRange,
     page: PageRequest,
+    namespaces: frozenset[str] | None,
 ) -> Sequence[sa.Row[*tuple[Any, ...]]]:
     """A page of the steps that requested (or were reported to have run) ``model_id``."""
     return _step_uses(
-        session, [_U.c.kind == kind, _U.c.name == model_id, sa.text(USAGE_IS_MODEL)], times, page
+        session,
+        [_U.c.kind == kind, _U.c.name == model_id, sa.text(USAGE_IS_MODEL)],
+        times,
+        page,
+        namespaces,
     )
 
 
@@ -88,6 +104,7 @@ def _step_uses(
     where: list[sa.ColumnElement[bool] | sa.TextClause],
     times: TimeRange,
     page: PageRequest,
+    namespaces: frozenset[str] | None,
 ) -> Sequence[sa.Row[*tuple[Any, ...]]]:
     """Usage rows with their step's and run's columns: ``step_id, kind, name, version,
     schema_digest, start_time, run_id, sequence, type, attempt_id, thread_id,
@@ -109,7 +126,7 @@ def _step_uses(
         )
         .join(_S, _S.c.id == _U.c.step_id)
         .join(_R, _R.c.id == _U.c.run_id)
-        .where(*where, *_time_filters(_U.c.start_time, times))
+        .where(*where, *_time_filters(_U.c.start_time, times), *_in(_R.c.namespace, namespaces))
         .order_by(_U.c.start_time.desc(), _U.c.step_id.desc(), _U.c.name.desc())
         .limit(page.size + 1)
     )
@@ -123,6 +140,7 @@ def runs_of_agent(
     agent_digest: str,
     times: TimeRange,
     page: PageRequest,
+    namespaces: frozenset[str] | None,
 ) -> Sequence[sa.Row[*tuple[Any, ...]]]:
     """A page of the runs bound to the agent version ``agent_digest``, by creation time:
     ``id, thread_id, agent_digest, agent_id, agent_version_label, create_time``."""
@@ -138,6 +156,7 @@ def runs_of_agent(
         .where(
             _R.c.agent_digest == agent_digest,
             *_time_filters(_R.c.create_time, times),
+            *_in(_R.c.namespace, namespaces),
         )
         .order_by(_R.c.create_time.desc(), _R.c.id.desc())
         .limit(page.size + 1)
@@ -154,6 +173,12 @@ def _time_filters(column: sa.ColumnElement[Any], times: TimeRange) -> list[sa.Co
     if times.end is not None:
         found.append(column < times.end)
     return found
+
+
+def _in(
+    column: sa.ColumnElement[Any], namespaces: frozenset[str] | None
+) -> list[sa.ColumnElement[bool]]:
+    return [] if namespaces is None else [column.in_(sorted(namespaces))]
 
 
 def _after(

@@ -14,6 +14,8 @@ principal without the role) try it. Both engines.
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -717,3 +719,46 @@ def test_a_blob_only_another_namespace_holds_cannot_be_referenced(world: World) 
         apb.GetProvenanceRequest(blob_digest=theirs), timeout=T
     )
     assert {r.run.id for r in traced.records} == {run.id}
+
+
+# -- lists page over what the caller may see (issue 25, item 1) -----------------------------
+
+
+def _token_keys(token: str) -> list[Any]:
+    """The keyset position a page token carries (base64url JSON: readable by anyone)."""
+    return list(json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))["k"])
+
+
+def test_lists_page_over_what_the_caller_may_see(world: World) -> None:
+    w = world
+    b_auditor = w.audit("b-auditor")
+    # Nothing of team-b's yet: its lists are empty and hand out no token to page on with.
+    for listed in (
+        w["b-client"].runtime.ListThreads(pb.ListThreadsRequest(page_size=1), timeout=T),
+        w["b-client"].runtime.ListRuns(pb.ListRunsRequest(page_size=1), timeout=T),
+    ):
+        assert not listed.next_page_token
+    a_runs = [a_run(w) for _ in range(3)]
+    # Only team-a's runs use prod so far: team-b's auditor sees no use, and no token (before,
+    # an empty page came with a token naming team-a's newest run, and paging on counted them).
+    nothing = b_auditor.FindUsages(apb.FindUsagesRequest(agent_digest=w.prod, page_size=1))
+    assert list(nothing.usages) == [] and nothing.next_page_token == ""
+    b_thread = w["b-client"].thread(namespace=B)
+    b_runs = {w["b-client"].run(b_thread.id).id for _ in range(2)}
+    a_runs += [a_run(w) for _ in range(2)]  # the newest uses are team-a's again
+
+    seen: list[str] = []
+    token = ""
+    while True:
+        page = b_auditor.FindUsages(
+            apb.FindUsagesRequest(agent_digest=w.prod, page_size=1, page_token=token), timeout=T
+        )
+        assert len(page.usages) == 1  # a page is never an empty stand-in for another's rows
+        seen += [u.run_id for u in page.usages]
+        token = page.next_page_token
+        if not token:
+            break
+        assert _token_keys(token)[1] == seen[-1]  # the token names only what was shown
+    assert sorted(seen) == sorted(b_runs)
+    mine = w.audit("a-auditor").FindUsages(apb.FindUsagesRequest(agent_digest=w.prod), timeout=T)
+    assert {u.run_id for u in mine.usages} == {r.id for r in a_runs}
