@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -407,6 +408,10 @@ def add_target_argument(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agentrt`` console script."""
+    if argv is None and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # Started by `nohup … &` or a CI runner, SIGINT arrives ignored; Ctrl-C and
+        # `kill -INT` must still stop a watch or a server (issue 26, item 5).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # `agentrt audit RUN_ID` is short for `agentrt audit run RUN_ID`.
     raw = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(audit_cli.normalise_argv(raw))

@@ -60,7 +60,13 @@ def refused(target: str, *args: str, code: int = 1) -> list[str]:
     return lines
 
 
+def _sigint_ignored() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def watcher(target: str, *args: str) -> subprocess.Popen[str]:
+    """``agentrt watch`` started as `nohup … &` or a CI runner starts it: SIGINT inherited as
+    ignored, which Ctrl-C (the test's SIGINT) must stop all the same."""
     return subprocess.Popen(
         [*AGENTRT, "watch", *args],
         env=_env(target),
@@ -68,6 +74,7 @@ def watcher(target: str, *args: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_sigint_ignored,
     )
 
 
@@ -242,76 +249,84 @@ def test_approve_and_watch_a_run_until_it_ends(server_address: str, stubs: Stubs
     target = server_address
     thread = publish_and_thread(target)
     thread_watch = watcher(target, "--thread", thread, "--json")
-    run_id = create_run(target, thread, "fix the login failure")
-    run_watch = watcher(target, run_id, "--json")
+    run_watch: Any = None
+    try:
+        run_id = create_run(target, thread, "fix the login failure")
+        run_watch = watcher(target, run_id, "--json")
 
-    step_id = wait_for_approval(stubs)
-    shown = ok(target, "runs", "show", run_id)
-    for fact in (
-        "WAITING_APPROVAL",
-        "APPROVAL_REQUEST",
-        "apply_patch",
-        "claude-sonnet-4 -> claude-sonnet-4-20250514 via primary/anthropic (PRIMARY)",
-        "worker-a",
-        step_id,
-    ):
-        assert fact in shown, shown
-    [detail] = json_lines(target, "runs", "show", run_id)
-    assert [s["type"] for s in detail["steps"]] == [
-        "STEP_TYPE_MODEL_CALL",
-        "STEP_TYPE_APPROVAL_REQUEST",
-    ]
-    model = detail["steps"][0]["versions"]["model"]
-    assert (model["candidate_name"], model["requested_model_id"]) == (
-        "primary",
-        "claude-sonnet-4",
-    )
+        step_id = wait_for_approval(stubs)
+        shown = ok(target, "runs", "show", run_id)
+        for fact in (
+            "WAITING_APPROVAL",
+            "APPROVAL_REQUEST",
+            "apply_patch",
+            "claude-sonnet-4 -> claude-sonnet-4-20250514 via primary/anthropic (PRIMARY)",
+            "worker-a",
+            step_id,
+        ):
+            assert fact in shown, shown
+        [detail] = json_lines(target, "runs", "show", run_id)
+        assert [s["type"] for s in detail["steps"]] == [
+            "STEP_TYPE_MODEL_CALL",
+            "STEP_TYPE_APPROVAL_REQUEST",
+        ]
+        model = detail["steps"][0]["versions"]["model"]
+        assert (model["candidate_name"], model["requested_model_id"]) == (
+            "primary",
+            "claude-sonnet-4",
+        )
 
-    approved = ok(
-        target, "approve", run_id, step_id, "--comment", "small and safe", "--actor", "alice"
-    )
-    assert f"step {step_id} SUCCEEDED" in approved and "QUEUED" in approved
-    [line] = refused(target, "approve", run_id, step_id, "--deny")
-    assert line.startswith("agentrt: FAILED_PRECONDITION: ")
+        approved = ok(
+            target, "approve", run_id, step_id, "--comment", "small and safe", "--actor", "alice"
+        )
+        assert f"step {step_id} SUCCEEDED" in approved and "QUEUED" in approved
+        [line] = refused(target, "approve", run_id, step_id, "--deny")
+        assert line.startswith("agentrt: FAILED_PRECONDITION: ")
 
-    complete(stubs)
-    out, err = run_watch.communicate(timeout=120)
-    assert run_watch.returncode == 0, err
-    events = [json.loads(line) for line in out.splitlines()]
-    assert [int(e["sequence"]) for e in events] == list(range(1, len(events) + 1))
-    assert events[0]["event_type"] == "EVENT_TYPE_RUN_CREATED"
-    assert events[-1]["event_type"] == "EVENT_TYPE_RUN_ENDED"
-    assert events[-1]["run_ended_attributes"]["status"] == "RUN_STATUS_COMPLETED"
-    resolved = [e for e in events if e["event_type"] == "EVENT_TYPE_APPROVAL_RESOLVED"]
-    assert resolved[0]["approval_resolved_attributes"]["comment"] == "small and safe"
-    assert resolved[0]["approval_resolved_attributes"]["approver"] == "alice"
+        complete(stubs)
+        out, err = run_watch.communicate(timeout=120)
+        assert run_watch.returncode == 0, err
+        events = [json.loads(line) for line in out.splitlines()]
+        assert [int(e["sequence"]) for e in events] == list(range(1, len(events) + 1))
+        assert events[0]["event_type"] == "EVENT_TYPE_RUN_CREATED"
+        assert events[-1]["event_type"] == "EVENT_TYPE_RUN_ENDED"
+        assert events[-1]["run_ended_attributes"]["status"] == "RUN_STATUS_COMPLETED"
+        resolved = [e for e in events if e["event_type"] == "EVENT_TYPE_APPROVAL_RESOLVED"]
+        assert resolved[0]["approval_resolved_attributes"]["comment"] == "small and safe"
+        assert resolved[0]["approval_resolved_attributes"]["approver"] == "alice"
 
-    # The run has ended: a human watch replays its events, one line each, and exits.
-    human = ok(target, "watch", run_id).splitlines()
-    assert len(human) == len(events)
-    assert human[0].split()[:1] == ["1"] and "run.created" in human[0]
-    assert "approval.resolved" in human[events.index(resolved[0])]
-    assert "run.ended" in human[-1] and "status=COMPLETED" in human[-1]
-    after = ok(target, "watch", run_id, "--after", str(len(events) - 1), "--json").splitlines()
-    assert [json.loads(line)["sequence"] for line in after] == [str(len(events))]
+        # The run has ended: a human watch replays its events, one line each, and exits.
+        human = ok(target, "watch", run_id).splitlines()
+        assert len(human) == len(events)
+        assert human[0].split()[:1] == ["1"] and "run.created" in human[0]
+        assert "approval.resolved" in human[events.index(resolved[0])]
+        assert "run.ended" in human[-1] and "status=COMPLETED" in human[-1]
+        after = ok(target, "watch", run_id, "--after", str(len(events) - 1), "--json").splitlines()
+        assert [json.loads(line)["sequence"] for line in after] == [str(len(events))]
 
-    # A thread's watch goes on until interrupted: it has seen the run end, then Ctrl-C.
-    assert thread_watch.stdout is not None
-    seen: list[dict[str, Any]] = []
-    while not seen or seen[-1]["event"]["event_type"] != "EVENT_TYPE_RUN_ENDED":
-        line = thread_watch.stdout.readline()
-        assert line, thread_watch.stderr.read() if thread_watch.stderr else ""
-        seen.append(json.loads(line))
-    thread_watch.send_signal(signal.SIGINT)
-    thread_watch.communicate(timeout=60)
-    assert thread_watch.returncode == 130
-    assert [e["event"]["sequence"] for e in seen if e["event"].get("run_id") == run_id] == [
-        e["sequence"] for e in events
-    ]
-    assert all(item["cursor"] for item in seen)
+        # A thread's watch goes on until interrupted: it has seen the run end, then Ctrl-C.
+        assert thread_watch.stdout is not None
+        seen: list[dict[str, Any]] = []
+        while not seen or seen[-1]["event"]["event_type"] != "EVENT_TYPE_RUN_ENDED":
+            line = thread_watch.stdout.readline()
+            assert line, thread_watch.stderr.read() if thread_watch.stderr else ""
+            seen.append(json.loads(line))
+        thread_watch.send_signal(signal.SIGINT)
+        thread_watch.communicate(timeout=60)
+        assert thread_watch.returncode == 130
+        assert [e["event"]["sequence"] for e in seen if e["event"].get("run_id") == run_id] == [
+            e["sequence"] for e in events
+        ]
+        assert all(item["cursor"] for item in seen)
 
-    finished = ok(target, "runs", "show", run_id)
-    assert "COMPLETED" in finished and "worker-b" in finished and "tests-pass" in finished
+        finished = ok(target, "runs", "show", run_id)
+        assert "COMPLETED" in finished and "worker-b" in finished and "tests-pass" in finished
+    finally:
+        # Whatever failed, nothing this test started outlives it.
+        for process in (thread_watch, run_watch):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.communicate()
 
 
 def _free_port() -> int:
