@@ -9,7 +9,7 @@ BUF := node_modules/.bin/buf
 # takes google.rpc from googleapis-common-protos like the server does.
 PROTOS := $(shell find protos/agentrt -name '*.proto' | sort)
 
-.PHONY: setup serve test lint gen check-gen wheel-check clean node-build breaking java-check
+.PHONY: setup serve test check lint gen check-gen wheel-check clean node-build breaking java-check
 
 # The stamp is rebuilt whenever the declared dependencies change, so a pull that adds one
 # installs it without anybody deleting .venv by hand.
@@ -30,7 +30,15 @@ serve: $(VENV)/.stamp
 
 # The Node client tests (tests/polyglot) build their TypeScript with the tools in node_modules.
 test: $(VENV)/.stamp node_modules/.stamp
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
+
+# The inner loop while editing (not a newcomer's command): the Python lint and types and the
+# unit tests, about a minute here; `make test` is still what proves a change.
+check: $(VENV)/.stamp
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy agentrt_base agentrt_sdk registry runtime_service
+	$(PY) -m pytest -q tests/unit
 
 # One pinned command produces generated/: protoc from grpcio-tools with the mypy-protobuf plugins.
 gen: $(VENV)/.stamp
