@@ -47,6 +47,7 @@ that is still to come (issue 16, item 2).
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import fnmatch
 import hashlib
@@ -55,6 +56,7 @@ import logging
 import re
 import secrets
 import string
+import threading
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -441,6 +443,28 @@ class Authenticator:
     def __init__(self, path: str | None) -> None:
         self.path = path
         self._config = AuthConfig.load(path) if path else None
+        #: Moves on with every configuration taken on reload: a call that outlives one (a
+        #: watch, a long poll) is judged again under the new one (``grpc_errors``).
+        self.generation = 0
+        # Reload may run on another thread than the server's loop (tests, a future admin
+        # RPC), hence a lock and call_soon_threadsafe to wake the waiters.
+        self._lock = threading.Lock()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    async def changed(self, generation: int) -> None:
+        """Return once a configuration newer than ``generation`` is in force."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            if self.generation != generation:
+                return
+            self._waiters.append((loop, waiter))
+        try:
+            await waiter
+        finally:
+            with self._lock:
+                if (loop, waiter) in self._waiters:
+                    self._waiters.remove((loop, waiter))
 
     @property
     def configured(self) -> bool:
@@ -472,6 +496,11 @@ class Authenticator:
                 if old is not None and old.keys.same_source(issuer.keys):
                     issuer.keys.adopt(old.keys)
         self._config = config
+        with self._lock:
+            self.generation += 1
+            waiters, self._waiters = self._waiters, []
+        for loop, waiter in waiters:
+            loop.call_soon_threadsafe(_wake, waiter)
         log.info("auth config %s read again", self.path)
         return True
 
@@ -506,6 +535,11 @@ class Authenticator:
 
 #: RFC 6750's b64token: what a bearer token may be (API tokens and JWTs are within it).
 _B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _bearer(metadata: Iterable[tuple[str, Any]]) -> str | None:

@@ -24,11 +24,13 @@ out-of-range times are refused ``INVALID_ARGUMENT`` here, for every RPC of every
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
@@ -277,6 +279,12 @@ class _Checks:
     gate: Gate | None
     admit: Admission | None
     authorize: Authorize | None
+    #: Set (with a gate) for the calls that outlive a reload: watches and long polls.
+    changes: ConfigChanges | None = None
+
+    @property
+    def revocable(self) -> bool:
+        return self.changes is not None
 
     async def enter(
         self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
@@ -299,12 +307,72 @@ class _Checks:
             raise
 
 
+class ConfigChanges(Protocol):
+    """Where the configuration that authenticates callers says it changed
+    (``auth.Authenticator``): its generation, and a wait for the next one."""
+
+    generation: int
+
+    async def changed(self, generation: int) -> None: ...
+
+
+async def _judged_again(
+    checks: _Checks, request: Any, context: grpc.aio.ServicerContext[Any, Any], generation: int
+) -> Exception:
+    """Wait for each new configuration and judge the call again with the same gate and
+    permission table that admitted it; return the first refusal (issue 25: revoking a
+    principal ends what it already opened)."""
+    assert checks.changes is not None
+    while True:
+        await checks.changes.changed(generation)
+        generation = checks.changes.generation
+        try:
+            if checks.gate is not None:
+                await checks.gate(context)
+            if checks.authorize is not None:
+                await checks.authorize(checks.method, request)
+        except Exception as exc:
+            return exc
+
+
+async def _first(
+    work: asyncio.Future[Any], watchdog: asyncio.Future[Exception]
+) -> tuple[bool, Any]:
+    """(True, work's result) if ``work`` finishes first, else (False, the refusal) with
+    ``work`` cancelled."""
+    try:
+        await asyncio.wait({work, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # the call itself was cancelled: take its work down with it
+        work.cancel()
+        raise
+    if work.done():
+        return True, work.result()
+    work.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await work
+    return False, watchdog.result()
+
+
 def _wrap_unary(checks: _Checks, behavior: Handler) -> Handler:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         slot = None
+        # Read before the gate runs: a reload between the two is not missed.
+        generation = checks.changes.generation if checks.changes is not None else 0
         try:
             request, slot = await checks.enter(request, context)
-            return await behavior(request, context)
+            if not checks.revocable:
+                return await behavior(request, context)
+            # A long poll: it ends when it is served, or when the caller is refused again.
+            watchdog = asyncio.ensure_future(_judged_again(checks, request, context, generation))
+            try:
+                served, outcome = await _first(
+                    asyncio.ensure_future(behavior(request, context)), watchdog
+                )
+            finally:
+                watchdog.cancel()
+            if not served:
+                raise outcome
+            return outcome
         except Exception as exc:
             if _is_control_flow(exc):
                 raise
@@ -322,10 +390,32 @@ def _wrap_stream(checks: _Checks, behavior: Handler) -> Handler:
         request: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
         slot = None
+        generation = checks.changes.generation if checks.changes is not None else 0
         try:
             request, slot = await checks.enter(request, context)
-            async for response in behavior(request, context):
-                yield response
+            if not checks.revocable:
+                async for response in behavior(request, context):
+                    yield response
+                return
+            # A watch: each next message races the caller being refused again (only with
+            # authentication configured; a server without it pays nothing).
+            responses = behavior(request, context).__aiter__()
+            watchdog = asyncio.ensure_future(_judged_again(checks, request, context, generation))
+            try:
+                while True:
+                    try:
+                        served, outcome = await _first(
+                            asyncio.ensure_future(responses.__anext__()), watchdog
+                        )
+                    except StopAsyncIteration:
+                        break
+                    if not served:
+                        raise outcome
+                    yield outcome
+            finally:
+                watchdog.cancel()
+                with contextlib.suppress(Exception):
+                    await responses.aclose()
         except Exception as exc:
             if _is_control_flow(exc):
                 raise
@@ -456,6 +546,7 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
         gate: Gate | None = None,
         limiter: Limiter | None = None,
         authorize: Authorize | None = None,
+        changes: ConfigChanges | None = None,
     ) -> None:
         #: Run first in every call to an agentrt service (authentication), its refusal
         #: mapped like any other error; health and reflection do not pass it.
@@ -464,6 +555,9 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
         self._limiter = limiter
         #: Run on every agentrt request once read (authorisation, ``agentrt_base.access``).
         self._authorize = authorize
+        #: Where the gate's configuration says it changed: watches and long polls are judged
+        #: again under each new one (None: never).
+        self._changes = changes
         # A method's handler is the same object on every call: wrap it once (the server asks
         # on every call, and building a wrapper and a handler each time cost ~2 us a call).
         self._wrapped: dict[
@@ -499,11 +593,13 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
             return _guard_only(handler)
         gate, authorize = self._gate, self._authorize
         admit = admission(self._limiter, method) if self._limiter is not None else None
+        long_lived = METHOD_KINDS.get(method) is not None and gate is not None
+        changes = self._changes if long_lived else None
         return _rebuild(
             handler,
-            unary=lambda b: _wrap_unary(_Checks(method, False, gate, admit, authorize), b),
+            unary=lambda b: _wrap_unary(_Checks(method, False, gate, admit, authorize, changes), b),
             server_streaming=lambda b: _wrap_stream(
-                _Checks(method, False, gate, admit, authorize), b
+                _Checks(method, False, gate, admit, authorize, changes), b
             ),
             client_streaming=lambda b: _wrap_unary(
                 _Checks(method, True, gate, admit, authorize), b

@@ -260,7 +260,11 @@ class AgentrtServer:
         # caller could fill it and have everybody else refused; the per-principal limits
         # (self.limiter) bound what each caller holds instead.
         server = grpc.aio.server(
-            interceptors=[ErrorMappingInterceptor(gate, self.limiter, authorize)],
+            interceptors=[
+                ErrorMappingInterceptor(
+                    gate, self.limiter, authorize, authenticator if gate is not None else None
+                )
+            ],
             options=transport_options(self.settings),
         )
         registry_service_pb2_grpc.add_RegistryServiceServicer_to_server(

@@ -16,15 +16,19 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf import duration_pb2
 
 from agentrt.registry.v1 import registry_service_pb2 as rpb
 from agentrt.registry.v1 import registry_service_pb2_grpc
+from agentrt.runtime.v1 import runtime_service_pb2 as pb
+from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_base.auth import CALLER, AuthConfig, Authenticator, Principal, token_hash
 from agentrt_base.errors import Unauthenticated
 from agentrt_base.settings import ServerSettings
 from runtime_service.server import AgentrtServer, StartupError
 from tests import registry_data as data
 from tests.oidc import Issuer, issuer_config
+from tests.runtime_support import Stubs
 from tests.support import error_details, rpc_error, serving
 
 TOKEN = "agentrt_" + "a" * 43
@@ -220,3 +224,67 @@ def test_tags_are_set_in_lower_case_so_a_policy_covers_every_spelling(
     path = _config(tmp_path, '[[tag_policies]]\nname = "p"\ntags = ["PROD"]\n')
     with pytest.raises(ValueError, match="lower case"):
         AuthConfig.load(path)
+
+
+def _read(stream: Any) -> Any:
+    return next(stream)
+
+
+def _ended_with(stream: Any) -> grpc.StatusCode:
+    """How a stream ends: reading it on raises the status it ended with (its deadline
+    bounds the wait: a stream that goes on fails the test with DEADLINE_EXCEEDED)."""
+    with pytest.raises(grpc.RpcError) as ended:
+        for _ in stream:
+            pass
+    return ended.value.code()
+
+
+def test_a_revoked_principal_loses_its_streams_and_long_polls(
+    tmp_path: Path, database_url: str
+) -> None:
+    tokens = {name: f"agentrt_{name}_" + "x" * 36 for name in ("root", "a", "b", "c", "w")}
+    entries = {
+        "root": _token_entry("root", tokens["root"], "admin"),
+        "a": _token_entry("client-a", tokens["a"], "client") + 'namespaces = ["team-a"]\n',
+        "b": _token_entry("client-b", tokens["b"], "client") + 'namespaces = ["team-a"]\n',
+        "c": _token_entry("client-c", tokens["c"], "client") + 'namespaces = ["team-a"]\n',
+        "w": _token_entry("worker", tokens["w"], "worker")
+        + 'namespaces = ["team-z"]\nscopes = ["*"]\n',
+    }
+    path = _config(tmp_path, "".join(entries.values()))
+    with serving(database_url, auth_config=path) as thread:
+        address = f"127.0.0.1:{thread.server.port}"
+        stubs = {name: Stubs.open(address, token) for name, token in tokens.items()}
+        try:
+            stubs["root"].publish_agent()
+            team_thread = stubs["a"].thread(namespace="team-a")
+            run = stubs["a"].run(team_thread.id)
+            watch = {
+                name: stubs[name].runtime.WatchRun(pb.WatchRunRequest(run_id=run.id), timeout=20)
+                for name in ("a", "b")
+            }
+            thread_watch = stubs["c"].runtime.WatchThread(
+                pb.WatchThreadRequest(thread_id=team_thread.id), timeout=20
+            )
+            for stream in (*watch.values(), thread_watch):
+                _read(stream)  # streaming: the run's first event arrived
+            long_poll = stubs["w"].worker.AcquireRun.future(
+                wpb.AcquireRunRequest(worker_id="w", wait=duration_pb2.Duration(seconds=15)),
+                timeout=20,
+            )
+            # client-a's token removed; client-c moved to another namespace; the worker gone.
+            Path(path).write_text(
+                entries["root"] + entries["b"] + entries["c"].replace('["team-a"]', '["team-b"]')
+            )
+            assert thread.server.authenticator.reload()
+            assert _ended_with(watch["a"]) == grpc.StatusCode.UNAUTHENTICATED
+            assert _ended_with(thread_watch) == grpc.StatusCode.PERMISSION_DENIED
+            refused = long_poll.exception(timeout=20)
+            assert refused is not None and refused.code() == grpc.StatusCode.UNAUTHENTICATED
+            # client-b, unaffected, sees every event after the reload, once and in order.
+            stubs["b"].runtime.CancelRun(pb.CancelRunRequest(run_id=run.id), timeout=10)
+            rest = [r.event.sequence for r in watch["b"]]
+            assert rest == list(range(2, 2 + len(rest))) and rest
+        finally:
+            for opened in stubs.values():
+                opened.close()

@@ -10,10 +10,12 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf import duration_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
-from agentrt.runtime.v1 import runtime_service_pb2_grpc
+from agentrt.runtime.v1 import runtime_service_pb2_grpc, worker_service_pb2_grpc
+from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_base.auth import AuthConfig, token_hash
 from agentrt_base.tls import ClientTls, ServerTls, open_channel
 from runtime_service.cli.main import main as agentrt
@@ -122,6 +124,19 @@ def test_a_known_client_certificate_is_a_principal(tmp_path: Path, sqlite_url: s
             # (issue 25): an unknown or malformed bearer token refuses the call.
             _refused(channel, "agentrt_guessed")
             _refused(channel, "agentrt_guessed ")
+            # Removing the certificate's entry ends the long poll it has open (issue 25).
+            worker = worker_service_pb2_grpc.WorkerServiceStub(channel)
+            waiting = worker.AcquireRun.future(
+                wpb.AcquireRunRequest(worker_id="w1", wait=duration_pb2.Duration(seconds=15)),
+                timeout=20,
+            )
+            config.write_text(
+                f'[[tokens]]\nprincipal = "other"\nhash = "{token_hash("x" * 40)}"\n'
+                'roles = ["client"]\n'
+            )
+            assert thread.server.authenticator.reload()
+            ended = waiting.exception(timeout=20)
+            assert ended is not None and ended.code() == grpc.StatusCode.UNAUTHENTICATED
         as_unknown = ClientTls(ca_file, write("u.pem", unknown.cert), write("u.key", unknown.key))
         with open_channel(address, as_unknown) as channel:
             _refused(channel, None)
