@@ -290,6 +290,17 @@ class Visibility:
             return namespace in self.namespaces and self._name_admitted(name)
         return self._name_admitted(name)
 
+    def covers(self, other: Visibility) -> bool:
+        """Whether everything ``other`` admits, this admits too (as far as the namespaces
+        and scope patterns say): a call made under ``other`` sees nothing this may not."""
+        namespaces = self.namespaces is None or (
+            other.namespaces is not None and other.namespaces <= self.namespaces
+        )
+        scopes = self.scopes is None or (
+            other.scopes is not None and set(other.scopes) <= set(self.scopes)
+        )
+        return namespaces and scopes
+
     def _name_admitted(self, name: str | None) -> bool:
         if self.scopes is None or name is None:
             return True

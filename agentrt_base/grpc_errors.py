@@ -37,6 +37,7 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from agentrt_base import errors, reasons
+from agentrt_base.access import VISIBLE
 from agentrt_base.auth import CALLER
 from agentrt_base.db_failures import database_failure
 from agentrt_base.ids import new_id
@@ -323,6 +324,8 @@ async def _judged_again(
     permission table that admitted it; return the first refusal (issue 25: revoking a
     principal ends what it already opened)."""
     assert checks.changes is not None
+    # What a list (a long poll) was admitted to see; its handler goes on with that.
+    admitted = VISIBLE.get()
     while True:
         await checks.changes.changed(generation)
         generation = checks.changes.generation
@@ -333,6 +336,12 @@ async def _judged_again(
                 await checks.authorize(checks.method, request)
         except Exception as exc:
             return exc
+        if not VISIBLE.get().covers(admitted):
+            # Still allowed to call, but no longer to see all it was handed out under.
+            return errors.PermissionDenied(
+                "what this caller may see was narrowed by the new auth configuration: call again",
+                reason=reasons.OUTSIDE_SCOPE,
+            )
 
 
 async def _first(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_base.auth import CALLER, AuthConfig, Authenticator, Principal, token_hash
 from agentrt_base.errors import Unauthenticated
+from agentrt_base.limits import Kind as LimitKind
+from agentrt_base.limits import Limiter
 from agentrt_base.settings import ServerSettings
 from runtime_service.server import AgentrtServer, StartupError
 from tests import registry_data as data
@@ -239,10 +242,19 @@ def _ended_with(stream: Any) -> grpc.StatusCode:
     return ended.value.code()
 
 
+def _holding_long_polls(limiter: Limiter, *principals: str) -> None:
+    """Wait (bounded) until each principal's long poll is in the server: a future only says
+    the call was sent."""
+    deadline = time.monotonic() + 10
+    while any(limiter.held(LimitKind.LONG_POLL, p) == 0 for p in principals):
+        assert time.monotonic() < deadline, "the long polls never reached the server"
+        time.sleep(0.01)
+
+
 def test_a_revoked_principal_loses_its_streams_and_long_polls(
     tmp_path: Path, database_url: str
 ) -> None:
-    tokens = {name: f"agentrt_{name}_" + "x" * 36 for name in ("root", "a", "b", "c", "w")}
+    tokens = {name: f"agentrt_{name}_" + "x" * 36 for name in ("root", "a", "b", "c", "w", "v")}
     entries = {
         "root": _token_entry("root", tokens["root"], "admin"),
         "a": _token_entry("client-a", tokens["a"], "client") + 'namespaces = ["team-a"]\n',
@@ -250,6 +262,8 @@ def test_a_revoked_principal_loses_its_streams_and_long_polls(
         "c": _token_entry("client-c", tokens["c"], "client") + 'namespaces = ["team-a"]\n',
         "w": _token_entry("worker", tokens["w"], "worker")
         + 'namespaces = ["team-z"]\nscopes = ["*"]\n',
+        "v": _token_entry("worker-v", tokens["v"], "worker")
+        + 'namespaces = ["team-y", "team-z"]\nscopes = ["*"]\n',
     }
     path = _config(tmp_path, "".join(entries.values()))
     with serving(database_url, auth_config=path) as thread:
@@ -268,19 +282,29 @@ def test_a_revoked_principal_loses_its_streams_and_long_polls(
             )
             for stream in (*watch.values(), thread_watch):
                 _read(stream)  # streaming: the run's first event arrived
-            long_poll = stubs["w"].worker.AcquireRun.future(
-                wpb.AcquireRunRequest(worker_id="w", wait=duration_pb2.Duration(seconds=15)),
-                timeout=20,
+            long_poll, narrowed = (
+                stubs[name].worker.AcquireRun.future(
+                    wpb.AcquireRunRequest(worker_id=name, wait=duration_pb2.Duration(seconds=15)),
+                    timeout=20,
+                )
+                for name in ("w", "v")
             )
+            _holding_long_polls(thread.server.limiter, "worker", "worker-v")
             # client-a's token removed; client-c moved to another namespace; the worker gone.
             Path(path).write_text(
-                entries["root"] + entries["b"] + entries["c"].replace('["team-a"]', '["team-b"]')
+                entries["root"]
+                + entries["b"]
+                + entries["c"].replace('["team-a"]', '["team-b"]')
+                + entries["v"].replace('"team-y", ', "")
             )
             assert thread.server.authenticator.reload()
             assert _ended_with(watch["a"]) == grpc.StatusCode.UNAUTHENTICATED
             assert _ended_with(thread_watch) == grpc.StatusCode.PERMISSION_DENIED
             refused = long_poll.exception(timeout=20)
             assert refused is not None and refused.code() == grpc.StatusCode.UNAUTHENTICATED
+            # A worker still admitted, but to fewer namespaces than its long poll serves.
+            shrunk = narrowed.exception(timeout=20)
+            assert shrunk is not None and shrunk.code() == grpc.StatusCode.PERMISSION_DENIED
             # client-b, unaffected, sees every event after the reload, once and in order.
             stubs["b"].runtime.CancelRun(pb.CancelRunRequest(run_id=run.id), timeout=10)
             rest = [r.event.sequence for r in watch["b"]]

@@ -5,6 +5,7 @@ known client certificate it serves. Both engines."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import runtime_service_pb2_grpc, worker_service_pb2_grpc
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_base.auth import AuthConfig, token_hash
+from agentrt_base.limits import Kind
 from agentrt_base.tls import ClientTls, ServerTls, open_channel
 from runtime_service.cli.main import main as agentrt
 from tests.certs import Authority
@@ -130,6 +132,10 @@ def test_a_known_client_certificate_is_a_principal(tmp_path: Path, sqlite_url: s
                 wpb.AcquireRunRequest(worker_id="w1", wait=duration_pb2.Duration(seconds=15)),
                 timeout=20,
             )
+            deadline = time.monotonic() + 10  # the call is in the server, not only sent
+            while thread.server.limiter.held(Kind.LONG_POLL, "worker-1") == 0:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
             config.write_text(
                 f'[[tokens]]\nprincipal = "other"\nhash = "{token_hash("x" * 40)}"\n'
                 'roles = ["client"]\n'
