@@ -66,6 +66,7 @@ from typing import Any
 from agentrt_base import oidc, reasons
 from agentrt_base.errors import Unauthenticated
 from agentrt_base.limits import LimitOverrides
+from agentrt_base.tag_names import is_tag_spelling, tag_spelling
 
 log = logging.getLogger("agentrt.auth")
 
@@ -400,10 +401,14 @@ def _tag_policy(entry: Any, where: str) -> TagPolicy:
     tags = _list(entry, "tags", where)
     if not tags:
         raise ValueError(f"{where}: tags is required (tag name patterns)")
-    if any(p != p.lower() for p in tags):
-        # Tags are set in lower case (registry.refs.is_settable_tag): a pattern with a
-        # capital would match no tag a caller can set, and so protect nothing.
-        raise ValueError(f"{where}: tag patterns are lower case, as tags are")
+    misspelt = [p for p in tags if not is_tag_spelling(p)]
+    if misspelt:
+        # Tags are set in lower case (the same rule SetTag applies): a pattern with a capital
+        # would match no tag a caller can set, and so protect nothing.
+        raise ValueError(
+            f"{where}: tag pattern(s) {misspelt} would protect nothing: tags are set in lower"
+            f" case (write {[tag_spelling(p) for p in misspelt]})"
+        )
     return TagPolicy(
         _text(entry, "name", where),
         tags,

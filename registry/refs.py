@@ -29,6 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from agentrt_base.tag_names import is_tag_spelling
+
 __all__ = [
     "DIGEST_RE",
     "NAME_RE",
@@ -131,11 +133,11 @@ def is_valid_tag(s: str) -> bool:
 
 
 def is_settable_tag(s: str) -> bool:
-    """Return whether a caller may set ``s`` as a tag: a valid tag in lower case. Tags are
-    compared exactly, so ``PROD`` beside ``prod`` would be a second tag a reader cannot tell
-    apart, and one a tag policy on ``prod`` would not cover (issue 25). Tags that older
-    servers stored with capitals still resolve, and can be deleted."""
-    return is_valid_tag(s) and s == s.lower()
+    """Return whether a caller may set ``s`` as a tag: a valid tag, spelt as tags are set
+    (lower case: ``agentrt_base.tag_names``, the rule tag policies' patterns follow too, so a
+    policy covers every tag that can be set). Tags that older servers stored with capitals
+    still resolve, and can be deleted."""
+    return is_valid_tag(s) and is_tag_spelling(s)
 
 
 def is_valid_label(s: str) -> bool:

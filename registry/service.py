@@ -29,6 +29,7 @@ from agentrt_base.errors import (
 )
 from agentrt_base.lru import LruCache
 from agentrt_base.paging import cut_page, page_request
+from agentrt_base.tag_names import tag_spelling
 from registry import limits, refs, store
 from registry.canonical import ComponentKind
 from registry.model import (
@@ -737,8 +738,8 @@ class RegistryService:
         if refs.is_valid_tag(tag_name) and not refs.is_settable_tag(tag_name):
             problems.add(
                 "tag",
-                f"{tag_name!r}: tags are set in lower case ({tag_name.lower()!r}), so no two"
-                " tags differ only in case and a tag policy covers every spelling",
+                f"{tag_name!r}: tags are set in lower case ({tag_spelling(tag_name)!r}), so no"
+                " two tags differ only in case and a tag policy covers every spelling",
             )
         _digest_field(digest, "digest", problems)
         if expected_digest is not None:
@@ -915,8 +916,10 @@ class RegistryService:
         if not refs.is_valid_tag(tag_name):
             problems.add(
                 "tag",
-                f"{tag_name!r} is not a valid tag: 1-63 of a-z 0-9 . _ -, starting with a letter "
-                "or digit, not 'sha256…'"
+                # Says what can be set (lower case: refs.is_settable_tag); a tag with capitals
+                # is valid (DeleteTag takes one an older server stored) and never gets here.
+                f"{tag_name!r} is not a valid tag: 1-128 of a-z 0-9 . _ -, not starting with"
+                " '.' or '-', not 64 hex digits"
                 if tag_name
                 else "required",
             )
