@@ -21,6 +21,7 @@ import asyncio
 import ipaddress
 import json
 import logging
+import math
 import time
 import urllib.parse
 import urllib.request
@@ -258,6 +259,16 @@ def _text_claims(claims: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def _is_numeric_date(value: Any) -> bool:
+    """RFC 7519 §2: a NumericDate is a JSON number. PyJWT alone would take the string
+    "9999999999" (it calls int() on it); Python's JSON reader also takes NaN and Infinity,
+    which are no JSON numbers (RFC 8259 §6). A token that is not what the RFC says is
+    refused, not repaired."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or math.isfinite(value)
+
+
 async def verify(token: str, issuers: Mapping[str, OidcIssuer]) -> dict[str, str]:
     """The verified claims of ``token`` as text, or raise (see the module docstring)."""
     try:
@@ -266,10 +277,7 @@ async def verify(token: str, issuers: Mapping[str, OidcIssuer]) -> dict[str, str
     except jwt.PyJWTError:
         raise refuse("malformed", "not a well-formed JWT") from None
     for name in _NUMERIC_DATES:
-        value = unverified.get(name)
-        # RFC 7519 §2: a NumericDate is a JSON number. PyJWT would accept "9999999999" (it
-        # calls int() on it); a token that is not what the RFC says is refused, not repaired.
-        if name in unverified and (isinstance(value, bool) or not isinstance(value, int | float)):
+        if name in unverified and not _is_numeric_date(unverified[name]):
             raise refuse("malformed", f"claim {name!r} is not a NumericDate (a JSON number)")
     claimed_issuer = unverified.get("iss")
     issuer = issuers.get(claimed_issuer) if isinstance(claimed_issuer, str) else None

@@ -28,6 +28,7 @@ from agentrt_base.errors import Unauthenticated
 from agentrt_base.limits import Kind as LimitKind
 from agentrt_base.limits import Limiter
 from agentrt_base.settings import ServerSettings
+from runtime_service.cli.main import main as agentrt
 from runtime_service.server import AgentrtServer, StartupError
 from tests import registry_data as data
 from tests.oidc import Issuer, issuer_config
@@ -125,8 +126,11 @@ def test_a_jwt_date_that_is_not_a_number_is_refused(tmp_path: Path, claim: str) 
     texts = {"exp": "9999999999", "iat": "1000000000", "nbf": "1000000000"}
     bad = issuer.token(**{claim: texts[claim]})
     assert _cause(authenticator, [("authorization", f"Bearer {bad}")], None) == "malformed"
-    as_bool = issuer.token(**{claim: True})
-    assert _cause(authenticator, [("authorization", f"Bearer {as_bool}")], None) == "malformed"
+    # Neither are a boolean, nor NaN and Infinity (no JSON numbers, RFC 8259 §6, but
+    # Python's JSON reader takes them; PyJWT then said "invalid", not what is wrong).
+    for value in (True, float("inf"), float("-inf"), float("nan")):
+        odd = issuer.token(**{claim: value})
+        assert _cause(authenticator, [("authorization", f"Bearer {odd}")], None) == "malformed"
 
 
 def test_a_reload_that_would_lock_everybody_out_is_refused(
@@ -165,7 +169,10 @@ def test_a_reload_that_would_lock_everybody_out_is_refused(
 
 
 def test_bearer_tokens_are_not_sent_over_plaintext_beyond_loopback(
-    tmp_path: Path, sqlite_url: str
+    tmp_path: Path,
+    sqlite_url: str,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     config = _config(tmp_path, _token_entry("client-a", TOKEN, "client"))
     server = AgentrtServer(
@@ -173,6 +180,20 @@ def test_bearer_tokens_are_not_sent_over_plaintext_beyond_loopback(
     )
     with pytest.raises(StartupError, match="in clear"):
         asyncio.run(server.start())
+    # The command says so in one line and cannot start (exit 3, as for every refused start).
+    serve = ["serve", "--listen", "0.0.0.0:0", "--database-url", sqlite_url]
+    assert agentrt([*serve, "--auth-config", config]) == 3
+    refusal = capsys.readouterr().err
+    assert refusal.count("\n") == 1 and "in clear" in refusal and "--insecure" in refusal
+    # --insecure accepts the risk, and the server says it at WARNING, not INFO.
+    with (
+        caplog.at_level(logging.INFO, logger="agentrt.server"),
+        serving(sqlite_url, listen="0.0.0.0:0", auth_config=config, insecure=True),
+    ):
+        pass
+    said = [r for r in caplog.records if "listening on" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING]
+    assert "bearer tokens cross the network in clear" in said[0].getMessage()
 
 
 class _Authorized(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]

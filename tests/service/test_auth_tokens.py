@@ -22,7 +22,7 @@ from agentrt_base.limits import Kind
 from agentrt_base.tls import ClientTls, ServerTls, open_channel
 from runtime_service.cli.main import main as agentrt
 from tests.certs import Authority
-from tests.support import error_details, serving
+from tests.support import error_details, rpc_error, serving
 
 
 def _create(config: Path, name: str, *flags: str, capsys: pytest.CaptureFixture[str]) -> str:
@@ -108,9 +108,11 @@ def test_a_known_client_certificate_is_a_principal(tmp_path: Path, sqlite_url: s
         return str(tmp_path / name)
 
     config = tmp_path / "auth.toml"
+    token = "agentrt_" + "c" * 43
     config.write_text(
         '[[certificates]]\nsan = "spiffe://agentrt.test/worker-1"\nprincipal = "worker-1"\n'
         'roles = ["worker"]\n'
+        f'[[tokens]]\nprincipal = "client-a"\nhash = "{token_hash(token)}"\nroles = ["client"]\n'
     )
     tls = ServerTls(
         write("s.pem", server.cert), write("s.key", server.key), write("ca.pem", ca.pem)
@@ -126,6 +128,19 @@ def test_a_known_client_certificate_is_a_principal(tmp_path: Path, sqlite_url: s
             # (issue 25): an unknown or malformed bearer token refuses the call.
             _refused(channel, "agentrt_guessed")
             _refused(channel, "agentrt_guessed ")
+            # A valid token beside the certificate: the token's principal is the caller (the
+            # refusal names whom it judged).
+            runtime = runtime_service_pb2_grpc.RuntimeServiceStub(channel)
+            for bearer, principal in ((None, "worker-1"), (token, "client-a")):
+                metadata = [("authorization", f"Bearer {bearer}")] if bearer else None
+                denied = rpc_error(
+                    runtime.CreateThread,
+                    pb.CreateThreadRequest(namespace="team-b"),
+                    timeout=5,
+                    metadata=metadata,
+                )
+                assert denied.code() == grpc.StatusCode.PERMISSION_DENIED
+                assert error_details(denied)["ErrorInfo"].metadata["principal"] == principal
             # Removing the certificate's entry ends the long poll it has open (issue 25).
             worker = worker_service_pb2_grpc.WorkerServiceStub(channel)
             waiting = worker.AcquireRun.future(
