@@ -126,8 +126,8 @@ def test_a_jwt_date_that_is_not_a_number_is_refused(tmp_path: Path, claim: str) 
     texts = {"exp": "9999999999", "iat": "1000000000", "nbf": "1000000000"}
     bad = issuer.token(**{claim: texts[claim]})
     assert _cause(authenticator, [("authorization", f"Bearer {bad}")], None) == "malformed"
-    # Neither are a boolean, nor NaN and Infinity (no JSON numbers, RFC 8259 §6, but
-    # Python's JSON reader takes them; PyJWT then said "invalid", not what is wrong).
+    # Nor is a boolean, NaN or Infinity (no JSON numbers, RFC 8259 §6, though Python's JSON
+    # reader takes the last two; PyJWT then said "invalid", not what is wrong).
     for value in (True, float("inf"), float("-inf"), float("nan")):
         odd = issuer.token(**{claim: value})
         assert _cause(authenticator, [("authorization", f"Bearer {odd}")], None) == "malformed"
