@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from agentrt.registry.v1 import registry_service_pb2_grpc
 from agentrt_base.db_engines import normalise_url
 from tests.runtime_support import Stubs
-from tests.support import running_server
+from tests.support import ServerThread
 
 # A helper module's asserts are rewritten only when pytest is told to; these were rewritten
 # while they lived in files named test_*, and their failures should stay as readable.
@@ -86,9 +86,12 @@ def postgres_session_url(postgres_admin_url: str) -> Iterator[str]:
     drop_postgres_database(postgres_admin_url, name)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
 def engine(request: pytest.FixtureRequest) -> str:
-    """The engine a test runs on; every test that uses a database runs on both."""
+    """The engine a test runs on; every test that uses a database runs on both. Module-scoped
+    so that a module's tests on one engine share one server (``shared_server``)."""
     return str(request.param)
 
 
@@ -98,16 +101,60 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'agentrt.db'}"
 
 
+def _fresh_server(request: pytest.FixtureRequest) -> bool:
+    return request.node.get_closest_marker("fresh_server") is not None
+
+
+def _uses_shared_server(request: pytest.FixtureRequest) -> bool:
+    """Whether the test's server is its module's shared one (see ``server_thread``)."""
+    return "server_thread" in request.fixturenames and not _fresh_server(request)
+
+
 @pytest.fixture
 def database_url(engine: str, request: pytest.FixtureRequest, sqlite_url: str) -> Iterator[str]:
-    """A database for one test: a new SQLite file, or the session's PostgreSQL database,
-    emptied after the test (truncating is ~100x cheaper than a database per test)."""
+    """The database of the test's server when it has one (``server_address``, ``stubs``,
+    ``stub``, ``env``): the module's shared database, which earlier tests of the module have
+    written to. Otherwise a database for this test alone: a new SQLite file, or the session's
+    PostgreSQL database, emptied after the test (truncating is ~100x cheaper than a database
+    per test)."""
+    if _uses_shared_server(request):
+        yield str(request.getfixturevalue("shared_database_url"))
+        return
     if engine == "sqlite":
         yield sqlite_url
         return
     url = str(request.getfixturevalue("postgres_session_url"))
     yield url
     _truncate(url)
+
+
+@pytest.fixture(scope="module")
+def shared_database_url(
+    engine: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """One database for a module's shared server, on the module's engine; dropped after it."""
+    if engine == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('shared') / 'agentrt.db'}"
+        return
+    admin: str = request.getfixturevalue("postgres_admin_url")
+    name = f"agentrt_shared_{uuid.uuid4().hex[:12]}"
+    url = create_postgres_database(admin, name)
+    yield url
+    drop_postgres_database(admin, name)
+
+
+@pytest.fixture(scope="module")
+def shared_server(shared_database_url: str) -> Iterator[ServerThread]:
+    """The module's server (with its step writer process) for every test that does not ask
+    for a fresh one: starting one costs a migration and a process, stopping it a TRUNCATE on
+    PostgreSQL, and most tests only need a client. Tests isolate their state by the ids they
+    create, not by an empty database."""
+    server = ServerThread(shared_database_url)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def _truncate(url: str) -> None:
@@ -144,10 +191,25 @@ def empty_database_url(
 
 
 @pytest.fixture
-def server_address(database_url: str) -> Iterator[str]:
-    """Address of a real agentrt server started in-process on an ephemeral port."""
-    with running_server(database_url) as address:
-        yield address
+def server_thread(database_url: str, request: pytest.FixtureRequest) -> Iterator[ServerThread]:
+    """A real agentrt server in this process on an ephemeral port: the module's shared server,
+    or one for this test alone on a fresh database when the test is marked ``fresh_server``
+    (it counts or lists everything the database holds, say)."""
+    if not _fresh_server(request):
+        yield request.getfixturevalue("shared_server")
+        return
+    server = ServerThread(database_url)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def server_address(server_thread: ServerThread) -> str:
+    """Address of the test's server (``server_thread``)."""
+    return server_thread.address
 
 
 @pytest.fixture

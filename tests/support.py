@@ -43,6 +43,7 @@ class ServerThread:
         self.server = AgentrtServer(self.settings)
         if runtime_settings is not None:
             self.server.runtime_settings = runtime_settings
+        self.address = ""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
@@ -50,7 +51,8 @@ class ServerThread:
         self._thread.start()
         port = asyncio.run_coroutine_threadsafe(self.server.start(), self._loop).result(60)
         # (Loopback also for a server listening on every address.)
-        return f"127.0.0.1:{port}"
+        self.address = f"127.0.0.1:{port}"
+        return self.address
 
     def stop(self) -> None:
         with contextlib.suppress(Exception):

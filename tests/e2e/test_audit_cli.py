@@ -1,8 +1,9 @@
-"""``agentrt audit …`` as an engineer or a script runs it: subprocesses against a real server.
+"""``agentrt audit …`` as an engineer or a script runs it.
 
 The server runs in-process (``server_address``, SQLite and PostgreSQL) over the history of
-:func:`tests.service.test_audit.build_history`; each command is its own process, so exit
-codes, stdout and the one-line stderr contract are what is tested. Bundles exported here are
+:func:`tests.service.test_audit.build_history`; each command runs through the console
+script's ``main(argv)`` with its own environment (``cli_support.in_process``), so exit codes,
+stdout and the one-line stderr contract are what is tested. Bundles exported here are
 verified with no server at all (``AGENTRT_TARGET`` pointing nowhere).
 """
 
@@ -17,11 +18,16 @@ import pytest
 import sqlalchemy as sa
 
 from agentrt_base.db_engines import normalise_url
-from tests.e2e.cli_support import AGENTRT, ROOT, checkout_env
+from tests.e2e.cli_support import checkout_env, in_process
 from tests.runtime_support import Stubs
 from tests.service.audit_history import History, build_history
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.fresh_server(
+        reason="publishes coding_agent with other content per test, and lists its usages"
+    ),
+]
 
 NOWHERE = "127.0.0.1:1"
 
@@ -29,9 +35,7 @@ NOWHERE = "127.0.0.1:1"
 def run(target: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = checkout_env({k: v for k, v in os.environ.items() if not k.startswith("AGENTRT_")})
     env["AGENTRT_TARGET"] = target
-    return subprocess.run(
-        [*AGENTRT, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    return in_process(args, env)
 
 
 def ok(target: str, *args: str) -> str:

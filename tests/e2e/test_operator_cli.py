@@ -1,7 +1,9 @@
 """The operator commands (threads, runs, send, approve, watch) as a person or a script runs
-them: each command its own ``agentrt`` process against a real server, on SQLite and
-PostgreSQL. The worker side is played with the raw worker stubs, as a worker in another
-language would, so what the commands show is what the ledger holds.
+them, against a real server on SQLite and PostgreSQL: each command through the console
+script's ``main(argv)`` with its own environment (``cli_support.in_process``), and
+``agentrt watch`` as a real process, stopped by signals as a terminal stops it. The worker
+side is played with the raw worker stubs, as a worker in another language would, so what the
+commands show is what the ledger holds.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
-from tests.e2e.cli_support import AGENTRT, ROOT, checkout_env
+from tests.e2e.cli_support import AGENTRT, ROOT, checkout_env, in_process
 from tests.runtime_support import Stubs
 from tests.support import ServerThread
 
@@ -34,9 +36,7 @@ def _env(target: str) -> dict[str, str]:
 
 
 def run(target: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*AGENTRT, *args], env=_env(target), cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    return in_process(args, _env(target))
 
 
 def ok(target: str, *args: str) -> str:

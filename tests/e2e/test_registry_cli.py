@@ -1,7 +1,10 @@
-"""The registry commands as a CI job runs them: ``agentrt`` subprocesses against a real server.
+"""The registry commands as a CI job runs them, against a real server.
 
-The server runs in-process (``server_address``, on SQLite and PostgreSQL); every command is a
-separate process, so exit codes, stdout and the one-line stderr contract are what is tested.
+The server runs in-process (``server_address``, on SQLite and PostgreSQL). Each command runs
+through the console script's ``main(argv)`` in this process (``cli_support.in_process``), with
+its own environment, so exit codes, stdout and the one-line stderr contract are what is
+tested; the example files' header commands and the CI script run ``.venv/bin/agentrt`` as
+real processes, as a newcomer and a CI job do.
 """
 
 from __future__ import annotations
@@ -14,9 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli_support import AGENTRT, ROOT, checkout_env
+from tests.e2e.cli_support import ROOT, checkout_env, in_process
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.fresh_server(
+        reason="publishes coding_agent under labels its other tests publish with other content,"
+        " and lists every version"
+    ),
+]
 
 EXAMPLES = ROOT / "examples"
 V7 = str(EXAMPLES / "coding_agent.yaml")
@@ -37,14 +46,7 @@ def _env(target: str, **extra: str) -> dict[str, str]:
 
 
 def run(target: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*AGENTRT, *args],
-        env=_env(target, **env),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return in_process(args, _env(target, **env))
 
 
 def ok(target: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

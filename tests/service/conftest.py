@@ -13,13 +13,12 @@ from tests.support import ServerThread
 
 
 @pytest.fixture
-def env(database_url: str) -> Iterator[Env]:
-    """A server with its step writer, and stubs including the audit service's."""
-    server = ServerThread(database_url)
-    address = server.start()
-    stubs = Stubs.open(address)
+def env(server_thread: ServerThread) -> Iterator[Env]:
+    """The test's server (see ``server_thread``) with its step writer, and stubs including
+    the audit service's."""
+    server = server_thread
+    stubs = Stubs.open(server.address)
     try:
         yield Env(stubs, audit_service_pb2_grpc.AuditServiceStub(stubs.channel), server)
     finally:
         stubs.close()
-        server.stop()

@@ -24,6 +24,11 @@ from runtime_service.services.audit import TagEvent, tags_at
 from tests.service.audit_history import PROVENANCE, Env, build_history
 from tests.support import error_details, rpc_error
 
+pytestmark = pytest.mark.fresh_server(
+    reason="publishes coding_agent under labels its other tests publish with other content,"
+    " and counts usages over the whole database"
+)
+
 # -- provenance ------------------------------------------------------------------------------
 
 

@@ -360,6 +360,9 @@ def _resolve(
     "WAITING_APPROVAL once no approval is pending and is re-queued (next attempt reason "
     "RESUMED_AFTER_APPROVAL), unless it is PAUSED.",
 )
+@pytest.mark.fresh_server(
+    reason="acquires whichever run is queued, which on a shared server may be an earlier test's"
+)
 def test_the_run_waits_until_every_approval_is_decided(stubs: Stubs) -> None:
     w, (first, second) = _waiting_for(stubs, 2)
     one = _resolve(stubs, w.run_id, first.id)
@@ -511,6 +514,9 @@ def test_a_thread_without_a_namespace_is_in_default(stubs: Stubs) -> None:
     expect(INVALID, stubs.runtime.CreateThread, pb.CreateThreadRequest(namespace="Not_A_Label"))
 
 
+@pytest.mark.fresh_server(
+    reason="acquires whichever run is queued, which on a shared server may be an earlier test's"
+)
 @sentence(RT, "Default 0; negative allowed.")
 def test_priority_defaults_to_zero_and_may_be_negative(stubs: Stubs) -> None:
     stubs.publish_agent()
@@ -626,6 +632,9 @@ def test_acquire_run_errors(stubs: Stubs) -> None:
     "If the caller disconnects after the server acquired, the lease simply expires and the "
     "attempt becomes LOST.",
 )
+@pytest.mark.fresh_server(
+    reason="acquires whichever run is queued, which on a shared server may be an earlier test's"
+)
 def test_an_acquired_attempt_nobody_works_on_becomes_lost(stubs: Stubs) -> None:
     stubs.publish_agent()
     run = stubs.run(stubs.thread().id)
@@ -713,6 +722,9 @@ def test_end_turn_errors(stubs: Stubs) -> None:
     "again; UNAVAILABLE (STEP_WRITER_STOPPED, or COMMIT_OUTCOME_UNKNOWN when the database "
     "connection broke during the commit) when the server could not finish the call and does "
     "not know whether the step was recorded: retry with the same idempotency_key.",
+)
+@pytest.mark.fresh_server(
+    reason="acquires whichever run is queued, which on a shared server may be an earlier test's"
 )
 def test_begin_step_errors(stubs: Stubs) -> None:
     w = start(stubs)
@@ -963,6 +975,9 @@ def test_lease_ttl_defaults_to_30_seconds_and_is_clamped(stubs: Stubs) -> None:
     assert ttl(long) == pytest.approx(600, abs=0.5)  # the server's bound: 10 minutes
 
 
+@pytest.mark.fresh_server(
+    reason="acquires whichever run is queued, which on a shared server may be an earlier test's"
+)
 @sentence(WK, "Unset: the server default (30 s); clamped to the server maximum.")
 def test_wait_defaults_to_30_seconds_and_is_clamped(stubs: Stubs) -> None:
     settings = RuntimeSettings()
@@ -1022,6 +1037,9 @@ def test_an_unspecified_thread_policy_is_reject(stubs: Stubs) -> None:
     MS,
     "Default policy for a new run while another run of the thread is not yet terminal.",
 )
+@pytest.mark.fresh_server(
+    reason="acquires whichever run is queued, which on a shared server may be an earlier test's"
+)
 def test_the_threads_policy_applies_to_a_new_run(stubs: Stubs) -> None:
     stubs.publish_agent()
     thread = stubs.thread(E.CONCURRENCY_POLICY_ENQUEUE)
@@ -1034,6 +1052,7 @@ def test_the_threads_policy_applies_to_a_new_run(stubs: Stubs) -> None:
     assert stubs.acquire().run.id == third.id
 
 
+@pytest.mark.fresh_server(reason="lists every thread the database holds")
 @sentence(MS, "Never UNSPECIFIED on output (the server default is REJECT).")
 def test_a_threads_policy_is_never_unspecified(stubs: Stubs) -> None:
     stubs.runtime.CreateThread(pb.CreateThreadRequest(), timeout=T)
@@ -1195,6 +1214,7 @@ def _usages(stubs: Stubs, **kw: Any) -> Any:
     return audit(stubs).FindUsages(apb.FindUsagesRequest(**kw), timeout=T)
 
 
+@pytest.mark.fresh_server(reason="counts usages over everything the database holds")
 @sentence(AU, "For model_id queries; defaults to MODEL_MATCH_ANY.")
 def test_model_queries_match_any_by_default(stubs: Stubs) -> None:
     w = start(stubs)
@@ -1208,6 +1228,7 @@ def test_model_queries_match_any_by_default(stubs: Stubs) -> None:
     assert list(requested_only.usages) == []
 
 
+@pytest.mark.fresh_server(reason="counts usages over everything the database holds")
 @sentence(AU, "0 means the default (100); at most 1000.")
 def test_find_usages_pages_100_by_default(stubs: Stubs) -> None:
     w = start(stubs)
@@ -1245,6 +1266,7 @@ def test_bundle_format_defaults_to_json(stubs: Stubs) -> None:
     "Either the model the runtime told the worker to request or the one the provider "
     "reported (the default).",
 )
+@pytest.mark.fresh_server(reason="counts usages over everything the database holds")
 def test_model_match_any_is_requested_or_reported(stubs: Stubs) -> None:
     w = start(stubs)
     step = w.model("m").step

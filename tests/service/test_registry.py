@@ -13,6 +13,11 @@ from agentrt.registry.v1 import registry_service_pb2 as pb
 from tests import registry_data as data
 from tests.support import error_details
 
+pytestmark = pytest.mark.fresh_server(
+    reason="publishes coding_agent under labels its other tests publish with other content,"
+    " and lists every version"
+)
+
 DIGEST_Z = "sha256:" + "0" * 64
 
 

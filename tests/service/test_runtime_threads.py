@@ -29,7 +29,13 @@ from tests.runtime_support import PLAIN, Stubs, get_run
 from tests.support import error_details, rpc_error
 
 # The `stubs` fixture (tests/conftest.py) publishes plain_agent:prod first.
-pytestmark = pytest.mark.plain_agent
+pytestmark = [
+    pytest.mark.plain_agent,
+    pytest.mark.fresh_server(
+        reason="acquires whichever run is queued and lists every thread: on a shared server"
+        " both may be an earlier test's"
+    ),
+]
 
 E = enum_pb2
 COMPLETE = E.ATTEMPT_OUTCOME_SUCCEEDED_COMPLETE_RUN

@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from agentrt.audit.v1 import audit_service_pb2 as apb
@@ -19,6 +20,10 @@ from runtime_service import audit_bundle
 from tests.runtime_support import Stubs
 from tests.service.audit_history import Env, build_history
 from tests.service.steps_support import args, get_step, put_blob
+
+pytestmark = pytest.mark.fresh_server(
+    reason="tampers with rows and verifies every run the database holds"
+)
 
 
 @dataclass
