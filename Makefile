@@ -9,7 +9,7 @@ BUF := node_modules/.bin/buf
 # takes google.rpc from googleapis-common-protos like the server does.
 PROTOS := $(shell find protos/agentrt -name '*.proto' | sort)
 
-.PHONY: setup serve test check lint gen check-gen wheel-check clean node-build breaking java-check
+.PHONY: setup serve test coverage check lint gen check-gen wheel-check clean node-build breaking java-check
 
 # The stamp is rebuilt whenever the declared dependencies change, so a pull that adds one
 # installs it without anybody deleting .venv by hand.
@@ -29,8 +29,17 @@ serve: $(VENV)/.stamp
 	$(BIN)/agentrt serve
 
 # The Node client tests (tests/polyglot) build their TypeScript with the tools in node_modules.
+# Two workers, each taking whole modules so a module's shared server starts once; the whole
+# run must stay within tests/time_budget.toml (docs/testing.md).
+PYTEST_WORKERS ?= -n 2 --dist loadscope
 test: $(VENV)/.stamp node_modules/.stamp
-	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(PYTEST_WORKERS) --durations=15 $(PYTEST_ARGS)
+
+# Line coverage of the packages over the whole suite (slower: the time budget is off).
+COVERAGE_PACKAGES := --cov=agentrt_base --cov=agentrt_sdk --cov=registry --cov=runtime_service
+coverage: $(VENV)/.stamp node_modules/.stamp
+	AGENTRT_TEST_TIME_BUDGET=off $(PY) -m pytest -q $(PYTEST_WORKERS) $(COVERAGE_PACKAGES) \
+	  --cov-report=term:skip-covered $(PYTEST_ARGS)
 
 # The inner loop while editing (not a newcomer's command): the Python lint and types and the
 # unit tests, about a minute here; `make test` is still what proves a change.

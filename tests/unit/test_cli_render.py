@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
 from google.protobuf import timestamp_pb2
 from rich.console import Console
 
@@ -80,7 +81,9 @@ def test_model_text_names_the_candidate_and_a_different_reported_model() -> None
     assert render.model_text(message_pb2.RecordedModel()) == ""
 
 
-def test_user_text_is_not_markup_and_pipes_are_not_folded() -> None:
+def test_user_text_is_not_markup_and_pipes_are_not_folded(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A COLUMNS the caller sets wins (pytest-xdist's workers run with COLUMNS=80).
+    monkeypatch.delenv("COLUMNS", raising=False)
     out = io.StringIO()
     console = render.console(out)
     console.print(
