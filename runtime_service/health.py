@@ -50,6 +50,7 @@ class DatabaseHealth:
         self._interval = interval
         self._timeout = timeout
         self._serving: bool | None = None
+        self._stopping = False
         self._wake = asyncio.Event()
         self._probe: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -66,10 +67,13 @@ class DatabaseHealth:
 
     async def stop(self) -> None:
         self._database.on_failure = None
+        # Told, not cancelled: on Python 3.11 a cancellation that arrives as wait_for's wait
+        # ends is swallowed (CPython gh-86296), and the loop then probed on for ever while the
+        # server's shutdown waited for it (a loaded machine makes that race likely).
+        self._stopping = True
+        self._wake.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await self._task
             self._task = None
         if self._probe is not None:
             # A probe stuck on a frozen database ends at its own statement deadline.
@@ -84,10 +88,12 @@ class DatabaseHealth:
             self._wake.set()
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._interval)
             self._wake.clear()
+            if self._stopping:
+                return
             await self._check()
 
     async def _check(self) -> None:

@@ -58,6 +58,7 @@ class Notifier:
     def __init__(self) -> None:
         self._waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
         self._listener: asyncio.Task[None] | None = None
+        self._stopping = False
         #: Marks this notifier's NOTIFY payloads (see the module docstring).
         self.origin = "@" + secrets.token_hex(8)
 
@@ -112,16 +113,21 @@ class Notifier:
 
     async def stop(self) -> None:
         if self._listener is not None:
+            self._stopping = True
             self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._listener
+            # Bounded: a cancellation swallowed inside the driver's wait (CPython gh-86296)
+            # must not hold the server's shutdown; the loop ends at its next turn.
+            done, _ = await asyncio.wait({self._listener}, timeout=5)
+            for task in done:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    task.result()
             self._listener = None
 
     async def _listen(self, conninfo: str) -> None:
         import psycopg
 
         delay = 0.5
-        while True:
+        while not self._stopping:
             try:
                 async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")

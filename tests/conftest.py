@@ -25,6 +25,7 @@ import pytest
 import sqlalchemy as sa
 
 from agentrt.registry.v1 import registry_service_pb2_grpc
+from agentrt.runtime.v1 import enum_pb2, runtime_service_pb2, runtime_service_pb2_grpc
 from agentrt_base.db_engines import normalise_url
 from tests.runtime_support import Stubs
 from tests.support import ServerThread
@@ -196,7 +197,9 @@ def server_thread(database_url: str, request: pytest.FixtureRequest) -> Iterator
     or one for this test alone on a fresh database when the test is marked ``fresh_server``
     (it counts or lists everything the database holds, say)."""
     if not _fresh_server(request):
-        yield request.getfixturevalue("shared_server")
+        shared: ServerThread = request.getfixturevalue("shared_server")
+        yield shared
+        _cancel_unfinished_runs(shared.address)
         return
     server = ServerThread(database_url)
     server.start()
@@ -204,6 +207,46 @@ def server_thread(database_url: str, request: pytest.FixtureRequest) -> Iterator
         yield server
     finally:
         server.stop()
+
+
+#: Every status a run can leave: a run in one of these can still be handed to a worker.
+_UNFINISHED = (
+    enum_pb2.RUN_STATUS_QUEUED,
+    enum_pb2.RUN_STATUS_RUNNING,
+    enum_pb2.RUN_STATUS_WAITING_APPROVAL,
+    enum_pb2.RUN_STATUS_PAUSED,
+)
+
+
+def _cancel_unfinished_runs(address: str) -> None:
+    """Cancel every run a test left unfinished on the shared server. A run left queued, or
+    acquired and left to its lease (which queues it again when it expires), would be the
+    next test's AcquireRun: each test starts with nothing to hand out, as on a new database.
+    A cancelled RUNNING run ends when its lease does, CANCELLED, never queued again."""
+    with grpc.insecure_channel(address) as channel:
+        runtime = runtime_service_pb2_grpc.RuntimeServiceStub(channel)
+        token = ""
+        while True:
+            page = runtime.ListRuns(
+                runtime_service_pb2.ListRunsRequest(
+                    statuses=_UNFINISHED, page_size=1000, page_token=token
+                ),
+                timeout=30,
+            )
+            for run in page.runs:
+                if run.cancel_requested:
+                    continue
+                try:
+                    runtime.CancelRun(
+                        runtime_service_pb2.CancelRunRequest(run_id=run.id, reason="test ended"),
+                        timeout=30,
+                    )
+                except grpc.RpcError as exc:  # it ended meanwhile (its lease expired, say)
+                    if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                        raise
+            token = page.next_page_token
+            if not token:
+                return
 
 
 @pytest.fixture

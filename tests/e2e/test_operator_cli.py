@@ -60,21 +60,22 @@ def refused(target: str, *args: str, code: int = 1) -> list[str]:
     return lines
 
 
-def _sigint_ignored() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+#: Runs its arguments with SIGINT ignored, as `nohup … &` or a CI runner starts a command
+#: (exec keeps an ignored signal ignored). Not preexec_fn: that forks this process, whose
+#: gRPC threads (the in-process server, in-process commands) do not survive a fork.
+SIGINT_IGNORED = ["sh", "-c", 'trap "" INT; exec "$@"', "sh"]
 
 
 def watcher(target: str, *args: str) -> subprocess.Popen[str]:
     """``agentrt watch`` started as `nohup … &` or a CI runner starts it: SIGINT inherited as
     ignored, which Ctrl-C (the test's SIGINT) must stop all the same."""
     return subprocess.Popen(
-        [*AGENTRT, "watch", *args],
+        [*SIGINT_IGNORED, *AGENTRT, "watch", *args],
         env=_env(target),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=_sigint_ignored,
     )
 
 

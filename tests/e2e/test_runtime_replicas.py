@@ -63,12 +63,22 @@ def replicas(
             stubs_a.close()
             stubs_b.close()
         finally:
-            b.terminate()
-            assert b.wait(10) == 0
+            _stop(b)
     finally:
-        a.terminate()
-        assert a.wait(10) == 0
+        _stop(a)
         _truncate(postgres_session_url)
+
+
+def _stop(replica: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, and a clean exit within the shutdown bound (3 s of grace, then 30 s); killed
+    whatever happens, so no replica outlives the module."""
+    replica.terminate()
+    try:
+        assert replica.wait(40) == 0
+    finally:
+        if replica.poll() is None:
+            replica.kill()
+            replica.wait()
 
 
 def test_a_watcher_on_one_replica_sees_events_written_through_the_other(

@@ -294,7 +294,11 @@ class FuzzSession:
             or recorded_refusal(answer)
         ):
             self._harvest(rpc, answer)
-            self._state = self.snapshots.take(self.witness.run_id)
+            self._state = (
+                self._settled()
+                if answer.code in UNDECIDED
+                else self.snapshots.take(self.witness.run_id)
+            )
             return answer
         after = self.snapshots.take(self.witness.run_id)
         if after != self._state:
@@ -306,6 +310,20 @@ class FuzzSession:
             report.partial_writes.append(f"{_describe(rpc, payloads)} -> {code}: changed {changed}")
             self._state = after
         return answer
+
+    def _settled(self, quiet: float = 0.3, longest: float = 10.0) -> dict[str, Any]:
+        """The database once a call whose outcome the client never learnt has finished: the
+        server may still complete it (a long poll that hands out a run as its deadline
+        passes, on a loaded machine), and its writes are that call's, not the next one's."""
+        state = self.snapshots.take(self.witness.run_id)
+        deadline = time.monotonic() + longest
+        while time.monotonic() < deadline:
+            time.sleep(quiet)
+            again = self.snapshots.take(self.witness.run_id)
+            if again == state:
+                break
+            state = again
+        return state
 
     def _harvest(self, rpc: Rpc, answer: Answer) -> None:
         cls = rpc.response_class()
