@@ -7,12 +7,14 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 import subprocess
 import sys
 import time
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,3 +97,42 @@ def in_process(
         assert isinstance(buffer, io.BytesIO)
         captured.append(buffer.getvalue().decode("utf-8"))
     return subprocess.CompletedProcess(["agentrt", *args], code, captured[0], captured[1])
+
+
+def stop(process: subprocess.Popen[Any], timeout: float = 40.0) -> int | None:
+    """SIGTERM ``process`` and wait up to ``timeout`` (agentrt serve's shutdown bound is 3 s
+    of grace, then 30 s); kill it if it has not exited by then. Returns its exit status, or
+    None when it had to be killed: whatever the test asserts next, nothing outlives it."""
+    with contextlib.suppress(ProcessLookupError):
+        process.terminate()
+    try:
+        return process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        return None
+
+
+def stop_group(leader: subprocess.Popen[Any], timeout: float = 40.0) -> bool:
+    """SIGTERM the process group ``leader`` leads (a shell and its background jobs, `make`
+    and the server it started) and wait for every member to exit; SIGKILL what is left after
+    ``timeout``. Whether the group ended on SIGTERM alone."""
+    pgid = leader.pid
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        leader.wait()
+        return True
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        leader.poll()  # reaped as it exits: a zombie still counts as a member
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            leader.wait()
+            return True
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    leader.wait()
+    return False

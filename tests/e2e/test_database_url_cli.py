@@ -12,7 +12,7 @@ from sqlalchemy.engine import URL, make_url
 
 from agentrt_base.db_failures import DatabaseUnavailable
 from runtime_service.cli import database_url
-from tests.e2e.cli_support import AGENTRT, serve_env, wait_ready
+from tests.e2e.cli_support import AGENTRT, serve_env, stop, wait_ready
 from tests.support import free_port
 
 pytestmark = pytest.mark.e2e
@@ -102,8 +102,7 @@ def test_serve_takes_the_password_from_a_file_and_not_from_its_arguments(
         cmdline = Path(f"/proc/{process.pid}/cmdline").read_bytes().decode()
         assert PASSWORD not in cmdline
     finally:
-        process.terminate()
-        assert process.wait(timeout=10) == 0
+        assert stop(process) == 0
         assert process.stderr is not None
         rest = process.stderr.read()
     assert "WARNING" not in rest and PASSWORD not in rest

@@ -4,16 +4,13 @@ against a server on a free port and a database of the test's own."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli_support import ROOT, serve_env
+from tests.e2e.cli_support import ROOT, serve_env, stop_group
 from tests.support import free_port
 
 pytestmark = pytest.mark.e2e
@@ -67,9 +64,9 @@ def test_every_command_of_the_quickstart_runs(database_url: str, tmp_path: Path)
             # run; they hold the log open, so wait for the script, not for the output's end.
             shell.wait(timeout=240)
         finally:
-            with contextlib.suppress(ProcessLookupError):  # the group may be gone already
-                os.killpg(shell.pid, signal.SIGTERM)
-            shell.wait()
+            # The server and the worker (the script's background jobs) go with the group,
+            # killed if they do not end on SIGTERM.
+            stop_group(shell)
     output = log.read_text()
     assert shell.returncode == 0, output
     run_id = re.search(r"^RUN=(run_\w+)$", output, flags=re.M)

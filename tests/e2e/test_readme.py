@@ -9,11 +9,8 @@ test's own: the database name, the port the server listens on, and where Postgre
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import shlex
-import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -25,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentrt_base.db_engines import normalise_url
 from tests.conftest import drop_postgres_database
-from tests.e2e.cli_support import ROOT, serve_env, wait_ready
+from tests.e2e.cli_support import ROOT, serve_env, stop_group, wait_ready
 from tests.support import free_port
 
 pytestmark = pytest.mark.e2e
@@ -129,6 +126,4 @@ def test_the_postgresql_lines_serve_from_a_fresh_database(
             )
         assert response.status == health_pb2.HealthCheckResponse.SERVING
     finally:
-        with contextlib.suppress(ProcessLookupError):  # gone already if it never got ready
-            os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
+        assert stop_group(process), "make serve did not exit on SIGTERM"

@@ -13,7 +13,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.e2e.cli_support import AGENTRT, serve_env, wait_ready
+from tests.e2e.cli_support import AGENTRT, serve_env, stop, wait_ready
 from tests.support import free_port
 
 pytestmark = pytest.mark.e2e
@@ -84,8 +84,7 @@ def test_default_database_is_sqlite_file_in_working_directory(tmp_path: Path) ->
         assert "sqlite:///./agentrt.db" in line
         assert (tmp_path / "agentrt.db").exists()
     finally:
-        process.terminate()
-        assert process.wait(timeout=5) == 0
+        assert stop(process) == 0
 
 
 def test_environment_configures_listen_and_database(tmp_path: Path) -> None:
@@ -101,8 +100,7 @@ def test_environment_configures_listen_and_database(tmp_path: Path) -> None:
         assert f"127.0.0.1:{port}" in line
         assert (tmp_path / "from-env.db").exists()
     finally:
-        process.terminate()
-        assert process.wait(timeout=5) == 0
+        assert stop(process) == 0
 
 
 def _run_to_failure(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli_support import AGENTRT, ROOT, serve_env, wait_ready
+from tests.e2e.cli_support import AGENTRT, ROOT, serve_env, stop, wait_ready
 from tests.support import free_port
 
 pytestmark = pytest.mark.e2e
@@ -75,12 +75,7 @@ def server(database_url: str, tmp_path: Path) -> Iterator[str]:
         threading.Thread(target=process.stderr.read, daemon=True).start()
         yield address
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
 
 
 def test_node_client_and_worker_against_a_real_server(node_build: Path, server: str) -> None:
