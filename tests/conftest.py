@@ -7,9 +7,10 @@ answers there; otherwise the PostgreSQL variants are skipped with the reason sho
 A fresh database is created for the test session and dropped at its end.
 
 Tests reach the in-process server through ``stubs`` (registry, runtime and worker) or ``stub``
-(the registry alone). A module whose tests need ``plain_agent:prod`` (coding_agent without a
-completion policy) published before they start says so once, with
-``pytestmark = pytest.mark.plain_agent``.
+(the registry alone): the module's shared server (one per module and engine), or a server of
+the test's own when it is marked ``fresh_server`` (docs/testing.md). A module whose tests
+need ``plain_agent:prod`` (coding_agent without a completion policy) published before they
+start says so once, with ``pytestmark = pytest.mark.plain_agent``.
 """
 
 from __future__ import annotations
@@ -147,9 +148,9 @@ def shared_database_url(
 @pytest.fixture(scope="module")
 def shared_server(shared_database_url: str) -> Iterator[ServerThread]:
     """The module's server (with its step writer process) for every test that does not ask
-    for a fresh one: starting one costs a migration and a process, stopping it a TRUNCATE on
-    PostgreSQL, and most tests only need a client. Tests isolate their state by the ids they
-    create, not by an empty database."""
+    for a fresh one: a server per test cost a migration and a process (and on PostgreSQL a
+    TRUNCATE), and most tests only need a client. Tests isolate their state by the ids they
+    create, not by an empty database (docs/testing.md)."""
     server = ServerThread(shared_database_url)
     server.start()
     try:
@@ -209,7 +210,7 @@ def server_thread(database_url: str, request: pytest.FixtureRequest) -> Iterator
         server.stop()
 
 
-#: Every status a run can leave: a run in one of these can still be handed to a worker.
+#: The statuses of a run that has not ended: one of these may still be handed to a worker.
 _UNFINISHED = (
     enum_pb2.RUN_STATUS_QUEUED,
     enum_pb2.RUN_STATUS_RUNNING,
