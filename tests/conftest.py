@@ -135,11 +135,19 @@ def shared_database_url(
     engine: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """One database for a module's shared server, on the module's engine; dropped after it."""
+    yield from _new_database(engine, request, tmp_path_factory.mktemp("shared"), "shared")
+
+
+def _new_database(
+    engine: str, request: pytest.FixtureRequest, directory: Path, kind: str
+) -> Iterator[str]:
+    """A database nothing has touched: a new SQLite file in ``directory``, or a new
+    PostgreSQL database (``agentrt_KIND_…``) dropped afterwards."""
     if engine == "sqlite":
-        yield f"sqlite:///{tmp_path_factory.mktemp('shared') / 'agentrt.db'}"
+        yield f"sqlite:///{directory / f'{kind}.db'}"
         return
     admin: str = request.getfixturevalue("postgres_admin_url")
-    name = f"agentrt_shared_{uuid.uuid4().hex[:12]}"
+    name = f"agentrt_{kind}_{uuid.uuid4().hex[:12]}"
     url = create_postgres_database(admin, name)
     yield url
     drop_postgres_database(admin, name)
@@ -182,14 +190,7 @@ def empty_database_url(
     engine: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[str]:
     """A database guaranteed empty (for migration tests)."""
-    if engine == "sqlite":
-        yield f"sqlite:///{tmp_path / 'empty.db'}"
-        return
-    admin: str = request.getfixturevalue("postgres_admin_url")
-    name = f"agentrt_empty_{uuid.uuid4().hex[:12]}"
-    url = create_postgres_database(admin, name)
-    yield url
-    drop_postgres_database(admin, name)
+    yield from _new_database(engine, request, tmp_path, "empty")
 
 
 @pytest.fixture
