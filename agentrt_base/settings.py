@@ -47,6 +47,7 @@ ENV_MAX_WATCHES = "AGENTRT_MAX_WATCHES"
 ENV_MAX_LONG_POLLS = "AGENTRT_MAX_LONG_POLLS"
 ENV_MAX_STREAMS_PER_CONNECTION = "AGENTRT_MAX_STREAMS_PER_CONNECTION"
 ENV_MAX_CONNECTIONS = "AGENTRT_MAX_CONNECTIONS"
+ENV_SHUTDOWN_DEADLINE = "AGENTRT_SHUTDOWN_DEADLINE"
 
 #: HTTP/2 streams one connection may have open at once (``grpc.max_concurrent_streams``):
 #: above one principal's watches plus long polls, so a client that keeps them all on one
@@ -87,24 +88,11 @@ class DatabaseSettings:
     @classmethod
     def from_environ(cls, env: Mapping[str, str]) -> DatabaseSettings:
         default = cls()
-
-        def seconds(name: str, value: float) -> float:
-            text = env.get(name, "").strip()
-            if not text:
-                return value
-            try:
-                parsed = float(text)
-            except ValueError:
-                raise ValueError(f"{name}={text!r} is not a number of seconds") from None
-            if not 0 < parsed < 86_400:
-                raise ValueError(f"{name}: must be more than 0 and less than a day ({text})")
-            return parsed
-
         return cls(
-            connect_timeout=seconds(ENV_DB_CONNECT_TIMEOUT, default.connect_timeout),
-            statement_timeout=seconds(ENV_DB_STATEMENT_TIMEOUT, default.statement_timeout),
-            lock_timeout=seconds(ENV_DB_LOCK_TIMEOUT, default.lock_timeout),
-            pool_timeout=seconds(ENV_DB_POOL_TIMEOUT, default.pool_timeout),
+            connect_timeout=_seconds(env, ENV_DB_CONNECT_TIMEOUT, default.connect_timeout),
+            statement_timeout=_seconds(env, ENV_DB_STATEMENT_TIMEOUT, default.statement_timeout),
+            lock_timeout=_seconds(env, ENV_DB_LOCK_TIMEOUT, default.lock_timeout),
+            pool_timeout=_seconds(env, ENV_DB_POOL_TIMEOUT, default.pool_timeout),
             sqlite_max_bytes=_bytes(None, env, ENV_SQLITE_MAX_BYTES),
         )
 
@@ -117,6 +105,10 @@ class ServerSettings:
     database_url: str = DEFAULT_DATABASE_URL
     #: Seconds in-flight calls get to finish after SIGTERM before they are cancelled.
     shutdown_grace_seconds: float = 3.0
+    #: Seconds the whole shutdown may take (drain, background tasks, the step writer, the
+    #: database); past it the process exits 1 with a line naming the stage it abandoned, so a
+    #: stuck stop never leaves a server that no longer serves but still holds its port.
+    shutdown_deadline_seconds: float = 30.0
     #: On a SQLite file or PostgreSQL (on Linux), write the step path's common case in a
     #: second process (``runtime_service.step_process``); ``AGENTRT_STEP_PROCESS=0`` keeps it
     #: in-process.
@@ -200,6 +192,7 @@ class ServerSettings:
                 DEFAULT_MAX_STREAMS_PER_CONNECTION,
             ),
             max_connections=_count(max_connections, env, ENV_MAX_CONNECTIONS),
+            shutdown_deadline_seconds=_seconds(env, ENV_SHUTDOWN_DEADLINE, 30.0),
         )
 
 
@@ -239,6 +232,20 @@ def _rate(flag: float | None, env: Mapping[str, str], name: str) -> float | None
             raise ValueError(f"{name}={env[name]!r} is not a number of calls a second") from None
     if value is not None and not 0 <= value < float("inf"):
         raise ValueError(f"{name}: must be a finite number, 0 or more ({value}); 0: unlimited")
+    return value
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """A number of seconds (above 0, below a day) from the environment, or ``default``."""
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not a number of seconds") from None
+    if not 0 < value < 86_400:
+        raise ValueError(f"{name}: must be more than 0 and less than a day ({text})")
     return value
 
 

@@ -11,9 +11,12 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import resource
 import signal
 import socket
+import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +38,12 @@ from agentrt_base.db import Database
 from agentrt_base.db_engines import normalise_url, writer_lock_path
 from agentrt_base.grpc_errors import ErrorMappingInterceptor
 from agentrt_base.limits import Limiter
-from agentrt_base.settings import MAX_CONNECTIONS_CEILING, ServerSettings, default_max_connections
+from agentrt_base.settings import (
+    ENV_SHUTDOWN_DEADLINE,
+    MAX_CONNECTIONS_CEILING,
+    ServerSettings,
+    default_max_connections,
+)
 from agentrt_base.tls import is_loopback, server_credentials
 from registry.servicer import RegistryServicer
 from runtime_service import migrate
@@ -199,6 +207,8 @@ class AgentrtServer:
     _stop_background: asyncio.Event | None = field(default=None, repr=False)
     _step_process: StepProcess | None = field(default=None, repr=False)
     _database_health: DatabaseHealth | None = field(default=None, repr=False)
+    #: The stage of :meth:`stop` under way ("" before it is called).
+    stopping: str = field(default="", init=False)
 
     def __post_init__(self) -> None:
         # Before any call: grpcio logs callers' undecodable metadata (tokens included).
@@ -331,33 +341,46 @@ class AgentrtServer:
         return f"{host}:{self.port}"
 
     async def stop(self, grace: float | None = None) -> None:
-        """Report NOT_SERVING, let in-flight calls finish within ``grace``, release the DB."""
+        """Report NOT_SERVING, let in-flight calls finish within ``grace``, release the DB.
+
+        :attr:`stopping` names the stage under way, so a stop that does not finish in time
+        can say where it was held up (``serve``'s shutdown deadline)."""
+        if self._step_process is not None:
+            self._step_process.begin_stop()  # nothing is restarted once the stop has begun
+        self.stopping = "reporting NOT_SERVING"
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
+        self.stopping = "stopping the database probe"
         if self._database_health is not None:
             await self._database_health.stop()
             self._database_health = None
         if self._stop_background is not None:
             self._stop_background.set()
+        self.stopping = "draining in-flight calls"
         if self._server is not None:
             await self._server.stop(
                 self.settings.shutdown_grace_seconds if grace is None else grace
             )
+        self.stopping = "stopping the lease reaper"
         if self._reaper is not None:
             await self._reaper
             self._reaper = None
+        self.stopping = "stopping the PostgreSQL listener"
         if self._notifier is not None:
             await self._notifier.stop()
             self._notifier = None
         await self._release()
         self._server = self._health = None
+        self.stopping = "stopped"
 
     async def _release(self) -> None:
         """Stop the step writer process (after the calls it serves), then close the database."""
         if self._step_process is not None:
+            self.stopping = "stopping the step writer process"
             await self._step_process.stop()
             self._step_process = None
         if self.database is not None:
+            self.stopping = "closing the database"
             await asyncio.to_thread(self.database.dispose)
             self.database = None
 
@@ -378,31 +401,89 @@ def runtime_settings(settings: ServerSettings) -> RuntimeSettings:
     return runtime
 
 
+class _ShutdownDeadline:
+    """Ends the process if a stop that has begun has not finished within ``seconds``.
+
+    A thread, not a task: what holds a stop up may be the event loop itself. Past the
+    deadline it writes one line naming the stage :meth:`AgentrtServer.stop` was in (what it
+    abandons) and exits 1 without running anything else, so a server that no longer serves
+    never goes on holding its port and its database (issue 27: a stop once hung for good).
+    """
+
+    def __init__(self, server: AgentrtServer, seconds: float) -> None:
+        self._server, self._seconds = server, seconds
+        self._finished = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def arm(self) -> None:
+        """The stop has begun (a signal arrived): start counting, once."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._watch, name="agentrt-shutdown-deadline", daemon=True
+            )
+            self._thread.start()
+
+    def disarm(self) -> None:
+        """The stop has finished."""
+        self._finished.set()
+
+    def _watch(self) -> None:
+        if self._finished.wait(self._seconds):
+            return
+        stage = self._server.stopping or "starting up"
+        with contextlib.suppress(Exception):
+            log.critical(
+                "shutdown did not finish within %g s (%s); exiting, abandoning: %s",
+                self._seconds,
+                ENV_SHUTDOWN_DEADLINE,
+                stage,
+            )
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            sys.stderr.flush()
+        os._exit(1)
+
+
 async def serve(settings: ServerSettings) -> None:
-    """Run until SIGTERM or SIGINT, then drain and return (the process exits 0)."""
+    """Run until SIGTERM or SIGINT, then drain and return (the process exits 0). The stop
+    finishes within ``settings.shutdown_deadline_seconds`` of the signal, or the process
+    exits 1 saying what it abandoned."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    server = AgentrtServer(settings, runtime_settings=runtime_settings(settings))
+    deadline = _ShutdownDeadline(server, settings.shutdown_deadline_seconds)
+
+    def stop_requested() -> None:
+        stop.set()
+        deadline.arm()
+
     # Handlers go in before the ready line is logged: a supervisor may signal the moment it
     # reads that line, and the default handler would kill the process mid-flight.
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    server = AgentrtServer(settings, runtime_settings=runtime_settings(settings))
+        loop.add_signal_handler(sig, stop_requested)
     # SIGHUP: read the auth config again (tokens added or revoked take effect at once).
     loop.add_signal_handler(signal.SIGHUP, server.authenticator.reload)
     try:
         await server.start()
-        gc_policy.settle_long_lived()
-        assert server.database is not None
-        log.info(
-            "agentrt ready: listening on %s, database %s",
-            server.address,
-            server.database.display_url(),
-        )
-        await stop.wait()
+        # A signal during start-up: the start finishes (a migration is not cut in half), and
+        # the server stops without having said it is ready.
+        if not stop.is_set():
+            gc_policy.settle_long_lived()
+            assert server.database is not None
+            log.info(
+                "agentrt ready: listening on %s, database %s",
+                server.address,
+                server.database.display_url(),
+            )
+            await stop.wait()
         log.info("agentrt stopping: draining in-flight calls")
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)
-        await server.stop()
+        deadline.arm()  # (a start that failed stops too, within the same bound)
+        try:
+            await server.stop()
+        finally:
+            deadline.disarm()
     log.info("agentrt stopped")

@@ -319,12 +319,19 @@ class StepProcess:
                     )
                 )
 
-    async def stop(self) -> None:
-        """End the child's input: it answers what it holds, closes its end and exits. No
-        restart follows, and the database file is closed when this returns."""
+    def begin_stop(self) -> None:
+        """The server has begun to stop: from now on nothing restarts the child, and a start
+        under way gives up. Called first thing in the server's stop, because the drain that
+        follows can outlast the child (a SIGTERM to the process group reaches it too): a
+        restart then would race the stop and hold it up."""
         self._stopping = True
         self._stop_requested.set()
         self._halt.set()
+
+    async def stop(self) -> None:
+        """End the child's input: it answers what it holds, closes its end and exits. No
+        restart follows, and the database file is closed when this returns."""
+        self.begin_stop()
         if self._supervisor is not None:
             await self._supervisor  # (a start under way ends first: its child is stopped below)
             self._supervisor = None
@@ -433,8 +440,14 @@ class _Zygote:
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             env=env,
+            # Its own process group: a terminal's Ctrl-C or a supervisor's signal to the
+            # server's group must not kill the zygote and the step writers under the server,
+            # which stops them itself, in order (and they exit with it: see the class doc).
+            process_group=0,
         )
         theirs.close()
+        # A zygote that hangs must not hold fork() (and the server's start or stop) forever.
+        ours.settimeout(_START_TIMEOUT)
         cls._control = ours
 
 

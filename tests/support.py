@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import socket
 import threading
@@ -55,11 +56,22 @@ class ServerThread:
         return self.address
 
     def stop(self) -> None:
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(self.server.stop(0.5), self._loop).result(30)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
+        """Stop the server; a stop that hangs fails the test (naming the stage it hung in)
+        instead of holding up the suite, as ``serve``'s shutdown deadline would end it."""
+        stopping = asyncio.run_coroutine_threadsafe(self.server.stop(0.5), self._loop)
+        try:
+            stopping.result(30)
+        except concurrent.futures.TimeoutError:
+            raise AssertionError(
+                f"the server did not stop within 30 s (stuck: {self.server.stopping})"
+            ) from None
+        except Exception:  # a stop that failed is that test's own business, not a hang
+            pass
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            if not self._thread.is_alive():
+                self._loop.close()
 
 
 @contextlib.contextmanager
