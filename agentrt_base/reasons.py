@@ -169,6 +169,11 @@ BUDGET_EXCEEDED = _reason(
 BUDGET_CHANGED = _reason(
     "BUDGET_CHANGED", "the run's budget changed while the step was begun: retry", _W + "BeginStep"
 )
+FAILED_STEP_LIMIT = _reason(
+    "FAILED_STEP_LIMIT",
+    "the attempt's steps failed too many times in a row; the runtime ended the attempt",
+    _W + "BeginStep",
+)
 STEP_WRITER_STOPPED = _reason(
     "STEP_WRITER_STOPPED",
     "the step writer process stopped during the call",

@@ -145,10 +145,11 @@ TRANSITIONS: tuple[Transition, ...] = (
         R,
         Trigger.RETRY,
         Q,
-        {WORKER},
+        {WORKER, RUNTIME},
         None,
         "FAILED",
-        "FinishAttempt(FAILED_RETRYABLE) with attempts left",
+        "FinishAttempt(FAILED_RETRYABLE), or the attempt's steps failed too often in a row;"
+        " attempts left",
     ),
     _t(
         R,
@@ -241,6 +242,14 @@ TRANSITIONS: tuple[Transition, ...] = (
 )
 
 _BY_KEY = {(t.source, t.trigger): t for t in TRANSITIONS}
+
+
+def after_failed_attempt(attempt_count: int, max_attempts: int, *, lost: bool = False) -> Trigger:
+    """What a running run's attempt that failed retryably (``lost``: whose lease expired)
+    leads to: another attempt while the run has attempts left, else the run FAILED."""
+    if attempt_count >= max_attempts:
+        return Trigger.EXHAUST
+    return Trigger.LOSE if lost else Trigger.RETRY
 
 
 def transition(current: RunStatus, trigger: Trigger, actor: Actor) -> Transition:

@@ -40,9 +40,11 @@ from runtime_service.step_rules import (
     StepEnd,
     StepRequest,
     StopOnBudget,
+    StopOnFailedSteps,
     Unchanged,
     budget_error,
     dumps,
+    failed_step_limit_error,
 )
 
 
@@ -98,6 +100,9 @@ def decide_begin(
     exceeded = budget_error(run, req.estimate)
     if exceeded is not None:
         return StopOnBudget(exceeded)
+    looping = failed_step_limit_error(run.attempt_failed_in_a_row)
+    if looping is not None:
+        return StopOnFailedSteps(looping)
     if req.type == "MODEL_CALL":
         return _model_call(new, bound, view.last_model_call)
     if req.type == "TOOL_CALL":

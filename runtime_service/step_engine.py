@@ -6,10 +6,11 @@ its own) and the step writer process (``step_writer``, in its batches) call
 (``store/step_states.py``), ask the rules (``step_decide``) and apply the decision
 (``store/steps.py``). What differs between them is only where the views come from.
 
-A decision that ends the run (:class:`~runtime_service.step_rules.StopOnBudget`) writes no
-step: the answer carries it (:attr:`Begun.budget_stop`) and the server applies it through
-the run lifecycle (``store/transitions.apply``, the one place runs change status), in a
-transaction that checks the budget again under the run's lock.
+A decision that ends the run or the attempt (:class:`~runtime_service.step_rules.StopOnBudget`,
+:class:`~runtime_service.step_rules.StopOnFailedSteps`) writes no step: the answer carries it
+(:attr:`Begun.budget_stop`, :attr:`Begun.failed_steps_stop`) and the server applies it
+through the run lifecycle (``store/transitions.apply``, the one place runs change status),
+in a transaction that asks the rule again under the run's lock.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from runtime_service.step_rules import (
     StepEnd,
     StepRequest,
     StopOnBudget,
+    StopOnFailedSteps,
     Unchanged,
     check_step_request,
 )
@@ -61,12 +63,14 @@ class Begun:
     agent_digest: str = ""
     error: AgentrtError | None = None
     budget_stop: BudgetStop | None = None
+    #: The attempt's steps failed too often in a row: it is to end FAILED.
+    failed_steps_stop: FenceClaim | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt by its constructor: a slots dataclass's own pickling sets each field
         # through a Python loop, and the server loads one of these per BeginStep.
         fields = (self.step, self.existing, self.steers, self.agent_digest, self.error)
-        return (Begun, (*fields, self.budget_stop))
+        return (Begun, (*fields, self.budget_stop, self.failed_steps_stop))
 
 
 @dataclass(slots=True)
@@ -111,6 +115,8 @@ class StepEngine:
                 error=decision.error,
                 budget_stop=BudgetStop(req.fence, req.estimate),
             )
+        if isinstance(decision, StopOnFailedSteps):
+            return Begun(error=decision.error, failed_steps_stop=req.fence)
         if isinstance(decision, Reuse):
             step, steers = store.load_reused(tx, decision.step_id, decision.with_steers, view.keyed)
             return Begun(step, True, steers, run.agent_digest)

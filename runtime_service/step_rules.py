@@ -11,6 +11,8 @@ definition and the request, :func:`decide_begin` and :func:`decide_end` return a
   keeps, answer the error with it after the commit); it may also deliver the run's pending
   steers to the step, or request an approval;
 * :class:`StopOnBudget`: the run has used up a budget: it ends FAILED (BUDGET_EXCEEDED);
+* :class:`StopOnFailedSteps`: the attempt's steps failed too often in a row: it ends FAILED
+  (FAILED_STEP_LIMIT), and the run is retried if attempts remain;
 * :class:`End` / :class:`Unchanged` for EndStep.
 
 This module holds the requests, the views, the decisions and the budget and usage rules;
@@ -49,6 +51,13 @@ MAX_STEP_COST_USD = 1e9
 #: The runtime's own ceiling on a run's counted steps, whatever its max_steps budget says:
 #: what keeps usage totals from overflowing (above).
 MAX_RUN_STEPS = 1 << 22
+#: The most steps of one attempt that may end FAILED in a row. A worker that calls a dead
+#: provider again and again, without backing off or giving up, is stopped here whatever SDK
+#: it uses: its next BeginStep ends the attempt (issue 27 saw 2,508 failed model calls in
+#: 44 s). The Python SDK gives up on a model call after a handful of tries (RetryPolicy), far
+#: below this; agent logic that handles a failure and goes on resets the count with any
+#: success.
+MAX_FAILED_STEPS_IN_A_ROW = 20
 
 
 def dumps(value: Any) -> str:
@@ -276,6 +285,8 @@ class RunView:
     attempt_input_tokens: int
     attempt_output_tokens: int
     attempt_cost_usd: float
+    #: The attempt's steps FAILED in a row (:func:`failed_in_a_row`).
+    attempt_failed_in_a_row: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,6 +351,11 @@ class StopOnBudget:
     error: ResourceExhausted
 
 
+@dataclass(frozen=True, slots=True)
+class StopOnFailedSteps:
+    error: ResourceExhausted
+
+
 @dataclass(slots=True)
 class Record:
     step: Step
@@ -351,7 +367,7 @@ class Record:
     error: AgentrtError | None = None
 
 
-BeginDecision = Refuse | Reuse | StopOnBudget | Record
+BeginDecision = Refuse | Reuse | StopOnBudget | StopOnFailedSteps | Record
 
 
 @dataclass(slots=True)
@@ -415,6 +431,30 @@ def budget_error(run: Budgeted, estimated_tokens: int = 0) -> ResourceExhausted 
         f"budget exceeded: {exceeded}; the run has ended FAILED (BUDGET_EXCEEDED)",
         reason=reasons.BUDGET_EXCEEDED,
         metadata={"budget": name},
+    )
+
+
+def failed_in_a_row(previous: int, status: str) -> int:
+    """An attempt's count of steps FAILED in a row, once one of its steps is ``status``:
+    a failure adds one, a success starts again from nothing, anything else (a step begun, a
+    denial, an approval wait) leaves it."""
+    if status == "FAILED":
+        return previous + 1
+    if status == "SUCCEEDED":
+        return 0
+    return previous
+
+
+def failed_step_limit_error(failed: int) -> ResourceExhausted | None:
+    """The error that ends an attempt whose last ``failed`` steps all FAILED, or None."""
+    if failed < MAX_FAILED_STEPS_IN_A_ROW:
+        return None
+    return ResourceExhausted(
+        f"the last {failed} steps of this attempt failed, the runtime's limit of failed steps"
+        " in a row: the attempt has ended FAILED and the run is retried if it has attempts"
+        " left; back off between calls to a failing provider, and give up after a few tries",
+        reason=reasons.FAILED_STEP_LIMIT,
+        metadata={"failed_in_a_row": str(failed), "limit": str(MAX_FAILED_STEPS_IN_A_ROW)},
     )
 
 

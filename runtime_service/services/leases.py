@@ -24,7 +24,7 @@ from agentrt_base.auth import caller_name
 from agentrt_base.db import utcnow
 from agentrt_base.db_failures import database_failure
 from agentrt_base.errors import FailedPrecondition, InvalidArgument
-from runtime_service import notify
+from runtime_service import lifecycle, notify
 from runtime_service.completion import CheckResult, Outcome, evaluate
 from runtime_service.fence import FenceClaim, new_lease_token, token_holds
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
@@ -307,7 +307,7 @@ class LeasesService:
         if outcome == "FAILED_PERMANENT":
             return Trigger.FAIL
         if outcome == "FAILED_RETRYABLE":
-            return Trigger.RETRY if run.attempt_count < run.max_attempts else Trigger.EXHAUST
+            return lifecycle.after_failed_attempt(run.attempt_count, run.max_attempts)
         if outcome == "CANCELLED":
             if not run.cancel_requested:
                 raise FailedPrecondition(
@@ -437,7 +437,7 @@ class LeasesService:
             return
         if lease_expired:
             self._bump(run, attempt)
-            trigger = Trigger.LOSE if run.attempt_count < run.max_attempts else Trigger.EXHAUST
+            trigger = lifecycle.after_failed_attempt(run.attempt_count, run.max_attempts, lost=True)
             transitions.apply(
                 session,
                 run,

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from agentrt_base import reasons
 from agentrt_base.db import utcnow
 from agentrt_base.errors import Aborted, AgentrtError
+from runtime_service import lifecycle
 from runtime_service.fence import FenceClaim
 from runtime_service.lifecycle import Actor, Trigger
 from runtime_service.records import Step
@@ -21,8 +22,13 @@ from runtime_service.resolution import BoundDefinition
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime
 from runtime_service.step_engine import Begun, BudgetStop, Ended, StepEngine
-from runtime_service.step_rules import StepEnd, StepRequest, budget_error
-from runtime_service.store import step_reads, transitions
+from runtime_service.step_rules import (
+    StepEnd,
+    StepRequest,
+    budget_error,
+    failed_step_limit_error,
+)
+from runtime_service.store import leases, step_reads, transitions
 from runtime_service.store.fencing import fenced
 
 
@@ -56,6 +62,8 @@ class StepsService:
         run first if its budget is used up."""
         if begun.budget_stop is not None:
             raise await self._stop_on_budget(begun.budget_stop)
+        if begun.failed_steps_stop is not None:
+            raise await self._stop_on_failed_steps(begun.failed_steps_stop)
         if begun.error is not None:
             raise begun.error
         return begun
@@ -99,6 +107,40 @@ class StepsService:
                 error_message=exceeded.message,
             )
             return exceeded
+
+        error: AgentrtError = await self._rt.write(write)
+        return error
+
+    async def _stop_on_failed_steps(self, fence: FenceClaim) -> AgentrtError:
+        """End the attempt FAILED (retryable: the run gets another attempt if it has one
+        left) through the run lifecycle; return the error the BeginStep answers. The rule is
+        asked again under the run's lock (a step of the attempt may have succeeded since)."""
+
+        def write(session: Session) -> AgentrtError:
+            run, attempt = fenced(session, fence)
+            looping = failed_step_limit_error(attempt.failed_in_a_row)
+            if looping is None:
+                return Aborted(
+                    "a step of the attempt succeeded while this one was being begun: begin it"
+                    " again",
+                    reason=reasons.ABORTED,
+                )
+            # The runtime ends the attempt for the worker: its fence must stop holding
+            # although the run is queued again with the same current attempt.
+            leases.bump_epoch(run)
+            transitions.apply(
+                session,
+                run,
+                lifecycle.after_failed_attempt(run.attempt_count, run.max_attempts),
+                Actor.RUNTIME,
+                utcnow(),
+                attempt=attempt,
+                message=looping.message,
+                error_class="WORKER_ERROR",
+                error_message=looping.message,
+                retryable=True,
+            )
+            return looping
 
         error: AgentrtError = await self._rt.write(write)
         return error

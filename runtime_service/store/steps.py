@@ -35,6 +35,7 @@ from runtime_service.step_rules import (
     RunView,
     StepRequest,
     dumps,
+    failed_in_a_row,
     reported_usage_rows,
     usage_rows,
 )
@@ -97,9 +98,9 @@ _RUN_VIEW = (
     " r.permission_ceiling, r.max_steps, r.max_model_tokens, r.max_cost_usd, r.input_tokens,"
     " r.output_tokens, r.cost_usd, r.step_count, r.last_step_sequence, r.input_revision,"
     " r.last_event_sequence, r.last_event_hash, {steers}, a.status, a.lease_expire_time,"
-    " a.lease_token_hash, a.input_tokens, a.output_tokens, a.cost_usd"
+    " a.lease_token_hash, a.input_tokens, a.output_tokens, a.cost_usd, a.failed_in_a_row"
 )
-_RUN_VIEW_SIZE = 25
+_RUN_VIEW_SIZE = 26
 _LEASE_EXPIRE = 20
 _PENDING_STEERS = (
     "(SELECT count(*) FROM runtime_inputs i"
@@ -353,7 +354,10 @@ _END_STEP = Statement(
 )
 _ATTEMPT_USAGE = Statement(
     "UPDATE runtime_attempts SET input_tokens = :input_tokens, output_tokens = :output_tokens,"
-    " cost_usd = :cost_usd WHERE id = :id"
+    " cost_usd = :cost_usd, failed_in_a_row = :failed_in_a_row WHERE id = :id"
+)
+_ATTEMPT_FAILED_IN_A_ROW = Statement(
+    "UPDATE runtime_attempts SET failed_in_a_row = :failed_in_a_row WHERE id = :id"
 )
 _RUN_USAGE = Statement(
     "UPDATE runtime_runs SET input_tokens = :input_tokens, output_tokens = :output_tokens,"
@@ -375,6 +379,8 @@ def apply_record(tx: RawTx, run: RunView, decision: Record) -> list[Input]:
     now = step.start_time
     chain = events.Chain(run.thread_id, run.run_id, run.last_event_sequence, run.last_event_hash)
     step_count = run.step_count + 1 if counts(step) else run.step_count
+    # A step recorded ended (a FAILED schema check) counts as one that ends later does.
+    failed = failed_in_a_row(run.attempt_failed_in_a_row, step.status)
     with tx.pipeline():  # the writes: one round trip on PostgreSQL
         tx.execute(_INSERT_STEP, _stored(tx, step))
         events.append_raw(tx, chain, step_events.started(step), now)
@@ -399,6 +405,8 @@ def apply_record(tx: RawTx, run: RunView, decision: Record) -> list[Input]:
             )
             events.append_raw(tx, chain, consumed, now)
         _insert_usages(tx, usage_rows(step))
+        if failed != run.attempt_failed_in_a_row:
+            tx.execute(_ATTEMPT_FAILED_IN_A_ROW, {"id": step.attempt_id, "failed_in_a_row": failed})
         tx.execute(
             _ADVANCE_RUN,
             {
@@ -410,6 +418,7 @@ def apply_record(tx: RawTx, run: RunView, decision: Record) -> list[Input]:
             },
         )
     run.last_step_sequence, run.step_count = step.sequence, step_count
+    run.attempt_failed_in_a_row = failed
     run.last_event_sequence, run.last_event_hash = chain.last_sequence, chain.last_hash
     if steers:
         run.pending_steers = 0
@@ -427,6 +436,7 @@ def apply_end(tx: RawTx, run: RunView, decision: End) -> None:
         "input_tokens": run.attempt_input_tokens + step.input_tokens,
         "output_tokens": run.attempt_output_tokens + step.output_tokens,
         "cost_usd": run.attempt_cost_usd + step.cost_usd,
+        "failed_in_a_row": failed_in_a_row(run.attempt_failed_in_a_row, step.status),
     }
     run_usage: dict[str, Any] = {
         "id": run.run_id,
@@ -450,6 +460,7 @@ def apply_end(tx: RawTx, run: RunView, decision: End) -> None:
     run.attempt_input_tokens = attempt_usage["input_tokens"]
     run.attempt_output_tokens = attempt_usage["output_tokens"]
     run.attempt_cost_usd = attempt_usage["cost_usd"]
+    run.attempt_failed_in_a_row = attempt_usage["failed_in_a_row"]
     run.input_tokens, run.output_tokens = run_usage["input_tokens"], run_usage["output_tokens"]
     run.cost_usd = run_usage["cost_usd"]
     run.last_event_sequence, run.last_event_hash = chain.last_sequence, chain.last_hash

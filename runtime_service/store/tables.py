@@ -166,6 +166,9 @@ class AttemptRow(Base):
     input_tokens: Mapped[int] = mapped_column(sa.BigInteger)
     output_tokens: Mapped[int] = mapped_column(sa.BigInteger)
     cost_usd: Mapped[float] = mapped_column(sa.Float)
+    # Its steps FAILED in a row (``step_rules.failed_in_a_row``): BeginStep ends the attempt
+    # at ``step_rules.MAX_FAILED_STEPS_IN_A_ROW``.
+    failed_in_a_row: Mapped[int] = mapped_column(sa.Integer, default=0, server_default="0")
     result_summary: Mapped[str] = mapped_column(sa.Text)
     output_ref: Mapped[str] = mapped_column(_DIGEST)
     # The SHA-256 of the attempt's secret lease token (``runtime_service.fence``), never the

@@ -719,7 +719,11 @@ def test_end_turn_errors(stubs: Stubs) -> None:
     'ErrorInfo(reason="BUDGET_EXCEEDED", metadata "budget") when the step would exceed the '
     "run's budget; the run then ends FAILED (BUDGET_EXCEEDED), committed before the error is "
     'returned; ABORTED ("BUDGET_CHANGED") when the run\'s budget changed meanwhile: begin it '
-    "again; UNAVAILABLE (STEP_WRITER_STOPPED, or COMMIT_OUTCOME_UNKNOWN when the database "
+    'again; RESOURCE_EXHAUSTED with ErrorInfo(reason="FAILED_STEP_LIMIT", metadata '
+    '"failed_in_a_row", "limit") when the attempt\'s last 20 steps all FAILED: the runtime has '
+    "ended the attempt FAILED (retryable), committed before the error is returned, and the run "
+    "is retried if it has attempts left; UNAVAILABLE (STEP_WRITER_STOPPED, or "
+    "COMMIT_OUTCOME_UNKNOWN when the database "
     "connection broke during the commit) when the server could not finish the call and does "
     "not know whether the step was recorded: retry with the same idempotency_key.",
 )
@@ -819,6 +823,8 @@ def test_begin_step_errors(stubs: Stubs) -> None:
         model_call=spec,
         reason="LEASE_LOST",
     )
+    # FAILED_STEP_LIMIT: test_failed_step_limit.py (the attempt ended, the run re-queued or
+    # exhausted, the fence gone).
     # BUDGET_CHANGED needs a budget amended between the read and the write of the call;
     # UNAVAILABLE: test_step_process.py and test_step_process_supervision.py (the step
     # writer dies mid-call), test_database_faults.py (a COMMIT whose outcome is unknown).

@@ -25,6 +25,7 @@ from runtime_service.resolution import BoundDefinition, Pinned
 from runtime_service.step_decide import decide_begin, decide_end
 from runtime_service.step_rules import (
     END_FIELDS,
+    MAX_FAILED_STEPS_IN_A_ROW,
     BeginView,
     End,
     EndView,
@@ -36,8 +37,10 @@ from runtime_service.step_rules import (
     StepEnd,
     StepRequest,
     StopOnBudget,
+    StopOnFailedSteps,
     Unchanged,
     budget_error,
+    failed_in_a_row,
 )
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
@@ -129,6 +132,7 @@ def run_view(**over: Any) -> RunView:
         "attempt_input_tokens": 0,
         "attempt_output_tokens": 0,
         "attempt_cost_usd": 0.0,
+        "attempt_failed_in_a_row": 0,
     }
     values.update(over)
     return RunView(**values)
@@ -407,6 +411,32 @@ def test_the_budget_stops_the_run_before_the_step() -> None:
     # A repeated key is answered before the budget: the step was already counted.
     keyed = begin(view(run_view(max_steps=4), keyed=earlier()), request(idempotency_key="k"))
     assert isinstance(keyed, Reuse)
+
+
+def test_an_attempt_whose_steps_failed_too_often_in_a_row_is_stopped() -> None:
+    limit = MAX_FAILED_STEPS_IN_A_ROW
+    below = begin(view(run_view(attempt_failed_in_a_row=limit - 1)), request())
+    assert isinstance(below, Record)
+    at = begin(view(run_view(attempt_failed_in_a_row=limit)), request())
+    assert isinstance(at, StopOnFailedSteps)
+    assert at.error.reason == "FAILED_STEP_LIMIT"
+    assert at.error.metadata == {"failed_in_a_row": str(limit), "limit": str(limit)}
+    # A budget used up says so first: the run ends, not just the attempt.
+    both = begin(view(run_view(attempt_failed_in_a_row=limit, max_steps=4)), request())
+    assert isinstance(both, StopOnBudget)
+    # A repeated key is answered before either: the step already exists.
+    keyed = begin(
+        view(run_view(attempt_failed_in_a_row=limit), keyed=earlier()), request(idempotency_key="k")
+    )
+    assert isinstance(keyed, Reuse)
+
+
+def test_failed_in_a_row_counts_failures_and_a_success_starts_again() -> None:
+    assert failed_in_a_row(3, "FAILED") == 4
+    assert failed_in_a_row(3, "SUCCEEDED") == 0
+    # A step begun, a denial (the tool's answer), an approval wait: no end that says either.
+    for status in ("STARTED", "DENIED", "WAITING_APPROVAL", "CANCELLED"):
+        assert failed_in_a_row(3, status) == 3
 
 
 # -- EndStep ---------------------------------------------------------------------------

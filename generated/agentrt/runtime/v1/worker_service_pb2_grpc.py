@@ -209,6 +209,10 @@ class WorkerServiceServicer:
         "budget") when the step would exceed the run's budget; the run then ends
         FAILED (BUDGET_EXCEEDED), committed before the error is returned; ABORTED
         ("BUDGET_CHANGED") when the run's budget changed meanwhile: begin it again;
+        RESOURCE_EXHAUSTED with ErrorInfo(reason="FAILED_STEP_LIMIT", metadata
+        "failed_in_a_row", "limit") when the attempt's last 20 steps all FAILED:
+        the runtime has ended the attempt FAILED (retryable), committed before the
+        error is returned, and the run is retried if it has attempts left;
         UNAVAILABLE (STEP_WRITER_STOPPED, or COMMIT_OUTCOME_UNKNOWN when the
         database connection broke during the commit) when the server could not
         finish the call and does not know whether the step was recorded: retry
