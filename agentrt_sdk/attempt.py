@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -40,7 +42,10 @@ from agentrt_sdk.models.base import (
     ToolCall,
     ToolSpec,
 )
+from agentrt_sdk.retry import ModelRetryPolicy, RetriesExhausted
 from runtime_service import resolution
+
+_log = logging.getLogger("agentrt_sdk.worker")
 
 #: The key under which the SDK keeps its own bookkeeping in a checkpoint's state.
 _SDK_STATE = "__agentrt__"
@@ -225,6 +230,10 @@ class Attempt:
     inputs: list[message_pb2.Input] = field(default_factory=list)
     turn_id: str = ""
     stop_reason: str = ""
+    #: How :meth:`generate` retries a failed model call, and when it gives up.
+    retry: ModelRetryPolicy = field(default_factory=ModelRetryPolicy)
+    #: Retries :meth:`generate` made in this attempt (``maximum_retries_per_attempt``).
+    retries: int = 0
     _counters: dict[str, int] = field(default_factory=dict)
     _last_sequence: int = 0
 
@@ -387,15 +396,20 @@ class Attempt:
     ) -> ModelResponse:
         """Call the model the policy resolves; after a failure, record it and call again
         while that can help: the runtime then resolves the policy's fallback candidate (when
-        the failed one lists the error class in ``fallback_on``) or the same one (after the
-        provider's ``retry_after``), until one answers.
+        the failed one lists the error class in ``fallback_on``), called at once, or the same
+        one, called after :attr:`retry`'s backoff (at least the provider's ``retry_after``).
+        Each retry is logged (logger ``agentrt_sdk.worker``, WARNING).
 
         Raises:
             ModelError: the failure, when calling again cannot help: the same candidate would
                 be called and the error is not retryable, or the policy has no candidate left.
+            RetriesExhausted: :attr:`retry` allows no more tries (of this call, or in this
+                attempt); the worker fails the attempt with it.
         """
         key = self._key("model")
         retry_of = ""
+        tries = same_retries = 0
+        started = time.monotonic()
         while True:
             try:
                 async with self.model_call(
@@ -414,9 +428,28 @@ class Attempt:
                 same = following == call.candidate
                 if following is None or (same and not exc.retryable):
                     raise
+                tries += 1
+                limit = self.retry.limit_reached(tries, self.retries)
+                if limit:
+                    raise RetriesExhausted(exc, tries, time.monotonic() - started, limit) from exc
+                self.retries += 1
                 retry_of = call.step.id
-                if same and exc.retry_after:
-                    await asyncio.sleep(min(exc.retry_after, 30.0))
+                # A provider's retry_after is honoured up to the policy's longest wait.
+                asked = min(exc.retry_after or 0.0, self.retry.per_call.max_backoff)
+                wait = self.retry.per_call.delay(same_retries, asked) if same else 0.0
+                same_retries += same
+                _log.warning(
+                    "run %s: model call to %s failed (%s: %s); %s (try %d of %d)",
+                    self.run.id,
+                    call.candidate or call.model_id,
+                    exc.error_class_name.removeprefix("ERROR_CLASS_"),
+                    exc.message,
+                    f"retrying in {wait:.1f} s" if same else f"falling back to {following}",
+                    tries + 1,
+                    self.retry.per_call.attempts,
+                )
+                if wait:
+                    await asyncio.sleep(wait)
 
     def _next_candidate(
         self, failed: str, exc: ModelError, estimated_input_tokens: int

@@ -30,6 +30,7 @@ __all__ = [
     "CancelledError",
     "DeadlineExceededError",
     "FailedPreconditionError",
+    "FailedStepLimitError",
     "FieldViolation",
     "InternalError",
     "InvalidArgumentError",
@@ -184,6 +185,12 @@ class BudgetExceededError(ResourceExhaustedError):
         return self.metadata.get("budget", "")
 
 
+class FailedStepLimitError(ResourceExhaustedError):
+    """RESOURCE_EXHAUSTED with reason ``FAILED_STEP_LIMIT``: the attempt's last steps all
+    failed, up to the runtime's limit, and the runtime has ended the attempt (the run is
+    retried if it has attempts left). The worker stops working on it without another write."""
+
+
 class RateLimitedError(ResourceExhaustedError):
     """RESOURCE_EXHAUSTED because the caller is over its call rate (``RATE_LIMITED``) or holds
     its limit of watches or long polls; :attr:`retry_delay` says when to come back."""
@@ -230,6 +237,7 @@ class InternalError(AgentrtError):
 _BY_REASON: dict[tuple[grpc.StatusCode, str], type[AgentrtError]] = {
     (grpc.StatusCode.ABORTED, "LEASE_LOST"): LeaseLostError,
     (grpc.StatusCode.RESOURCE_EXHAUSTED, "BUDGET_EXCEEDED"): BudgetExceededError,
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, "FAILED_STEP_LIMIT"): FailedStepLimitError,
     (grpc.StatusCode.RESOURCE_EXHAUSTED, "RATE_LIMITED"): RateLimitedError,
     (grpc.StatusCode.RESOURCE_EXHAUSTED, "TOO_MANY_WATCHES"): RateLimitedError,
     (grpc.StatusCode.RESOURCE_EXHAUSTED, "TOO_MANY_LONG_POLLS"): RateLimitedError,

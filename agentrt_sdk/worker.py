@@ -39,6 +39,7 @@ from agentrt_sdk import errors
 from agentrt_sdk.attempt import ApprovalPending, Attempt, AttemptStopped
 from agentrt_sdk.client import AgentrtClient
 from agentrt_sdk.models.base import ModelAdapter, ModelError
+from agentrt_sdk.retry import ModelRetryPolicy
 
 __all__ = ["AgentFunction", "Result", "ToolFunction", "Worker"]
 
@@ -84,6 +85,8 @@ class Worker:
         poll_wait: seconds one AcquireRun waits for work.
         agent_ids: only runs of these agents (default: any the caller may work on).
         labels: only runs with these labels.
+        retry: how a failed model call is retried, and when the worker gives up on it
+            (default :class:`~agentrt_sdk.retry.ModelRetryPolicy`'s).
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class Worker:
         poll_wait: float = 20.0,
         agent_ids: Sequence[str] = (),
         labels: Mapping[str, str] | None = None,
+        retry: ModelRetryPolicy | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -111,6 +115,7 @@ class Worker:
         self.lease_ttl = lease_ttl
         self.poll_wait = poll_wait
         self.filter = message_pb2.AcquireFilter(agent_ids=list(agent_ids), labels=labels)
+        self.retry = retry or ModelRetryPolicy()
         self._handled = 0
 
     async def run(self, stop: asyncio.Event | None = None, max_runs: int | None = None) -> None:
@@ -175,6 +180,7 @@ class Worker:
             resume_from=acquired.resume_from if acquired.HasField("resume_from") else None,
             model=self.model,
             tools=self.tools,
+            retry=self.retry,
         )
         label = f"run {acquired.run.id} attempt {acquired.attempt.number}"
         logic: asyncio.Task[Any] | None = None
@@ -216,6 +222,8 @@ class Worker:
             _log.warning("%s: lease lost (%s); stopping without another write", label, exc)
         except errors.BudgetExceededError as exc:
             _log.warning("%s: budget exceeded (%s); the run has ended", label, exc)
+        except errors.FailedStepLimitError as exc:
+            _log.warning("%s: the runtime ended the attempt: %s", label, exc.message)
         except AttemptStopped as exc:
             if attempt.stop_reason != _LEASE_LOST:
                 _log.warning("%s: stopped: %s", label, exc)
@@ -252,8 +260,8 @@ class Worker:
             return enum_pb2.ATTEMPT_OUTCOME_PAUSED, None
         if isinstance(exc, ApprovalPending):
             return enum_pb2.ATTEMPT_OUTCOME_WAITING_APPROVAL, None
-        if isinstance(exc, errors.BudgetExceededError):
-            raise exc
+        if isinstance(exc, errors.BudgetExceededError | errors.FailedStepLimitError):
+            raise exc  # the runtime has ended the run or the attempt: nothing to finish
         assert exc is not None, "a cancelled logic task always has a stop reason"
         return self._failure(exc)
 
