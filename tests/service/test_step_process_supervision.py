@@ -264,3 +264,31 @@ def test_stop_during_a_restart_leaves_no_process_behind(
         asyncio.run(scenario(pause))
     assert len(forked) >= 6  # restarts were under way or done for some of them
     assert not [pid for pid in forked if _running(pid)]
+
+
+def test_nothing_is_restarted_once_the_stop_has_begun(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server calls begin_stop() first thing in its stop; a writer that dies during the
+    drain that follows (a signal to the process group once did that) stays down, and the
+    stop then ends without waiting on a restart (issue 27, item 2)."""
+
+    async def scenario() -> None:
+        process = StepProcess(
+            child_database_url(normalise_url(database_url)), Notifier(), Backoff(first=0.01)
+        )
+        await process.start()
+        pid = process.pid
+        assert pid is not None
+        process.begin_stop()
+        os.kill(pid, signal.SIGKILL)
+        await asyncio.to_thread(_until, lambda: not process.alive)
+        await asyncio.sleep(0.3)  # (a restart after 0.01 s would be running now)
+        assert not process.alive and process.restarts == 0 and process.failed_starts == 0
+        await asyncio.wait_for(process.stop(), 15)
+        assert process.pid is None
+
+    caplog.set_level(logging.INFO, logger="agentrt")
+    asyncio.run(scenario())
+    # Not "stopped unexpectedly": a stop had begun.
+    assert not [r for r in caplog.records if "unexpectedly" in r.getMessage()]
