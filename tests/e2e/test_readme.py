@@ -14,6 +14,7 @@ import shlex
 import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -127,3 +128,55 @@ def test_the_postgresql_lines_serve_from_a_fresh_database(
         assert response.status == health_pb2.HealthCheckResponse.SERVING
     finally:
         assert stop_group(process), "make serve did not exit on SIGTERM"
+
+
+def test_the_authentication_lines_make_certificates_serve_tls_publish_and_tag(
+    tmp_path: Path,
+) -> None:
+    """Issue 27, items 4 and 5: the README's authentication example, run as written (both of
+    its blocks as one bash script, on a free port instead of 50051) in an empty directory
+    holding only the checkout's ``.venv`` and ``examples``: its ``openssl`` lines make the CA
+    and the server certificate, the server serves TLS with them and a principals file, and the
+    tokens it made publish ``examples/coding_agent.yaml`` (the CI token, scoped as the README
+    says), move ``prod`` (the release token) and read the versions (team A's), each over TLS
+    with the CA the README made. Before, its scope refused the example's components and the
+    certificates came from nowhere."""
+    section = _section("With authentication")
+    blocks = re.findall(r"^```sh\n(.*?)^```", section, re.S | re.M)
+    assert len(blocks) == 2, "the certificates, then the tokens and the server"
+    script = "\n".join(blocks)
+    assert script.count("50051") == 2, "the server's --listen and the clients' target"
+    port = free_port()
+    (tmp_path / ".venv").symlink_to(ROOT / ".venv")
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    (tmp_path / "readme.sh").write_text(
+        "set -euo pipefail\n" + script.replace("50051", str(port)) + '\necho "README DONE"\n'
+    )
+    env = serve_env()
+    for name in ("AGENTRT_TARGET", "AGENTRT_TOKEN", "AGENTRT_TLS_CA", "AGENTRT_AUTH_CONFIG"):
+        env.pop(name, None)
+    log = tmp_path / "readme.log"
+    with log.open("w") as out:
+        shell = subprocess.Popen(
+            ["bash", "readme.sh"],
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # its own group: the server (its background job) goes with it
+        )
+        try:
+            shell.wait(timeout=180)
+        finally:
+            stop_group(shell)
+    output = log.read_text()
+    assert shell.returncode == 0, output
+    assert "README DONE" in output, output
+    assert "(TLS; callers are authenticated)" in output, output
+    assert "created coding_agent@agent_v7" in output, output
+    assert re.search(r"^coding_agent:prod -> sha256:[0-9a-f]{64}", output, re.M), output
+    # team A's client reads the registry: the version, published by ci, tagged prod.
+    assert re.search(r"^agent_v7 .* ci .* prod$", output, re.M), output
+    assert "PERMISSION_DENIED" not in output, output
