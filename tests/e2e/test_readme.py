@@ -9,9 +9,11 @@ test's own: the database name, the port the server listens on, and where Postgre
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +25,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentrt_base.db_engines import normalise_url
 from tests.conftest import drop_postgres_database
-from tests.e2e.cli_support import ROOT, serve_env, stop_group, wait_ready
+from tests.e2e.cli_support import (
+    ROOT,
+    checkout_env,
+    in_process,
+    serve_env,
+    stop,
+    stop_group,
+    wait_ready,
+)
 from tests.support import free_port
 
 pytestmark = pytest.mark.e2e
@@ -180,3 +190,50 @@ def test_the_authentication_lines_make_certificates_serve_tls_publish_and_tag(
     # team A's client reads the registry: the version, published by ci, tagged prod.
     assert re.search(r"^agent_v7 .* ci .* prod$", output, re.M), output
     assert "PERMISSION_DENIED" not in output, output
+
+
+def test_the_sdk_snippet_follows_a_run_to_its_end_printing_event_names(
+    server_address: str,
+) -> None:
+    """Issue 27, item 6: the README's Python snippet printed raw enum numbers (``1 3``) and
+    waited forever without a worker (and at WAITING_APPROVAL with one), without saying a worker
+    is needed. Run as written (the server address put in) against the module's server, with
+    ``coding_agent:prod`` published and ``examples/worker.py`` running as the README says, it
+    ends within the time given, having printed names and approved the patch."""
+    section = _section("See it work")
+    [snippet] = re.findall(r"^```python\n(.*?)^```", section, re.S | re.M)
+    assert snippet.count('"127.0.0.1:50051"') == 1
+    assert "examples/worker.py" in section, "the README says a worker is needed"
+    env = checkout_env(os.environ)
+    for name in ("AGENTRT_TOKEN", "AGENTRT_TLS_CA"):
+        env.pop(name, None)
+    env["AGENTRT_TARGET"] = server_address
+    published = in_process(["publish", "examples/coding_agent.yaml", "--tag", "prod"], env)
+    assert published.returncode == 0, published.stderr
+    worker = subprocess.Popen(
+        [sys.executable, "examples/worker.py"],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", snippet.replace("127.0.0.1:50051", server_address)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,  # a snippet that waits forever fails here
+        )
+    finally:
+        stop(worker)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "1 EVENT_TYPE_RUN_CREATED", result.stdout
+    names = [line.split(" ", 1)[1] for line in lines]
+    assert all(name.startswith("EVENT_TYPE_") for name in names), result.stdout
+    assert "EVENT_TYPE_APPROVAL_REQUESTED" in names and "EVENT_TYPE_APPROVAL_RESOLVED" in names
+    assert names[-1] == "EVENT_TYPE_RUN_ENDED", result.stdout
