@@ -448,21 +448,56 @@ class Authorizer:
         return None
 
 
+def roles_granting(permission: str) -> list[str]:
+    """The roles that grant ``permission``, in the table's order."""
+    return [r for r, granted in ROLE_PERMISSIONS.items() if permission in granted]
+
+
+def _quoted(values: tuple[str, ...] | list[str]) -> str:
+    return ", ".join(repr(v) for v in values) if values else "none"
+
+
 def _denied(
     principal: Principal, permission: str, why: str, resource: Resource | None
 ) -> PermissionDenied:
+    """The refusal, saying what would allow the call (issue 27: "ci may not registry.publish
+    for 'repo-debug'" left the operator guessing which scope or role to grant): the roles that
+    grant the permission (metadata ``roles``), or the namespace and scope its token lacks
+    (``needs_namespace``, ``needs_scope``)."""
     metadata = {"permission": permission, "principal": principal.name}
     if why == reasons.ROLE_MISSING:
-        message = f"{principal.name} has no role that grants {permission}"
-    else:
-        where = []
-        if resource is not None and resource.namespace is not None:
-            metadata["namespace"] = resource.namespace
-            where.append(f"namespace {resource.namespace!r}")
-        if resource is not None and resource.name is not None:
-            metadata["name"] = resource.name
-            where.append(f"{resource.name!r}")
-        message = f"{principal.name} may not {permission} for {' '.join(where)}"
+        roles = roles_granting(permission)
+        metadata["roles"] = ",".join(roles)
+        message = (
+            f"{principal.name} has no role that grants {permission}"
+            f" (its roles: {_quoted(principal.roles)}); roles that do: {', '.join(roles)}"
+        )
+        return PermissionDenied(message, reason=why, metadata=metadata)
+    limits = frozenset().union(*(ROLE_LIMITS[r] for r in _granting(principal, permission)))
+    where, needs = [], []
+    if resource is not None and resource.namespace is not None:
+        metadata["namespace"] = resource.namespace
+        where.append(f"namespace {resource.namespace!r}")
+        if Dimension.NAMESPACE in limits and resource.namespace not in principal.namespaces:
+            metadata["needs_namespace"] = resource.namespace
+            needs.append(
+                f"namespace {resource.namespace!r} (its namespaces: "
+                f"{_quoted(principal.namespaces)})"
+            )
+    if resource is not None and resource.name is not None:
+        metadata["name"] = resource.name
+        where.append(f"{resource.name!r}")
+        if Dimension.SCOPE in limits and not any(
+            scope_matches(p, resource.name) for p in principal.scopes
+        ):
+            metadata["needs_scope"] = resource.name
+            needs.append(
+                f"a scope matching {resource.name!r}, such as {resource.name!r} or '*'"
+                f" (its scopes: {_quoted(principal.scopes)})"
+            )
+    message = f"{principal.name} may not {permission} for {' '.join(where)}"
+    if needs:
+        message += "; it needs " + " and ".join(needs)
     return PermissionDenied(message, reason=why, metadata=metadata)
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import socket
+import ssl
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,6 +201,53 @@ def channel_credentials(tls: ClientTls) -> grpc.ChannelCredentials:
         private_key=Path(tls.key_file).read_bytes() if tls.key_file else None,
         certificate_chain=Path(tls.cert_file).read_bytes() if tls.cert_file else None,
     )
+
+
+#: Added to a plaintext client's UNAVAILABLE when the server turns out to speak TLS: gRPC's own
+#: words for it are "Socket closed", which sent people looking at the network (issue 27).
+PLAINTEXT_TO_TLS_HINT = (
+    f"the server speaks TLS and this client does not: pass --tls-ca PATH (env {ENV_TLS_CA};"
+    " the SDK's tls=ClientTls(ca_file=PATH)) with the CA of the server's certificate"
+)
+
+
+def speaks_tls(target: str, timeout: float = 2.0) -> bool:
+    """Whether the server at ``target`` (``HOST:PORT``) completes a TLS handshake offering
+    HTTP/2. Its certificate is not checked: this only tells a TLS server from a plaintext one,
+    to explain a plaintext call that failed, and nothing is sent after the handshake."""
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit() or "/" in host:  # dns:///, unix:…: not probed
+        return False
+    host = host.removeprefix("[").removesuffix("]")
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])
+    try:
+        with (
+            socket.create_connection((host, int(port)), timeout=timeout) as raw,
+            context.wrap_socket(raw, server_hostname=host or None),
+        ):
+            return True
+    except (OSError, ValueError):  # ssl.SSLError is an OSError
+        return False
+
+
+def plaintext_failure_hint(target: str) -> str:
+    """:data:`PLAINTEXT_TO_TLS_HINT` if ``target`` speaks TLS, else empty: for a plaintext
+    client whose call failed UNAVAILABLE (asked only then, so a working call costs nothing)."""
+    return PLAINTEXT_TO_TLS_HINT if speaks_tls(target) else ""
+
+
+def cannot_reach(args: Any, target: str, details: str) -> str:
+    """A client command's words for UNAVAILABLE: ``cannot reach TARGET: DETAILS``, and the
+    hint when the command talked plaintext (no ``--tls-ca``, no ``AGENTRT_TLS_CA``) to a server
+    that speaks TLS."""
+    text = f"cannot reach {target}: {details}"
+    if getattr(args, "tls_ca", None) or os.environ.get(ENV_TLS_CA):
+        return text
+    hint = plaintext_failure_hint(target)
+    return f"{text}; {hint}" if hint else text
 
 
 def is_loopback(listen: str) -> bool:

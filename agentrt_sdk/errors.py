@@ -314,12 +314,16 @@ def decode_status(trailing_metadata: Sequence[tuple[str, Any]] | None) -> ErrorD
     )
 
 
-def from_rpc_error(error: grpc.RpcError, method: str = "") -> AgentrtError:
-    """The typed exception for a failed call (``grpc.aio.AioRpcError`` or a sync call's error)."""
+def from_rpc_error(error: grpc.RpcError, method: str = "", note: str = "") -> AgentrtError:
+    """The typed exception for a failed call (``grpc.aio.AioRpcError`` or a sync call's error);
+    ``note``, when given, is added to its message (what the client found out about the
+    failure, such as a TLS server called in plaintext)."""
     code_of = getattr(error, "code", None)
     code = code_of() if callable(code_of) else grpc.StatusCode.UNKNOWN
     details_of = getattr(error, "details", None)
     message = (details_of() if callable(details_of) else None) or str(error)
+    if note:
+        message = f"{message}; {note}"
     trailers_of = getattr(error, "trailing_metadata", None)
     trailers = trailers_of() if callable(trailers_of) else None
     details = decode_status(trailers)

@@ -36,7 +36,12 @@ from agentrt.audit.v1 import audit_service_pb2_grpc
 from agentrt.registry.v1 import registry_service_pb2_grpc
 from agentrt.runtime.v1 import runtime_service_pb2_grpc, worker_service_pb2_grpc
 from agentrt_base.settings import resolve_target
-from agentrt_base.tls import ENV_TOKEN, ClientTls, channel_credentials
+from agentrt_base.tls import (
+    ENV_TOKEN,
+    ClientTls,
+    channel_credentials,
+    plaintext_failure_hint,
+)
 from agentrt_sdk import errors
 
 __all__ = ["Connection", "RetryPolicy"]
@@ -146,6 +151,7 @@ class Connection:
             (("authorization", f"Bearer {token}"),) if token else ()
         )
         tls = tls or ClientTls.resolve(None, None, None)
+        self._plaintext = tls is None
         if tls is None:
             self.channel = grpc.aio.insecure_channel(self.target, options=list(options))
         else:
@@ -215,9 +221,17 @@ class Connection:
             async for message in call:
                 yield message
         except grpc.aio.AioRpcError as exc:
-            raise errors.from_rpc_error(exc, method) from None
+            raise await self._final_error(exc, method) from None
         finally:
             call.cancel()
+
+    async def _final_error(self, exc: grpc.aio.AioRpcError, method: str) -> errors.AgentrtError:
+        """The exception a call that will not be tried again raises: a plaintext channel's
+        UNAVAILABLE says so when the server speaks TLS (gRPC says only "Socket closed")."""
+        if self._plaintext and exc.code() == grpc.StatusCode.UNAVAILABLE:
+            hint = await asyncio.to_thread(plaintext_failure_hint, self.target)
+            return errors.from_rpc_error(exc, method, note=hint)
+        return errors.from_rpc_error(exc, method)
 
     async def _with_retries(
         self, method: str, retry_ok: bool, send: Callable[[], Awaitable[Any]]
@@ -229,7 +243,7 @@ class Connection:
             except grpc.aio.AioRpcError as exc:
                 error = errors.from_rpc_error(exc, method)
                 if attempt + 1 >= tries or not is_retryable(error):
-                    raise error from None
+                    raise await self._final_error(exc, method) from None
                 floor = getattr(error, "retry_delay", None)
                 await asyncio.sleep(self.retry.delay(attempt, floor))
         raise AssertionError("unreachable: the last try returns or raises")

@@ -34,7 +34,7 @@ from agentrt.registry.v1 import registry_service_pb2 as pb
 from agentrt.registry.v1 import registry_service_pb2_grpc as pb_grpc
 from agentrt_base.errors import InvalidArgument, NotFound
 from agentrt_base.settings import DEFAULT_PORT, resolve_target
-from agentrt_base.tls import client_channel
+from agentrt_base.tls import cannot_reach, client_channel
 from registry import proto_map
 from registry.bundle import (
     AGENT_PREFIX,
@@ -238,7 +238,7 @@ def _guarded(handler: Handler) -> Handler:
         except NotFound as exc:
             return _fail(exc.message, EXIT_FAILED)
         except grpc.RpcError as exc:
-            return _fail(_rpc_message(exc, resolve_target(args.target)), EXIT_FAILED)
+            return _fail(_rpc_message(exc, args), EXIT_FAILED)
 
     return run
 
@@ -260,13 +260,13 @@ def _violation(error: InvalidArgument) -> str:
     return error.message
 
 
-def _rpc_message(error: grpc.RpcError, target: str) -> str:
+def _rpc_message(error: grpc.RpcError, args: argparse.Namespace) -> str:
     """``CODE: details``, plus digests from ``ErrorInfo`` metadata the message leaves out."""
     call: Any = error  # a failed call is both an RpcError and a grpc.Call
     code = call.code()
     details = call.details() or ""
     if code == grpc.StatusCode.UNAVAILABLE:
-        return f"{code.name}: cannot reach {target}: {details}"
+        return f"{code.name}: {cannot_reach(args, resolve_target(args.target), details)}"
     for key, value in _error_metadata(call).items():
         if key.endswith("_digest") and value and value not in details:
             details += f" ({key.replace('_', ' ')}: {value})"
@@ -406,9 +406,7 @@ def _publish(args: argparse.Namespace) -> int:
             try:
                 moved = stub.SetTag(request, timeout=args.timeout)
             except grpc.RpcError as exc:
-                raise CommandFailed(
-                    f"{not_moved}: {_rpc_message(exc, resolve_target(args.target))}"
-                ) from exc
+                raise CommandFailed(f"{not_moved}: {_rpc_message(exc, args)}") from exc
             try:
                 _check_absent(args, moved)
             except CommandFailed as exc:

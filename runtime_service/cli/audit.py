@@ -34,7 +34,7 @@ from agentrt.runtime.v1 import message_pb2 as mpb
 from agentrt_base.auth import display_actor
 from agentrt_base.ids import has_prefix
 from agentrt_base.settings import resolve_target
-from agentrt_base.tls import client_channel
+from agentrt_base.tls import cannot_reach, client_channel
 from registry.canonical import digest_bytes
 from registry.cli import published_by, verified_text
 from runtime_service import audit_bundle
@@ -179,7 +179,7 @@ def _guarded(handler: Handler) -> Handler:
             call: Any = exc  # a failed call is both an RpcError and a grpc.Call
             code, details = call.code(), call.details() or ""
             if code == grpc.StatusCode.UNAVAILABLE:
-                details = f"cannot reach {resolve_target(args.target)}: {details}"
+                details = cannot_reach(args, resolve_target(args.target), details)
             return _fail(f"{code.name}: {details}", EXIT_FAILED)
 
     return run

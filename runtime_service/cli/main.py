@@ -45,7 +45,7 @@ from agentrt_base.settings import (
     ServerSettings,
     resolve_target,
 )
-from agentrt_base.tls import client_channel
+from agentrt_base.tls import cannot_reach, client_channel
 from registry import cli as registry_cli
 from runtime_service import __version__
 from runtime_service.cli import audit as audit_cli
@@ -177,7 +177,10 @@ def _cmd_health(args: argparse.Namespace) -> int:
                 health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
             )
         except grpc.RpcError as exc:
-            return _fail(f"{target}: {exc.code().name}: {exc.details()}", EXIT_FAILED)
+            details = exc.details() or ""
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                details = cannot_reach(args, target, details)
+            return _fail(f"{target}: {exc.code().name}: {details}", EXIT_FAILED)
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
     print(status)
     return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else EXIT_FAILED

@@ -32,7 +32,9 @@ def test_the_quickstart_has_the_steps_it_promises() -> None:
         "agentrt runs create",
         "agentrt approve",
         "agentrt watch",
-        "agentrt audit",
+        "agentrt audit run",
+        "agentrt audit artifact",
+        "kill %2 %1",
     ):
         assert needed in text, needed
 
@@ -46,7 +48,9 @@ def test_every_command_of_the_quickstart_runs(database_url: str, tmp_path: Path)
         AGENTRT_DATABASE_URL=database_url,
         COLUMNS="200",
     )
-    script = "set -euo pipefail\n" + "\n".join(commands()) + '\necho "RUN=$RUN"\n'
+    # After the page's last block (`kill %2 %1`), `wait` returns only once both background
+    # jobs have exited: if the page's way to stop them did not, the script times out.
+    script = "set -euo pipefail\n" + "\n".join(commands()) + '\nwait\necho "RUN=$RUN"\n'
     (tmp_path / "quickstart.sh").write_text(script)
     log = tmp_path / "quickstart.log"
     with log.open("w") as out:
@@ -60,12 +64,10 @@ def test_every_command_of_the_quickstart_runs(database_url: str, tmp_path: Path)
             start_new_session=True,  # its own process group: the server and worker go with it
         )
         try:
-            # The script ends while the server and the worker (its background jobs) still
-            # run; they hold the log open, so wait for the script, not for the output's end.
             shell.wait(timeout=240)
         finally:
-            # The server and the worker (the script's background jobs) go with the group,
-            # killed if they do not end on SIGTERM.
+            # Whatever happened, the server and the worker (the script's background jobs) go
+            # with the group, killed if they do not end on SIGTERM.
             stop_group(shell)
     output = log.read_text()
     assert shell.returncode == 0, output
@@ -75,3 +77,8 @@ def test_every_command_of_the_quickstart_runs(database_url: str, tmp_path: Path)
     assert "COMPLETED" in output
     assert "apply_patch" in output
     assert "intact" in output.lower(), output
+    # `audit artifact` of the patch: its chain back to the agent version (issue 27, item 6:
+    # the page said `audit run` showed the artifact; it does not).
+    assert re.search(r"artifact art_\w+ .*fix\.patch", output), output
+    # `kill %2 %1` stopped the server cleanly (make passed the signal on), then `wait` ended.
+    assert "agentrt stopped" in output, output

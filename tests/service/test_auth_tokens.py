@@ -14,6 +14,9 @@ import pytest
 from google.protobuf import duration_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from agentrt.registry.v1 import message_pb2 as mpb
+from agentrt.registry.v1 import registry_service_pb2 as rpb
+from agentrt.registry.v1 import registry_service_pb2_grpc
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import runtime_service_pb2_grpc, worker_service_pb2_grpc
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
@@ -169,3 +172,51 @@ def test_a_principals_file_that_does_not_load_stops_the_start(
     config = tmp_path / "auth.toml"
     config.write_text('[[tokens]]\nprincipal = "x"\nhash = "md5:abc"\n')
     assert agentrt(["serve", "--database-url", sqlite_url, "--auth-config", str(config)]) == 3
+
+
+def test_a_refusal_names_the_scope_role_or_namespace_that_would_allow_it(
+    tmp_path: Path, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 27, item 4: the README's CI token (scope 'coding_agent*') publishing the example
+    was refused "ci may not registry.publish for 'repo-debug'", leaving the operator to guess
+    what to grant. The message and the ErrorInfo metadata now say it."""
+    config = tmp_path / "auth.toml"
+    ci = _create(config, "ci", "--role", "publisher", "--scope", "coding_agent*", capsys=capsys)
+    team_a = _create(config, "team-a", "--role", "client", "--namespace", "team-a", capsys=capsys)
+
+    def refusal(call: Any, request: Any, token: str) -> tuple[str, Any]:
+        with pytest.raises(grpc.RpcError) as refused:
+            call(request, timeout=5, metadata=[("authorization", f"Bearer {token}")])
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        return str(refused.value.details()), error_details(refused.value)["ErrorInfo"]
+
+    with (
+        serving(database_url, auth_config=str(config)) as thread,
+        grpc.insecure_channel(f"127.0.0.1:{thread.server.port}") as channel,
+    ):
+        registry = registry_service_pb2_grpc.RegistryServiceStub(channel)
+        runtime = runtime_service_pb2_grpc.RuntimeServiceStub(channel)
+
+        skill = rpb.PublishComponentRequest(
+            component=mpb.ComponentDraft(name="repo-debug", version="2.1.0")
+        )
+        message, info = refusal(registry.PublishComponent, skill, ci)
+        assert info.reason == "OUTSIDE_SCOPE"
+        assert info.metadata["needs_scope"] == "repo-debug"
+        assert "needs_namespace" not in info.metadata
+        assert "a scope matching 'repo-debug', such as 'repo-debug' or '*'" in message
+        assert "its scopes: 'coding_agent*'" in message
+
+        tag = rpb.SetTagRequest(agent_id="coding_agent", tag="prod", digest="sha256:" + "0" * 64)
+        message, info = refusal(registry.SetTag, tag, ci)
+        assert info.reason == "ROLE_MISSING"
+        assert info.metadata["roles"] == "tag-admin,admin"
+        assert "roles that do: tag-admin, admin" in message
+        assert "its roles: 'publisher'" in message
+
+        elsewhere = pb.CreateThreadRequest(title="t", namespace="team-b")
+        message, info = refusal(runtime.CreateThread, elsewhere, team_a)
+        assert info.reason == "OUTSIDE_SCOPE"
+        assert info.metadata["needs_namespace"] == "team-b"
+        assert "needs_scope" not in info.metadata
+        assert "it needs namespace 'team-b' (its namespaces: 'team-a')" in message

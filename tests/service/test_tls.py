@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import os
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +20,20 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentrt_base.settings import ServerSettings
-from agentrt_base.tls import ClientTls, ServerTls, is_loopback, open_channel
+from agentrt_base.tls import (
+    PLAINTEXT_TO_TLS_HINT,
+    ClientTls,
+    ServerTls,
+    is_loopback,
+    open_channel,
+    speaks_tls,
+)
 from agentrt_sdk import AgentrtClient, RetryPolicy, UnavailableError
 from runtime_service.cli.main import main as agentrt
 from runtime_service.server import AgentrtServer, StartupError
 from tests.certs import Authority
-from tests.support import ServerThread
+from tests.e2e.cli_support import AGENTRT, in_process, serve_env, stop, wait_ready
+from tests.support import ServerThread, free_port
 
 
 @dataclass
@@ -175,3 +184,100 @@ def test_it_listens_beyond_loopback_only_when_told_or_with_mtls(
 def test_the_serve_command_refuses_an_incomplete_tls_configuration(sqlite_url: str) -> None:
     for flags in (["--tls-cert", "x.pem"], ["--tls-key", "x.key"], ["--client-ca", "ca.pem"]):
         assert agentrt(["serve", "--database-url", sqlite_url, *flags]) == 3
+
+
+def _plain_env(tmp: Path) -> dict[str, str]:
+    """An environment naming no CA, target or token (a developer's shell may set them)."""
+    return {"PATH": os.environ["PATH"], "HOME": str(tmp), "COLUMNS": "200"}
+
+
+def test_a_plaintext_client_of_a_tls_server_is_told_to_pass_its_ca(
+    files: Files, sqlite_url: str, server_address: str
+) -> None:
+    """Issue 27, item 5: a plaintext call to a TLS server failed "UNAVAILABLE ... Socket
+    closed" and nothing more. The CLI (a registry, an operator and the health command) and
+    the SDK now add that the server speaks TLS and which option names its CA; a server that
+    does not speak TLS (the module's plaintext one) or nothing listening gets no such hint."""
+    ca = Authority("agentrt test CA")
+    server = ca.issue("agentrt", server=True)
+    tls = ServerTls(files.write("server.pem", server.cert), files.write("server.key", server.key))
+    env = _plain_env(files.root)
+    with _serving(sqlite_url, tls=tls) as address:
+        assert speaks_tls(address)
+        for command in (
+            ["health", "--target", address, "--timeout", "3"],
+            ["versions", "coding_agent", "--target", address, "--timeout", "3"],
+            ["threads", "list", "--target", address, "--timeout", "3"],
+        ):
+            result = in_process(command, env)
+            assert result.returncode != 0, command
+            assert "UNAVAILABLE" in result.stderr, (command, result.stderr)
+            assert PLAINTEXT_TO_TLS_HINT in result.stderr, (command, result.stderr)
+            assert "--tls-ca PATH (env AGENTRT_TLS_CA" in result.stderr
+        with pytest.raises(UnavailableError) as sdk:
+            asyncio.run(_sdk_plaintext_threads(address))
+        assert PLAINTEXT_TO_TLS_HINT in sdk.value.message
+        assert PLAINTEXT_TO_TLS_HINT in str(sdk.value)
+        # With the CA named in the environment the command works (and is not probed).
+        trusted = in_process(
+            ["health", "--target", address],
+            {**env, "AGENTRT_TLS_CA": files.write("ca.pem", ca.pem)},
+        )
+        assert trusted.returncode == 0, trusted.stderr
+    # A plaintext server is no TLS server; a closed port is told nothing about TLS.
+    assert not speaks_tls(server_address)
+    closed = f"127.0.0.1:{free_port()}"
+    refused = in_process(["health", "--target", closed, "--timeout", "3"], env)
+    assert refused.returncode != 0 and "UNAVAILABLE" in refused.stderr
+    assert "TLS" not in refused.stderr, refused.stderr
+
+
+async def _sdk_plaintext_threads(address: str) -> list[Any]:
+    async with AgentrtClient(address, retry=RetryPolicy(attempts=1), timeout=5) as client:
+        return await client.threads.list()
+
+
+def test_the_server_logs_no_raw_grpc_handshake_line_for_a_plaintext_client(
+    files: Files, sqlite_url: str
+) -> None:
+    """Issue 27, item 5: `agentrt serve` printed gRPC core's "Handshake failed with error
+    SSL_ERROR_SSL: ... WRONG_VERSION_NUMBER" INFO line for each plaintext client, which reads
+    like a fault of the server. The command now defaults GRPC_VERBOSITY to ERROR (gRPC offers
+    no hook to log a failed handshake in its place: the client is the one told,
+    test above). A real process: the setting must precede gRPC's import."""
+    ca = Authority("agentrt test CA")
+    server = ca.issue("agentrt", server=True)
+    port = free_port()
+    env = serve_env()
+    env.pop("GRPC_VERBOSITY", None)  # this process set it when it imported the CLI
+    process = subprocess.Popen(
+        [
+            *AGENTRT,
+            "serve",
+            "--database-url",
+            sqlite_url,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--tls-cert",
+            files.write("server.pem", server.cert),
+            "--tls-key",
+            files.write("server.key", server.key),
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_ready(process)
+        with pytest.raises(grpc.RpcError) as plaintext:
+            _check(f"127.0.0.1:{port}", None)
+        assert plaintext.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert _check(f"127.0.0.1:{port}", ClientTls(files.write("ca.pem", ca.pem))) == 1
+    finally:
+        stop(process)
+    assert process.stderr is not None
+    rest = process.stderr.read()
+    assert "agentrt stopped" in rest, rest
+    assert "Handshake failed" not in rest and "ssl_transport_security" not in rest, rest
