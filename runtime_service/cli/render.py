@@ -13,13 +13,15 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TextIO
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -37,6 +39,7 @@ from registry.cli import timestamp_text
 from runtime_service.events import event_type_name
 
 __all__ = [
+    "Column",
     "Transfer",
     "as_dict",
     "console",
@@ -101,14 +104,127 @@ def enum_choices(enum: Any) -> list[str]:
 when = timestamp_text
 
 
-def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]]) -> Table:
-    """A table whose cells are plain text (no markup); the first column never wraps."""
-    grid = Table(title=title or None, title_justify="left", show_edge=False, pad_edge=False)
-    for i, column in enumerate(columns):
-        grid.add_column(column, no_wrap=i == 0, overflow="fold")
-    for row in rows:
-        grid.add_row(*(Text(cell) for cell in row))
-    return grid
+@dataclass(frozen=True)
+class Column:
+    """A column of :func:`table`, and the one rule for how its values may be laid out.
+
+    Attributes:
+        header: its heading.
+        text: free text (a title, an objective, a status with its reason, a summary) that
+            may wrap between words; a word longer than :data:`TEXT_MIN_WIDTH` is folded.
+            Otherwise every value is one token a person copies (an id, a digest, a time, a
+            count): never wrapped, never cut, and the column is as wide as its widest value.
+        hide: 0 for a column always shown. The others are shown lowest ``hide`` first, each
+            while the width still holds it (whole values whole, text at least its longest
+            word); the table's caption names those left out.
+    """
+
+    header: str
+    text: bool = False
+    hide: int = 0
+
+
+#: The narrowest a text column is made: its words up to this long are never broken.
+TEXT_MIN_WIDTH = 24
+#: What a column costs beside its values: a space either side of the `│` between columns.
+_SEPARATOR = 3
+
+
+def table(title: str, columns: Sequence[Column], rows: Iterable[Sequence[str]]) -> _Fitted:
+    """A table whose cells are plain text (no markup), laid out for the width it is printed
+    at: ids whole on one line, text wrapped between words, and what cannot fit left out
+    (named in the caption) rather than broken."""
+    return _Fitted(title, tuple(columns), [tuple(row) for row in rows])
+
+
+def _words_width(text: str) -> int:
+    return max((cell_len(word) for word in text.split()), default=0)
+
+
+def _lines_width(text: str) -> int:
+    return max((cell_len(line) for line in text.splitlines()), default=0)
+
+
+class _Fitted:
+    """:func:`table`'s renderable: it chooses columns and widths when rich tells it the
+    width (a terminal's, ``COLUMNS``, or :data:`PIPE_WIDTH`), then draws a rich Table whose
+    every column has a fixed width, so rich itself never squeezes an id."""
+
+    def __init__(
+        self, title: str, columns: tuple[Column, ...], rows: list[tuple[str, ...]]
+    ) -> None:
+        self.title = title
+        self.columns = columns
+        self.rows = rows
+
+    def _cells(self, index: int) -> list[str]:
+        return [row[index] for row in self.rows]
+
+    def _least(self, index: int) -> int:
+        """The narrowest column ``index`` may be."""
+        column, cells = self.columns[index], self._cells(index)
+        if not column.text:
+            return max([cell_len(column.header), *(_lines_width(cell) for cell in cells)])
+        words = min(max((_words_width(cell) for cell in cells), default=0), TEXT_MIN_WIDTH)
+        return max(_words_width(column.header), words, 1)
+
+    def _most(self, index: int) -> int:
+        return max(
+            [_lines_width(self.columns[index].header), *map(_lines_width, self._cells(index))]
+        )
+
+    def layout(self, width: int) -> tuple[list[int], dict[int, int]]:
+        """The columns shown at ``width`` (their indexes) and each one's width."""
+        least = {i: self._least(i) for i in range(len(self.columns))}
+
+        def need(indexes: list[int]) -> int:
+            return sum(least[i] for i in indexes) + _SEPARATOR * (len(indexes) - 1)
+
+        # The columns always shown (every table's fit in 60 cells; a narrower terminal is
+        # not served). Then the others, lowest rank first, each one that still fits.
+        shown = [i for i, column in enumerate(self.columns) if not column.hide]
+        optional = [i for i, column in enumerate(self.columns) if column.hide]
+        for index in sorted(optional, key=lambda i: (self.columns[i].hide, i)):
+            if need(sorted([*shown, index])) <= width:
+                shown = sorted([*shown, index])
+        widths = {i: least[i] for i in shown}
+        most = {i: self._most(i) for i in shown if self.columns[i].text}
+        spare = width - need(shown)
+        # Text columns grow to their longest line, the shortest need first, so a short agent
+        # name stays on one line and a long objective wraps in what is left.
+        for index in sorted(most, key=lambda i: (most[i] - widths[i], i)):
+            grant = max(0, min(most[index] - widths[index], spare))
+            widths[index] += grant
+            spare -= grant
+        return shown, widths
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        shown, widths = self.layout(options.max_width)
+        hidden = [c.header for i, c in enumerate(self.columns) if i not in shown]
+        caption = (
+            f"not shown at this width: {', '.join(hidden)} (a wider terminal or --json shows them)"
+            if hidden
+            else None
+        )
+        grid = Table(
+            title=self.title or None,
+            title_justify="left",
+            caption=caption,
+            caption_justify="left",
+            show_edge=False,
+            pad_edge=False,
+        )
+        for i in shown:
+            column = self.columns[i]
+            grid.add_column(
+                Text(column.header, no_wrap=not column.text),
+                width=widths[i],
+                no_wrap=not column.text,
+                overflow="fold",
+            )
+        for row in self.rows:
+            grid.add_row(*(Text(row[i]) for i in shown))
+        yield grid
 
 
 def key_values(rows: Iterable[tuple[str, str]]) -> Table:

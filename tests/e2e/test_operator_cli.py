@@ -246,6 +246,43 @@ def test_threads_runs_inputs_and_run_control(server_address: str) -> None:
     assert line.startswith("agentrt: NOT_FOUND: ")
 
 
+def _whole(ids: list[str], out: str) -> None:
+    """Every id in ``ids`` is on some line whole, and wherever one starts it is whole: not
+    wrapped onto the next line, not cut at the edge."""
+    tokens = out.replace("│", " ").replace("┃", " ").split()
+    for ident in ids:
+        assert ident in tokens, (ident, out)
+        # A piece of it alone (its head cut at a column's edge, its tail wrapped below).
+        pieces = [t for t in tokens if t != ident and len(t) >= 4 and t in ident]
+        assert not pieces, (ident, pieces, out)
+
+
+@pytest.mark.parametrize("columns", [80, 120, 200])
+def test_tables_keep_ids_whole_at_any_terminal_width(
+    server_address: str, stubs: Stubs, columns: int
+) -> None:
+    target = server_address
+    thread = publish_and_thread(target)
+    run_id = create_run(target, thread, "fix the login failure and keep legacy-token compatibility")
+    step_id = wait_for_approval(stubs)  # an attempt and steps for `runs show`
+
+    def shown(*args: str) -> str:
+        env = _env(target)
+        env["COLUMNS"] = str(columns)
+        result = in_process(args, env)
+        assert result.returncode == 0, result.stderr
+        assert all(len(line) <= columns for line in result.stdout.splitlines()), result.stdout
+        return result.stdout
+
+    listed = shown("runs", "list", "--thread", thread)
+    _whole([run_id] + ([thread] if columns >= 120 else []), listed)
+    for word in ("fix", "login", "legacy-token", "compatibility"):
+        assert word in listed.replace("│", " ").split(), listed
+    _whole([thread], shown("threads", "list", "--limit", "0"))
+    _whole([thread, run_id], shown("threads", "show", thread))
+    _whole([run_id, step_id], shown("runs", "show", run_id))
+
+
 def test_approve_and_watch_a_run_until_it_ends(server_address: str, stubs: Stubs) -> None:
     target = server_address
     thread = publish_and_thread(target)

@@ -87,7 +87,11 @@ def test_user_text_is_not_markup_and_pipes_are_not_folded(monkeypatch: pytest.Mo
     out = io.StringIO()
     console = render.console(out)
     console.print(
-        render.table("", ("THREAD", "TITLE"), [("thr_1", "login [bold]returns[/bold] 500")])
+        render.table(
+            "",
+            (render.Column("THREAD"), render.Column("TITLE", text=True)),
+            [("thr_1", "login [bold]returns[/bold] 500")],
+        )
     )
     assert "login [bold]returns[/bold] 500" in out.getvalue()
     assert console.width == render.PIPE_WIDTH
@@ -118,3 +122,67 @@ def test_transfer_shows_progress_on_a_terminal_and_nothing_elsewhere() -> None:
         shown.advance(10)
         assert shown._progress is None
     assert piped.getvalue() == ""
+
+
+RUN_ID = "run_01M901J7Y106C2SW55KY4TKQG1"
+THREAD_ID = "thr_01M901J7WSSZNKW62KHDMFA80G"
+OBJECTIVE = "fix the login failure and keep legacy-token compatibility"
+
+
+def _runs(width: int) -> list[str]:
+    """A runs table like `agentrt runs list`'s, printed at ``width``."""
+    out = io.StringIO()
+    Column = render.Column
+    render_table = render.table(
+        "",
+        (
+            Column("RUN"),
+            Column("THREAD", hide=4),
+            Column("AGENT", text=True, hide=5),
+            Column("STATUS", text=True),
+            Column("STEPS", hide=6),
+            Column("CREATED", hide=3),
+            Column("OBJECTIVE", text=True, hide=2),
+        ),
+        [
+            (
+                RUN_ID,
+                THREAD_ID,
+                "coding_agent@agent_v7 (via :prod)",
+                "QUEUED",
+                "0",
+                "2026-12-04T08:08:38Z",
+                OBJECTIVE,
+            ),
+        ],
+    )
+    Console(file=out, width=width).print(render_table)
+    return out.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_table_ids_are_whole_on_one_line_and_words_are_not_broken(width: int) -> None:
+    lines = _runs(width)
+    assert all(len(line) <= width for line in lines), lines
+    text = "\n".join(lines)
+    for ident in (RUN_ID, THREAD_ID, "2026-12-04T08:08:38Z"):
+        # No piece of it stands alone: never wrapped, never cut.
+        tokens = text.replace("│", " ").split()
+        assert not [t for t in tokens if t != ident and len(t) >= 4 and t in ident], text
+    assert RUN_ID in text and "2026-12-04T08:08:38Z" in text
+    # Text wraps between words only.
+    words = text.replace("│", " ").split()
+    assert all(word in words for word in OBJECTIVE.split()), text
+
+
+def test_table_leaves_out_the_highest_ranked_columns_and_says_so() -> None:
+    wide = "\n".join(_runs(200))
+    assert THREAD_ID in wide and "not shown" not in wide
+    # A short text column is given its whole line before a long one takes the rest.
+    assert "coding_agent@agent_v7 (via :prod)" in wide
+    at_120 = "\n".join(_runs(120))
+    assert THREAD_ID in at_120 and "coding_agent" not in at_120 and "STEPS" in at_120
+    assert "not shown at this width: AGENT" in at_120
+    at_80 = " ".join(" ".join(_runs(80)).split())
+    assert THREAD_ID not in at_80 and "legacy-token" in at_80
+    assert "not shown at this width: THREAD, AGENT, STEPS" in at_80
