@@ -237,10 +237,7 @@ def _handler(body: Body) -> Handler:
 
 def report(error: AgentrtError) -> int:
     """``agentrt: CODE: message [REASON]`` and one indented line per field violation."""
-    line = f"{error.code.name}: {' '.join(error.message.split())}"
-    if error.details.reason:
-        line += f" [{error.details.reason}]"
-    _fail(line, EXIT_FAILED)
+    _fail(error.line(), EXIT_FAILED)
     for violation in error.field_violations:
         print(f"agentrt:   {violation.field}: {violation.description}", file=sys.stderr)
     return EXIT_FAILED

@@ -234,9 +234,11 @@ def test_threads_runs_inputs_and_run_control(server_address: str) -> None:
     [cancelled] = json_lines(target, "runs", "show", run_id)
     assert cancelled["run"]["status"] == "RUN_STATUS_CANCELLED"
 
-    # Refusals: one line with the code, message and reason; field violations beneath it.
+    # Refusals: one line with the code, message and a reason that says more than the code
+    # (a plain NOT_FOUND's reason is NOT_FOUND: said once); field violations beneath it.
     [line] = refused(target, "runs", "show", "run_doesnotexist")
-    assert line.startswith("agentrt: NOT_FOUND: ") and line.endswith("]")
+    assert line.startswith("agentrt: NOT_FOUND: ") and "run_doesnotexist" in line
+    assert line.count("NOT_FOUND") == 1, line
     [line] = refused(target, "runs", "pause", run_id)
     assert line.startswith("agentrt: FAILED_PRECONDITION: ")
     lines = refused(target, "runs", "create", thread, "coding_agent:prod", "")
