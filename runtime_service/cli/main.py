@@ -53,8 +53,10 @@ from runtime_service.cli import database_url
 from runtime_service.cli import operator as operator_cli
 from runtime_service.services.context import RuntimeSettings
 
-#: Exit codes: 1 = the command failed, 2 = bad usage (argparse's own), 3 = cannot start.
+#: Exit codes: 1 = the command failed, 2 = bad usage (argparse's own, and no command at all),
+#: 3 = cannot start.
 EXIT_FAILED = 1
+EXIT_USAGE = 2
 EXIT_CANNOT_START = 3
 
 Command = Callable[[argparse.Namespace], int]
@@ -414,7 +416,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     # `agentrt audit RUN_ID` is short for `agentrt audit run RUN_ID`.
     raw = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(audit_cli.normalise_argv(raw))
+    parser = build_parser()
+    if not raw:
+        # A person typing `agentrt` alone wants the commands, not argparse's "COMMAND is
+        # required". It is still a bad command line (exit 2, as argparse's usage errors), and
+        # the help goes to stderr: a script running `agentrt $EMPTY` fails and gets nothing
+        # on stdout, where only results go.
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    args = parser.parse_args(audit_cli.normalise_argv(raw))
     handler: Command = args.handler
     return handler(args)
 

@@ -415,3 +415,18 @@ def test_failures_before_any_answer_are_one_line_with_their_exit_code(tmp_path: 
     assert "--tls-key" in line
     bad = run(nowhere, "runs", "list", "--status", "SLEEPING")
     assert bad.returncode == 2 and "invalid choice: 'SLEEPING'" in bad.stderr
+
+
+def test_agentrt_alone_prints_the_help_and_exits_2() -> None:
+    """No command is a bad command line (exit 2, as argparse's usage errors), but the reply is
+    the help, not argparse's "the following arguments are required: COMMAND"; on stderr, so
+    a script's `agentrt $EMPTY` gets nothing on stdout."""
+    alone = in_process([], _env("127.0.0.1:1"))
+    assert alone.returncode == 2
+    assert alone.stdout == ""
+    assert alone.stderr.startswith("usage: agentrt ")
+    assert "agentrt: error:" not in alone.stderr
+    for command in ("serve", "publish", "runs", "watch", "audit", "demo"):
+        assert f"\n    {command} " in alone.stderr, alone.stderr
+    helped = in_process(["--help"], _env("127.0.0.1:1"))
+    assert helped.returncode == 0 and helped.stdout == alone.stderr
