@@ -265,14 +265,21 @@ def event_type(event: event_pb2.Event) -> str:
     return event_type_name(getattr(event, which))
 
 
+def _one_line(text: str) -> str:
+    """Text a user or a worker wrote, as a summary shows it: its line breaks and runs of
+    spaces one space (an event is one line, whatever a label key or a summary holds), cut
+    with "…" past :data:`SUMMARY_VALUE_CHARS`, and quoted when it holds a space."""
+    one_line = " ".join(text.split())
+    if len(one_line) > SUMMARY_VALUE_CHARS:
+        one_line = one_line[: SUMMARY_VALUE_CHARS - 1] + "…"
+    return json.dumps(one_line, ensure_ascii=False) if " " in one_line else one_line
+
+
 def _scalar(field: FieldDescriptor, value: Any) -> str:
     if field.type == FieldDescriptor.TYPE_ENUM:
         return _enum(field, value)
     if isinstance(value, str):
-        one_line = " ".join(value.split())
-        if len(one_line) > SUMMARY_VALUE_CHARS:
-            one_line = one_line[: SUMMARY_VALUE_CHARS - 1] + "…"
-        return json.dumps(one_line, ensure_ascii=False) if " " in one_line else one_line
+        return _one_line(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
@@ -292,7 +299,8 @@ def _flatten(message: Message, prefix: str) -> list[str]:
         key = prefix + field.name
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
             parts += [
-                f"{key}.{k}={_scalar(field.message_type.fields[1], v)}" for k, v in value.items()
+                f"{key}.{_one_line(k)}={_scalar(field.message_type.fields[1], v)}"
+                for k, v in value.items()
             ]
         elif field.is_repeated:
             if field.message_type is not None:

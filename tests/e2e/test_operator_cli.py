@@ -369,6 +369,47 @@ def test_approve_and_watch_a_run_until_it_ends(server_address: str, stubs: Stubs
                 process.communicate()
 
 
+def test_watch_prints_one_line_per_event_whatever_a_summary_holds(
+    server_address: str, stubs: Stubs
+) -> None:
+    target = server_address
+    thread = publish_and_thread(target)
+    run_id = ok(
+        target,
+        "runs",
+        "create",
+        thread,
+        "coding_agent:prod",
+        "fix the login failure\nand keep legacy tokens",
+        "--label",
+        "ticket\nid=LOGIN\n500",
+    ).strip()
+    fence = stubs.acquire("worker-a").fence
+    step = stubs.worker.BeginStep(
+        wpb.BeginStepRequest(
+            fence=fence,
+            turn_id=begin_turn(stubs, fence),
+            type=enum_pb2.STEP_TYPE_MODEL_CALL,
+            idempotency_key="model-1",
+            model_call=message_pb2.ModelCallSpec(estimated_input_tokens=100),
+        ),
+        timeout=10,
+    ).step
+    end_step(stubs, fence, step.id, summary="found the cause:\n  the token check")
+    stubs.finish(
+        fence, enum_pb2.ATTEMPT_OUTCOME_FAILED_PERMANENT, result_summary="gave up:\nno tests"
+    )
+
+    events = json_lines(target, "watch", run_id)
+    lines = ok(target, "watch", run_id).splitlines()
+    # One line per event, each starting with its sequence: no summary breaks one in two.
+    assert [line.split()[0] for line in lines] == [e["sequence"] for e in events], lines
+    assert 'labels."ticket id"="LOGIN 500"' in lines[0]
+    assert 'goal.objective="fix the login failure and keep legacy tokens"' in lines[0]
+    assert any('summary="found the cause: the token check"' in line for line in lines), lines
+    assert 'terminal_message="gave up: no tests"' in lines[-1]
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -44,6 +44,16 @@ def test_event_line_shows_sequence_time_type_and_attributes_on_one_line() -> Non
     assert len(json.loads(operation.split('" ')[0] + '"')) == render.SUMMARY_VALUE_CHARS
 
 
+def test_event_line_is_one_line_whatever_a_label_key_or_a_value_holds() -> None:
+    event = event_pb2.Event(sequence=1, event_type=enum_pb2.EVENT_TYPE_RUN_CREATED)
+    event.run_created_attributes.labels["ticket\nid"] = "LOGIN\n500"
+    event.run_created_attributes.goal.objective = "fix the login\r\nand keep tokens"
+    line = render.event_line(event).plain
+    assert "\n" not in line and "\r" not in line
+    assert 'labels."ticket id"="LOGIN 500"' in line
+    assert 'goal.objective="fix the login and keep tokens"' in line
+
+
 def test_event_type_is_the_logs_dotted_name() -> None:
     event = event_pb2.Event(event_type=enum_pb2.EVENT_TYPE_THREAD_MESSAGE_APPENDED)
     event.thread_message_appended_attributes.message_id = "msg_1"
