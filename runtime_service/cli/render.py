@@ -22,6 +22,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
+from rich.padding import Padding
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -227,15 +228,45 @@ class _Fitted:
         yield grid
 
 
-def key_values(rows: Iterable[tuple[str, str]]) -> Table:
-    """``key  value`` lines, the empty values left out."""
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold", no_wrap=True)
-    grid.add_column(overflow="fold")
-    for key, value in rows:
-        if value:
+def key_values(rows: Iterable[tuple[str, str]]) -> _KeyValues:
+    """``key  value`` lines, the empty values left out. A value with a word too long to sit
+    beside its key at the width it is printed at (a 71-character digest in 80 columns) goes
+    on the lines below the key instead, so the word is not broken."""
+    return _KeyValues([(key, value) for key, value in rows if value])
+
+
+class _KeyValues:
+    def __init__(self, rows: list[tuple[str, str]]) -> None:
+        self.rows = rows
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        keys = max((cell_len(key) for key, _ in self.rows), default=0)
+        room = options.max_width - keys - _KEY_GAP
+        beside: list[tuple[str, str]] = []
+        for key, value in self.rows:
+            if _words_width(value) <= room:
+                beside.append((key, value))
+                continue
+            if beside:
+                yield self._grid(beside, keys)
+                beside = []
+            yield Text(key, style="bold")
+            yield Padding(Text(value, overflow="fold"), (0, 0, 0, _KEY_GAP))
+        if beside:
+            yield self._grid(beside, keys)
+
+    @staticmethod
+    def _grid(rows: list[tuple[str, str]], keys: int) -> Table:
+        grid = Table.grid(padding=(0, _KEY_GAP))
+        grid.add_column(style="bold", no_wrap=True, width=keys)
+        grid.add_column(overflow="fold")
+        for key, value in rows:
             grid.add_row(Text(key), Text(value))
-    return grid
+        return grid
+
+
+#: The spaces between a key and its value.
+_KEY_GAP = 2
 
 
 def model_text(model: message_pb2.RecordedModel) -> str:

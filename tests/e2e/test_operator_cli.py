@@ -282,7 +282,9 @@ def test_tables_keep_ids_whole_at_any_terminal_width(
         assert word in listed.replace("│", " ").split(), listed
     _whole([thread], shown("threads", "list", "--limit", "0"))
     _whole([thread, run_id], shown("threads", "show", thread))
-    _whole([run_id, step_id], shown("runs", "show", run_id))
+    [detail] = json_lines(target, "runs", "show", run_id)
+    digest = detail["run"]["agent"]["agent_digest"]
+    _whole([run_id, step_id, digest], shown("runs", "show", run_id))
 
 
 def test_approve_and_watch_a_run_until_it_ends(server_address: str, stubs: Stubs) -> None:

@@ -196,3 +196,25 @@ def test_table_leaves_out_the_highest_ranked_columns_and_says_so() -> None:
     at_80 = " ".join(" ".join(_runs(80)).split())
     assert THREAD_ID not in at_80 and "legacy-token" in at_80
     assert "not shown at this width: THREAD, AGENT, STEPS" in at_80
+
+
+def test_a_value_too_long_to_sit_beside_its_key_goes_below_it_whole() -> None:
+    digest = "sha256:" + "d" * 64
+    rows = [
+        ("run", RUN_ID),
+        ("agent", f"coding_agent@agent_v7 {digest}"),
+        ("empty", ""),
+        ("input revision", "1"),  # the keys' column is as wide as `runs show`'s
+    ]
+    narrow, wide = io.StringIO(), io.StringIO()
+    Console(file=narrow, width=80).print(render.key_values(rows))
+    Console(file=wide, width=120).print(render.key_values(rows))
+    lines = [line.rstrip() for line in narrow.getvalue().splitlines()]
+    assert lines[0].split() == ["run", RUN_ID]
+    assert lines[1:4] == ["agent", "  coding_agent@agent_v7", f"  {digest}"]
+    assert lines[4].split() == ["input", "revision", "1"]
+    assert [line.split() for line in wide.getvalue().splitlines()] == [
+        ["run", RUN_ID],
+        ["agent", "coding_agent@agent_v7", digest],
+        ["input", "revision", "1"],
+    ]
