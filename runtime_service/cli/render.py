@@ -112,7 +112,7 @@ class Column:
     Attributes:
         header: its heading.
         text: free text (a title, an objective, a status with its reason, a summary) that
-            may wrap between words; a word longer than :data:`TEXT_MIN_WIDTH` is folded.
+            may wrap between words; a word longer than :data:`LONGEST_WHOLE_WORD` is folded.
             Otherwise every value is one token a person copies (an id, a digest, a time, a
             count): never wrapped, never cut, and the column is as wide as its widest value.
         hide: 0 for a column always shown. The others are shown lowest ``hide`` first, each
@@ -125,8 +125,9 @@ class Column:
     hide: int = 0
 
 
-#: The narrowest a text column is made: its words up to this long are never broken.
-TEXT_MIN_WIDTH = 24
+#: A text column is at least as wide as its longest word, up to this many cells: a longer
+#: word (a URL in an objective) is folded rather than widening the column past it.
+LONGEST_WHOLE_WORD = 24
 #: What a column costs beside its values: a space either side of the `│` between columns.
 _SEPARATOR = 3
 
@@ -166,7 +167,7 @@ class _Fitted:
         column, cells = self.columns[index], self._cells(index)
         if not column.text:
             return max([cell_len(column.header), *(_lines_width(cell) for cell in cells)])
-        words = min(max((_words_width(cell) for cell in cells), default=0), TEXT_MIN_WIDTH)
+        words = min(max((_words_width(cell) for cell in cells), default=0), LONGEST_WHOLE_WORD)
         return max(_words_width(column.header), words, 1)
 
     def _most(self, index: int) -> int:
@@ -181,8 +182,8 @@ class _Fitted:
         def need(indexes: list[int]) -> int:
             return sum(least[i] for i in indexes) + _SEPARATOR * (len(indexes) - 1)
 
-        # The columns always shown (every table's fit in 60 cells; a narrower terminal is
-        # not served). Then the others, lowest rank first, each one that still fits.
+        # The columns always shown (each table's fit in 70 cells; in a narrower terminal
+        # rich cuts them). Then the others, lowest rank first, each one that still fits.
         shown = [i for i, column in enumerate(self.columns) if not column.hide]
         optional = [i for i, column in enumerate(self.columns) if column.hide]
         for index in sorted(optional, key=lambda i: (self.columns[i].hide, i)):
@@ -235,7 +236,14 @@ def key_values(rows: Iterable[tuple[str, str]]) -> _KeyValues:
     return _KeyValues([(key, value) for key, value in rows if value])
 
 
+#: The spaces between a key and its value.
+_KEY_GAP = 2
+
+
 class _KeyValues:
+    """:func:`key_values`' renderable: which values sit beside their keys is decided at the
+    width rich gives it."""
+
     def __init__(self, rows: list[tuple[str, str]]) -> None:
         self.rows = rows
 
@@ -263,10 +271,6 @@ class _KeyValues:
         for key, value in rows:
             grid.add_row(Text(key), Text(value))
         return grid
-
-
-#: The spaces between a key and its value.
-_KEY_GAP = 2
 
 
 def model_text(model: message_pb2.RecordedModel) -> str:
