@@ -460,7 +460,7 @@ def test_failures_before_any_answer_are_one_line_with_their_exit_code(tmp_path: 
     assert bad.returncode == 2 and "invalid choice: 'SLEEPING'" in bad.stderr
 
 
-def test_agentrt_alone_prints_the_help_and_exits_2() -> None:
+def test_agentrt_alone_or_a_group_alone_prints_its_help_and_exits_2() -> None:
     """No command is a bad command line (exit 2, as argparse's usage errors), but the reply is
     the help, not argparse's "the following arguments are required: COMMAND"; on stderr, so
     a script's `agentrt $EMPTY` gets nothing on stdout."""
@@ -473,3 +473,11 @@ def test_agentrt_alone_prints_the_help_and_exits_2() -> None:
         assert f"\n    {command} " in alone.stderr, alone.stderr
     helped = in_process(["--help"], _env("127.0.0.1:1"))
     assert helped.returncode == 0 and helped.stdout == alone.stderr
+    # So does a command group alone: its own commands.
+    runs = in_process(["runs"], _env("127.0.0.1:1"))
+    assert runs.returncode == 2 and runs.stdout == ""
+    assert runs.stderr.startswith("usage: agentrt runs ") and "agentrt: error:" not in runs.stderr
+    assert "\n    list " in runs.stderr and "\n    cancel " in runs.stderr
+    # What is not a group alone is argparse's as before.
+    wrong = in_process(["runs", "sleep"], _env("127.0.0.1:1"))
+    assert wrong.returncode == 2 and "invalid choice: 'sleep'" in wrong.stderr
