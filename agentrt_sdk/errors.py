@@ -106,7 +106,19 @@ class AgentrtError(Exception):
         self.reason = self.details.reason or code.name
         self.metadata: Mapping[str, str] = self.details.metadata
         self.method = method
-        super().__init__(f"{code.name}: {message}" + (f" [{self.reason}]" if details else ""))
+        super().__init__(f"{code.name}: {message}{self._reason_suffix()}")
+
+    def _reason_suffix(self) -> str:
+        """`` [REASON]`` when the server's ``ErrorInfo.reason`` says more than the status
+        code; nothing when it is the code again (a plain NOT_FOUND's reason is NOT_FOUND)."""
+        reason = self.details.reason
+        return f" [{reason}]" if reason and reason != self.code.name else ""
+
+    def line(self) -> str:
+        """``CODE: message [REASON]`` on one line, as the ``agentrt`` command reports it: the
+        message's line breaks become spaces, and the reason is shown only when it is not the
+        code again."""
+        return f"{self.code.name}: {' '.join(self.message.split())}{self._reason_suffix()}"
 
     @property
     def field_violations(self) -> Sequence[FieldViolation]:

@@ -158,10 +158,24 @@ async def play(target: str | None, database_url: str | None, workdir: Path) -> d
     started = time.monotonic()
     timeline: list[tuple[str, float]] = []
 
-    def mark(what: str) -> None:
-        timeline.append((what, round(time.monotonic() - started, 2)))
+    def say(text: str) -> None:
+        """A progress line on stderr, as it happens: the seconds before the tree are not
+        silent, and stdout keeps the tree (or the JSON) alone."""
+        elapsed = time.monotonic() - started
+        print(f"agentrt demo: {elapsed:5.1f}s  {text}", file=sys.stderr, flush=True)
+
+    def mark(milestone: str, waiting_for: str = "") -> None:
+        """A milestone of the facts' timeline (bench/demo_time.py's columns), said with what
+        the demo waits for next."""
+        timeline.append((milestone, round(time.monotonic() - started, 2)))
+        say(f"{milestone}; {waiting_for}…" if waiting_for else milestone)
 
     processes = Processes()
+    say(
+        "starting two worker processes"
+        + (f" for the server at {target}" if target else " and a server")
+        + "…"
+    )
     try:
         server: Any = None
         if target is None:
@@ -209,7 +223,7 @@ async def play(target: str | None, database_url: str | None, workdir: Path) -> d
         worker("worker-B", "--rate-limit-once", "--start-after", str(go_b))
         if server is not None:
             await _wait_for_line(server_log, "agentrt ready", server, 30)
-            mark("server ready")
+            mark("server ready", f"publishing coding_agent@agent_v7 to {target}")
         fast = RetryPolicy(attempts=20, initial_backoff=0.05, max_backoff=0.5)
         async with AgentrtClient(target, retry=fast) as client:
             published = await client.registry.publish(definition_file(), tag="prod")
@@ -220,19 +234,22 @@ async def play(target: str | None, database_url: str | None, workdir: Path) -> d
             run = await client.runs.create(
                 thread.id, "coding_agent:prod", FIX_OBJECTIVE, labels=labels
             )
-            mark("published, run created")
+            mark("published, run created", f"run 1 {run.id}: worker A works to its checkpoint")
 
             checkpoint = await _until_event(
                 client, run.id, 0, {enum_pb2.EVENT_TYPE_CHECKPOINT_WRITTEN}, 30
             )
             worker_a.send_signal(signal.SIGKILL)
             worker_a.wait()
-            mark("checkpoint written, worker A killed")
+            mark(
+                "checkpoint written, worker A killed",
+                "worker B resumes run 1 from the checkpoint until apply_patch asks for approval",
+            )
             go_b.touch()
             approved_at = await _approve_next(client, run.id, checkpoint.sequence)
-            mark("approved")
+            mark("approved", f"worker B applies run 1's patch (approved as {OPERATOR})")
             await _until_status(client, run.id, enum_pb2.RUN_STATUS_COMPLETED, 30)
-            mark("run completed")
+            mark("run completed", "run 2, the follow-up, until its approval")
 
             follow = await client.runs.create(
                 thread.id,
@@ -241,9 +258,9 @@ async def play(target: str | None, database_url: str | None, workdir: Path) -> d
                 labels={**labels, "case": "regression-test"},
             )
             await _approve_next(client, follow.id, 0)
-            mark("follow-up approved")
+            mark("follow-up approved", "run 2 until it completes")
             await _until_status(client, follow.id, enum_pb2.RUN_STATUS_COMPLETED, 30)
-            mark("follow-up completed")
+            mark("follow-up completed", "reading the audit tree back from the server")
             facts = {
                 "target": target,
                 "agent": {
@@ -368,39 +385,68 @@ async def _run_facts(client: AgentrtClient, run_id: str) -> dict[str, Any]:
     }
 
 
+@dataclass
+class Node:
+    """A line of the audit tree, the lines that say more about it, and its children."""
+
+    text: str
+    details: list[str] = field(default_factory=list)
+    children: list[Node] = field(default_factory=list)
+
+
+def draw(nodes: list[Node], prefix: str = "") -> Iterator[str]:
+    """``nodes`` as a tree: the last child of every node gets ``└─``, the others ``├─``, and
+    a ``│`` carries each one that has a sibling below it past its details and children."""
+    for index, node in enumerate(nodes):
+        last = index == len(nodes) - 1
+        yield f"{prefix}{'└─' if last else '├─'} {node.text}"
+        below = prefix + ("   " if last else "│  ")
+        for detail in node.details:
+            yield below + detail
+        yield from draw(node.children, below)
+
+
 def tree_lines(facts: dict[str, Any]) -> Iterator[str]:
     """The audit tree as text."""
     agent = facts["agent"]
     yield f"{agent['agent_id']}@{agent['version_label']}  {agent['digest']}  (tag {agent['tag']})"
     yield f"thread {facts['thread']['id']}  {facts['thread']['title']!r}"
-    for run in facts["runs"]:
-        binding = run["binding"]
-        yield f"└─ run {run['id']}  {run['status']}  {run['objective']!r}"
-        yield (
-            f"   bound to {binding['agent_digest']} ({binding['version_label']}) via "
-            f"{binding['requested_ref']}"
-        )
-        chain = run["chain"]
-        yield (
-            f"   chain {'intact' if chain['intact'] else 'BROKEN'}: {chain['events']} events, "
-            f"{chain['rows_checked']} rows re-derived"
-        )
-        for attempt in run["attempts"]:
-            resume = attempt["resume_from_checkpoint_id"]
-            yield (
-                f"   ├─ attempt {attempt['number']}  {attempt['worker_id']}  {attempt['status']}"
-                f"  ({attempt['reason']})" + (f"  resumes from {resume}" if resume else "")
-            )
-            for step in (s for s in run["steps"] if s["attempt"] == attempt["number"]):
-                yield "   │  ├─ " + _step_line(step)
-        for artifact in run["artifacts"]:
-            yield (
-                f"   └─ artifact {artifact['name']}  {artifact['blob_digest'][:19]}…  made by "
-                f"{artifact['step_operation']} (attempt {artifact['attempt']}, "
-                f"{artifact['worker_id']}) with {artifact['version_label']}"
-            )
+    yield from draw([_run_node(run) for run in facts["runs"]])
     yield f"killed {facts['killed']['worker_id']} with {facts['killed']['signal']}; " + (
         f"done in {facts['elapsed_seconds']}s"
+    )
+
+
+def _run_node(run: dict[str, Any]) -> Node:
+    binding, chain = run["binding"], run["chain"]
+    attempts = []
+    for attempt in run["attempts"]:
+        resume = attempt["resume_from_checkpoint_id"]
+        steps = [s for s in run["steps"] if s["attempt"] == attempt["number"]]
+        attempts.append(
+            Node(
+                f"attempt {attempt['number']}  {attempt['worker_id']}  {attempt['status']}"
+                f"  ({attempt['reason']})" + (f"  resumes from {resume}" if resume else ""),
+                children=[Node(_step_line(step)) for step in steps],
+            )
+        )
+    artifacts = [
+        Node(
+            f"artifact {artifact['name']}  {artifact['blob_digest'][:19]}…  made by "
+            f"{artifact['step_operation']} (attempt {artifact['attempt']}, "
+            f"{artifact['worker_id']}) with {artifact['version_label']}"
+        )
+        for artifact in run["artifacts"]
+    ]
+    return Node(
+        f"run {run['id']}  {run['status']}  {run['objective']!r}",
+        details=[
+            f"bound to {binding['agent_digest']} ({binding['version_label']}) via "
+            f"{binding['requested_ref']}",
+            f"chain {'intact' if chain['intact'] else 'BROKEN'}: {chain['events']} events, "
+            f"{chain['rows_checked']} rows re-derived",
+        ],
+        children=attempts + artifacts,
     )
 
 

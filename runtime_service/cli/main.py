@@ -53,8 +53,10 @@ from runtime_service.cli import database_url
 from runtime_service.cli import operator as operator_cli
 from runtime_service.services.context import RuntimeSettings
 
-#: Exit codes: 1 = the command failed, 2 = bad usage (argparse's own), 3 = cannot start.
+#: Exit codes: 1 = the command failed, 2 = bad usage (argparse's own, and no command at all),
+#: 3 = cannot start.
 EXIT_FAILED = 1
+EXIT_USAGE = 2
 EXIT_CANNOT_START = 3
 
 Command = Callable[[argparse.Namespace], int]
@@ -409,6 +411,28 @@ def add_target_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser] | None:
+    """The commands ``parser`` takes (``agentrt``'s, ``agentrt runs``'), None for a leaf."""
+    for action in parser._actions:  # argparse has no public way to list them
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return None
+
+
+def _group_named(
+    parser: argparse.ArgumentParser, argv: list[str]
+) -> argparse.ArgumentParser | None:
+    """The parser of the command group ``argv`` names and stops at (``[]`` is ``agentrt``
+    itself, ``["runs"]`` ``agentrt runs``), or None when ``argv`` is anything else."""
+    current = parser
+    for token in argv:
+        commands = _commands(current)
+        if commands is None or token not in commands:
+            return None
+        current = commands[token]
+    return current if _commands(current) is not None else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agentrt`` console script."""
     if argv is None and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
@@ -416,8 +440,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `kill -INT` must still stop a watch or a server (issue 26, item 5).
         signal.signal(signal.SIGINT, signal.default_int_handler)
     # `agentrt audit RUN_ID` is short for `agentrt audit run RUN_ID`.
-    raw = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(audit_cli.normalise_argv(raw))
+    raw = audit_cli.normalise_argv(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    group = _group_named(parser, raw)
+    if group is not None:
+        # A person typing `agentrt` (or `agentrt runs`) alone wants the commands, not
+        # argparse's "COMMAND is required". It is still a bad command line (exit 2, as
+        # argparse's usage errors), and the help goes to stderr: a script running
+        # `agentrt $EMPTY` fails and gets nothing on stdout, where only results go.
+        group.print_help(sys.stderr)
+        return EXIT_USAGE
+    args = parser.parse_args(raw)
     handler: Command = args.handler
     return handler(args)
 

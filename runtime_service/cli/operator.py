@@ -25,6 +25,7 @@ from agentrt_base.tls import ClientTls
 from agentrt_sdk import AgentrtClient, AgentrtError
 from registry.cli import add_timeout_argument, default_identity, key_value
 from runtime_service.cli import render
+from runtime_service.cli.render import Column
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_USAGE", "add_commands"]
 
@@ -236,10 +237,7 @@ def _handler(body: Body) -> Handler:
 
 def report(error: AgentrtError) -> int:
     """``agentrt: CODE: message [REASON]`` and one indented line per field violation."""
-    line = f"{error.code.name}: {' '.join(error.message.split())}"
-    if error.details.reason:
-        line += f" [{error.details.reason}]"
-    _fail(line, EXIT_FAILED)
+    _fail(error.line(), EXIT_FAILED)
     for violation in error.field_violations:
         print(f"agentrt:   {violation.field}: {violation.description}", file=sys.stderr)
     return EXIT_FAILED
@@ -297,7 +295,13 @@ async def _thread_list(client: AgentrtClient, args: argparse.Namespace) -> int:
     render.console().print(
         render.table(
             "",
-            ("THREAD", "TITLE", "NAMESPACE", "POLICY", "CREATED"),
+            (
+                Column("THREAD"),
+                Column("TITLE", text=True),
+                Column("NAMESPACE", hide=3),
+                Column("POLICY", hide=2),
+                Column("CREATED", hide=1),
+            ),
             (
                 (
                     t.id,
@@ -348,7 +352,13 @@ async def _thread_show(client: AgentrtClient, args: argparse.Namespace) -> int:
     out.print(
         render.table(
             "messages",
-            ("MESSAGE", "ROLE", "RUN", "TIME", "CONTENT"),
+            (
+                Column("MESSAGE"),
+                Column("ROLE"),
+                Column("RUN", hide=2),
+                Column("TIME", hide=1),
+                Column("CONTENT", text=True),
+            ),
             (
                 (
                     m.id,
@@ -393,7 +403,18 @@ def _status_text(run: message_pb2.Run) -> str:
 def _runs_table(title: str, runs: list[message_pb2.Run]) -> Any:
     return render.table(
         title,
-        ("RUN", "THREAD", "AGENT", "STATUS", "ATTEMPTS", "STEPS", "CREATED", "OBJECTIVE"),
+        # At 120 columns the run and thread ids, status and objective fit; at 80 the thread's
+        # id is left out before the objective is.
+        (
+            Column("RUN"),
+            Column("THREAD", hide=3),
+            Column("AGENT", text=True, hide=5),
+            Column("STATUS", text=True),
+            Column("ATTEMPTS", hide=7),
+            Column("STEPS", hide=6),
+            Column("CREATED", hide=4),
+            Column("OBJECTIVE", text=True, hide=2),
+        ),
         (
             (
                 r.id,
@@ -509,15 +530,15 @@ async def _run_show(client: AgentrtClient, args: argparse.Namespace) -> int:
         render.table(
             "attempts",
             (
-                "#",
-                "ATTEMPT",
-                "REASON",
-                "WORKER",
-                "STATUS",
-                "STARTED",
-                "ENDED",
-                "RESUMED FROM",
-                "ERROR",
+                Column("#"),
+                Column("ATTEMPT"),
+                Column("REASON", hide=5),
+                Column("WORKER", text=True, hide=3),
+                Column("STATUS", text=True),
+                Column("STARTED", hide=4),
+                Column("ENDED", hide=6),
+                Column("RESUMED FROM", hide=7),
+                Column("ERROR", text=True, hide=2),
             ),
             (
                 (
@@ -538,7 +559,17 @@ async def _run_show(client: AgentrtClient, args: argparse.Namespace) -> int:
     out.print(
         render.table(
             "steps",
-            ("SEQ", "ATTEMPT", "TYPE", "OPERATION", "STATUS", "MODEL", "STEP", "DETAIL"),
+            # The step's id stays longest: `agentrt approve RUN STEP` needs it.
+            (
+                Column("SEQ"),
+                Column("ATTEMPT", hide=6),
+                Column("TYPE"),
+                Column("OPERATION", text=True, hide=4),
+                Column("STATUS", text=True),
+                Column("MODEL", text=True, hide=5),
+                Column("STEP", hide=1),
+                Column("DETAIL", text=True, hide=2),
+            ),
             (
                 (
                     str(s.sequence),

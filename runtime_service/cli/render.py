@@ -13,13 +13,16 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TextIO
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.padding import Padding
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -37,6 +40,7 @@ from registry.cli import timestamp_text
 from runtime_service.events import event_type_name
 
 __all__ = [
+    "Column",
     "Transfer",
     "as_dict",
     "console",
@@ -101,25 +105,172 @@ def enum_choices(enum: Any) -> list[str]:
 when = timestamp_text
 
 
-def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]]) -> Table:
-    """A table whose cells are plain text (no markup); the first column never wraps."""
-    grid = Table(title=title or None, title_justify="left", show_edge=False, pad_edge=False)
-    for i, column in enumerate(columns):
-        grid.add_column(column, no_wrap=i == 0, overflow="fold")
-    for row in rows:
-        grid.add_row(*(Text(cell) for cell in row))
-    return grid
+@dataclass(frozen=True)
+class Column:
+    """A column of :func:`table`, and the one rule for how its values may be laid out.
+
+    Attributes:
+        header: its heading.
+        text: free text (a title, an objective, a status with its reason, a summary) that
+            may wrap between words; a word longer than :data:`LONGEST_WHOLE_WORD` is folded.
+            Otherwise every value is one token a person copies (an id, a digest, a time, a
+            count): never wrapped, never cut, and the column is as wide as its widest value.
+        hide: 0 for a column always shown. The others are shown lowest ``hide`` first, each
+            while the width still holds it (whole values whole, text at least its longest
+            word); the table's caption names those left out.
+    """
+
+    header: str
+    text: bool = False
+    hide: int = 0
 
 
-def key_values(rows: Iterable[tuple[str, str]]) -> Table:
-    """``key  value`` lines, the empty values left out."""
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold", no_wrap=True)
-    grid.add_column(overflow="fold")
-    for key, value in rows:
-        if value:
+#: A text column is at least as wide as its longest word, up to this many cells: a longer
+#: word (a URL in an objective) is folded rather than widening the column past it.
+LONGEST_WHOLE_WORD = 24
+#: What a column costs beside its values: a space either side of the `│` between columns.
+_SEPARATOR = 3
+
+
+def table(title: str, columns: Sequence[Column], rows: Iterable[Sequence[str]]) -> _Fitted:
+    """A table whose cells are plain text (no markup), laid out for the width it is printed
+    at: ids whole on one line, text wrapped between words, and what cannot fit left out
+    (named in the caption) rather than broken."""
+    return _Fitted(title, tuple(columns), [tuple(row) for row in rows])
+
+
+def _words_width(text: str) -> int:
+    return max((cell_len(word) for word in text.split()), default=0)
+
+
+def _lines_width(text: str) -> int:
+    return max((cell_len(line) for line in text.splitlines()), default=0)
+
+
+class _Fitted:
+    """:func:`table`'s renderable: it chooses columns and widths when rich tells it the
+    width (a terminal's, ``COLUMNS``, or :data:`PIPE_WIDTH`), then draws a rich Table whose
+    every column has a fixed width, so rich itself never squeezes an id."""
+
+    def __init__(
+        self, title: str, columns: tuple[Column, ...], rows: list[tuple[str, ...]]
+    ) -> None:
+        self.title = title
+        self.columns = columns
+        self.rows = rows
+
+    def _cells(self, index: int) -> list[str]:
+        return [row[index] for row in self.rows]
+
+    def _least(self, index: int) -> int:
+        """The narrowest column ``index`` may be."""
+        column, cells = self.columns[index], self._cells(index)
+        if not column.text:
+            return max([cell_len(column.header), *(_lines_width(cell) for cell in cells)])
+        words = min(max((_words_width(cell) for cell in cells), default=0), LONGEST_WHOLE_WORD)
+        return max(_words_width(column.header), words, 1)
+
+    def _most(self, index: int) -> int:
+        return max(
+            [_lines_width(self.columns[index].header), *map(_lines_width, self._cells(index))]
+        )
+
+    def layout(self, width: int) -> tuple[list[int], dict[int, int]]:
+        """The columns shown at ``width`` (their indexes) and each one's width."""
+        least = {i: self._least(i) for i in range(len(self.columns))}
+
+        def need(indexes: list[int]) -> int:
+            return sum(least[i] for i in indexes) + _SEPARATOR * (len(indexes) - 1)
+
+        # The columns always shown (each table's fit in 70 cells; in a narrower terminal
+        # rich cuts them). Then the others, lowest rank first, each one that still fits.
+        shown = [i for i, column in enumerate(self.columns) if not column.hide]
+        optional = [i for i, column in enumerate(self.columns) if column.hide]
+        for index in sorted(optional, key=lambda i: (self.columns[i].hide, i)):
+            if need(sorted([*shown, index])) <= width:
+                shown = sorted([*shown, index])
+        widths = {i: least[i] for i in shown}
+        most = {i: self._most(i) for i in shown if self.columns[i].text}
+        spare = width - need(shown)
+        # Text columns grow to their longest line, the shortest need first, so a short agent
+        # name stays on one line and a long objective wraps in what is left.
+        for index in sorted(most, key=lambda i: (most[i] - widths[i], i)):
+            grant = max(0, min(most[index] - widths[index], spare))
+            widths[index] += grant
+            spare -= grant
+        return shown, widths
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        shown, widths = self.layout(options.max_width)
+        hidden = [c.header for i, c in enumerate(self.columns) if i not in shown]
+        caption = (
+            f"not shown at this width: {', '.join(hidden)} (a wider terminal or --json shows them)"
+            if hidden
+            else None
+        )
+        grid = Table(
+            title=self.title or None,
+            title_justify="left",
+            caption=caption,
+            caption_justify="left",
+            show_edge=False,
+            pad_edge=False,
+        )
+        for i in shown:
+            column = self.columns[i]
+            grid.add_column(
+                Text(column.header, no_wrap=not column.text),
+                width=widths[i],
+                no_wrap=not column.text,
+                overflow="fold",
+            )
+        for row in self.rows:
+            grid.add_row(*(Text(row[i]) for i in shown))
+        yield grid
+
+
+def key_values(rows: Iterable[tuple[str, str]]) -> _KeyValues:
+    """``key  value`` lines, the empty values left out. A value with a word too long to sit
+    beside its key at the width it is printed at (a 71-character digest in 80 columns) goes
+    on the lines below the key instead, so the word is not broken."""
+    return _KeyValues([(key, value) for key, value in rows if value])
+
+
+#: The spaces between a key and its value.
+_KEY_GAP = 2
+
+
+class _KeyValues:
+    """:func:`key_values`' renderable: which values sit beside their keys is decided at the
+    width rich gives it."""
+
+    def __init__(self, rows: list[tuple[str, str]]) -> None:
+        self.rows = rows
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        keys = max((cell_len(key) for key, _ in self.rows), default=0)
+        room = options.max_width - keys - _KEY_GAP
+        beside: list[tuple[str, str]] = []
+        for key, value in self.rows:
+            if _words_width(value) <= room:
+                beside.append((key, value))
+                continue
+            if beside:
+                yield self._grid(beside, keys)
+                beside = []
+            yield Text(key, style="bold")
+            yield Padding(Text(value, overflow="fold"), (0, 0, 0, _KEY_GAP))
+        if beside:
+            yield self._grid(beside, keys)
+
+    @staticmethod
+    def _grid(rows: list[tuple[str, str]], keys: int) -> Table:
+        grid = Table.grid(padding=(0, _KEY_GAP))
+        grid.add_column(style="bold", no_wrap=True, width=keys)
+        grid.add_column(overflow="fold")
+        for key, value in rows:
             grid.add_row(Text(key), Text(value))
-    return grid
+        return grid
 
 
 def model_text(model: message_pb2.RecordedModel) -> str:
@@ -149,14 +300,21 @@ def event_type(event: event_pb2.Event) -> str:
     return event_type_name(getattr(event, which))
 
 
+def _one_line(text: str) -> str:
+    """Text a user or a worker wrote, as a summary shows it: its line breaks and runs of
+    spaces one space (an event is one line, whatever a label key or a summary holds), cut
+    with "…" past :data:`SUMMARY_VALUE_CHARS`, and quoted when it holds a space."""
+    one_line = " ".join(text.split())
+    if len(one_line) > SUMMARY_VALUE_CHARS:
+        one_line = one_line[: SUMMARY_VALUE_CHARS - 1] + "…"
+    return json.dumps(one_line, ensure_ascii=False) if " " in one_line else one_line
+
+
 def _scalar(field: FieldDescriptor, value: Any) -> str:
     if field.type == FieldDescriptor.TYPE_ENUM:
         return _enum(field, value)
     if isinstance(value, str):
-        one_line = " ".join(value.split())
-        if len(one_line) > SUMMARY_VALUE_CHARS:
-            one_line = one_line[: SUMMARY_VALUE_CHARS - 1] + "…"
-        return json.dumps(one_line, ensure_ascii=False) if " " in one_line else one_line
+        return _one_line(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
@@ -176,7 +334,8 @@ def _flatten(message: Message, prefix: str) -> list[str]:
         key = prefix + field.name
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
             parts += [
-                f"{key}.{k}={_scalar(field.message_type.fields[1], v)}" for k, v in value.items()
+                f"{key}.{_one_line(k)}={_scalar(field.message_type.fields[1], v)}"
+                for k, v in value.items()
             ]
         elif field.is_repeated:
             if field.message_type is not None:

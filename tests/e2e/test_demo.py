@@ -1,6 +1,7 @@
 """``agentrt demo`` as a newcomer runs it: a real command that starts a server and two worker
 processes, SIGKILLs one, and prints the audit tree. The facts of the tree (its ``--json``
-form) are asserted, not its text, on SQLite and on PostgreSQL."""
+form) are asserted, with the shape of the tree drawn from them and the progress lines it
+prints on stderr as it goes, on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import subprocess
 
 import pytest
 
-from tests.e2e.cli_support import AGENTRT, checkout_env
+from agentrt_sdk.demo import play
+from tests.demo_tree import assert_tree
+from tests.e2e.cli_support import AGENTRT, checkout_env, stop
 
 pytestmark = pytest.mark.e2e
 
@@ -19,18 +22,46 @@ def _steps(run: dict, **match: object) -> list[dict]:
     return [s for s in run["steps"] if all(s.get(k) == v for k, v in match.items())]
 
 
+#: What the demo says on stderr as it goes, in order (each line "agentrt demo: 1.2s  …").
+PROGRESS = [
+    "starting two worker processes and a server…",
+    "server ready; publishing coding_agent@agent_v7 to 127.0.0.1:",
+    "published, run created; run 1 run_",
+    "checkpoint written, worker A killed; worker B resumes run 1 from the checkpoint",
+    "approved; worker B applies run 1's patch (approved as demo-operator)…",
+    "run completed; run 2, the follow-up, until its approval…",
+    "follow-up approved; run 2 until it completes…",
+    "follow-up completed; reading the audit tree back from the server…",
+    "audit tree read",
+]
+
+
 def test_demo_plays_the_login_fix_case(database_url: str) -> None:
     env = checkout_env(os.environ)
-    done = subprocess.run(
+    demo = subprocess.Popen(
         [*AGENTRT, "demo", "--json", "--database-url", database_url],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env=env,
-        timeout=180,
-        check=False,
     )
-    assert done.returncode == 0, done.stderr
-    facts = json.loads(done.stdout)
+    try:
+        # It says what it does as it goes: its first line comes while the case still plays,
+        # not with the tree at the end.
+        assert demo.stderr is not None
+        first = demo.stderr.readline()
+        assert demo.poll() is None, first
+        out, rest = demo.communicate(timeout=180)
+    finally:
+        stop(demo)
+    assert demo.returncode == 0, first + rest
+    progress = (first + rest).splitlines()
+    assert all(line.startswith("agentrt demo: ") for line in progress), progress
+    said = iter(progress)
+    for expected in PROGRESS:  # each in its place, in order
+        assert any(expected in line for line in said), (expected, progress)
+    facts = json.loads(out)
+    assert_tree(list(play.tree_lines(facts)))
     agent = facts["agent"]
     assert (agent["agent_id"], agent["version_label"], agent["tag"]) == (
         "coding_agent",

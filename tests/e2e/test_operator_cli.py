@@ -234,9 +234,11 @@ def test_threads_runs_inputs_and_run_control(server_address: str) -> None:
     [cancelled] = json_lines(target, "runs", "show", run_id)
     assert cancelled["run"]["status"] == "RUN_STATUS_CANCELLED"
 
-    # Refusals: one line with the code, message and reason; field violations beneath it.
+    # Refusals: one line with the code, message and a reason that says more than the code
+    # (a plain NOT_FOUND's reason is NOT_FOUND: said once); field violations beneath it.
     [line] = refused(target, "runs", "show", "run_doesnotexist")
-    assert line.startswith("agentrt: NOT_FOUND: ") and line.endswith("]")
+    assert line.startswith("agentrt: NOT_FOUND: ") and "run_doesnotexist" in line
+    assert line.count("NOT_FOUND") == 1, line
     [line] = refused(target, "runs", "pause", run_id)
     assert line.startswith("agentrt: FAILED_PRECONDITION: ")
     lines = refused(target, "runs", "create", thread, "coding_agent:prod", "")
@@ -244,6 +246,45 @@ def test_threads_runs_inputs_and_run_control(server_address: str) -> None:
     assert any(line.startswith("agentrt:   goal.objective: ") for line in lines[1:]), lines
     [line] = refused(target, "runs", "create", thread, "no_such_agent:prod", "x")
     assert line.startswith("agentrt: NOT_FOUND: ")
+
+
+def _whole(ids: list[str], out: str) -> None:
+    """Every id in ``ids`` is on some line whole, and wherever one starts it is whole: not
+    wrapped onto the next line, not cut at the edge."""
+    tokens = out.replace("│", " ").replace("┃", " ").split()
+    for ident in ids:
+        assert ident in tokens, (ident, out)
+        # A piece of it alone (its head cut at a column's edge, its tail wrapped below).
+        pieces = [t for t in tokens if t != ident and len(t) >= 4 and t in ident]
+        assert not pieces, (ident, pieces, out)
+
+
+@pytest.mark.parametrize("columns", [80, 120, 200])
+def test_tables_keep_ids_whole_at_any_terminal_width(
+    server_address: str, stubs: Stubs, columns: int
+) -> None:
+    target = server_address
+    thread = publish_and_thread(target)
+    run_id = create_run(target, thread, "fix the login failure and keep legacy-token compatibility")
+    step_id = wait_for_approval(stubs)  # an attempt and steps for `runs show`
+
+    def shown(*args: str) -> str:
+        env = _env(target)
+        env["COLUMNS"] = str(columns)
+        result = in_process(args, env)
+        assert result.returncode == 0, result.stderr
+        assert all(len(line) <= columns for line in result.stdout.splitlines()), result.stdout
+        return result.stdout
+
+    listed = shown("runs", "list", "--thread", thread)
+    _whole([run_id] + ([thread] if columns >= 120 else []), listed)
+    for word in ("fix", "login", "legacy-token", "compatibility"):
+        assert word in listed.replace("│", " ").split(), listed
+    _whole([thread], shown("threads", "list", "--limit", "0"))
+    _whole([thread, run_id], shown("threads", "show", thread))
+    [detail] = json_lines(target, "runs", "show", run_id)
+    digest = detail["run"]["agent"]["agent_digest"]
+    _whole([run_id, step_id, digest], shown("runs", "show", run_id))
 
 
 def test_approve_and_watch_a_run_until_it_ends(server_address: str, stubs: Stubs) -> None:
@@ -330,6 +371,47 @@ def test_approve_and_watch_a_run_until_it_ends(server_address: str, stubs: Stubs
                 process.communicate()
 
 
+def test_watch_prints_one_line_per_event_whatever_a_summary_holds(
+    server_address: str, stubs: Stubs
+) -> None:
+    target = server_address
+    thread = publish_and_thread(target)
+    run_id = ok(
+        target,
+        "runs",
+        "create",
+        thread,
+        "coding_agent:prod",
+        "fix the login failure\nand keep legacy tokens",
+        "--label",
+        "ticket\nid=LOGIN\n500",
+    ).strip()
+    fence = stubs.acquire("worker-a").fence
+    step = stubs.worker.BeginStep(
+        wpb.BeginStepRequest(
+            fence=fence,
+            turn_id=begin_turn(stubs, fence),
+            type=enum_pb2.STEP_TYPE_MODEL_CALL,
+            idempotency_key="model-1",
+            model_call=message_pb2.ModelCallSpec(estimated_input_tokens=100),
+        ),
+        timeout=10,
+    ).step
+    end_step(stubs, fence, step.id, summary="found the cause:\n  the token check")
+    stubs.finish(
+        fence, enum_pb2.ATTEMPT_OUTCOME_FAILED_PERMANENT, result_summary="gave up:\nno tests"
+    )
+
+    events = json_lines(target, "watch", run_id)
+    lines = ok(target, "watch", run_id).splitlines()
+    # One line per event, each starting with its sequence: no summary breaks one in two.
+    assert [line.split()[0] for line in lines] == [e["sequence"] for e in events], lines
+    assert 'labels."ticket id"="LOGIN 500"' in lines[0]
+    assert 'goal.objective="fix the login failure and keep legacy tokens"' in lines[0]
+    assert any('summary="found the cause: the token check"' in line for line in lines), lines
+    assert 'terminal_message="gave up: no tests"' in lines[-1]
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -376,3 +458,26 @@ def test_failures_before_any_answer_are_one_line_with_their_exit_code(tmp_path: 
     assert "--tls-key" in line
     bad = run(nowhere, "runs", "list", "--status", "SLEEPING")
     assert bad.returncode == 2 and "invalid choice: 'SLEEPING'" in bad.stderr
+
+
+def test_agentrt_alone_or_a_group_alone_prints_its_help_and_exits_2() -> None:
+    """No command is a bad command line (exit 2, as argparse's usage errors), but the reply is
+    the help, not argparse's "the following arguments are required: COMMAND"; on stderr, so
+    a script's `agentrt $EMPTY` gets nothing on stdout."""
+    alone = in_process([], _env("127.0.0.1:1"))
+    assert alone.returncode == 2
+    assert alone.stdout == ""
+    assert alone.stderr.startswith("usage: agentrt ")
+    assert "agentrt: error:" not in alone.stderr
+    for command in ("serve", "publish", "runs", "watch", "audit", "demo"):
+        assert f"\n    {command} " in alone.stderr, alone.stderr
+    helped = in_process(["--help"], _env("127.0.0.1:1"))
+    assert helped.returncode == 0 and helped.stdout == alone.stderr
+    # So does a command group alone: its own commands.
+    runs = in_process(["runs"], _env("127.0.0.1:1"))
+    assert runs.returncode == 2 and runs.stdout == ""
+    assert runs.stderr.startswith("usage: agentrt runs ") and "agentrt: error:" not in runs.stderr
+    assert "\n    list " in runs.stderr and "\n    cancel " in runs.stderr
+    # What is not a group alone is argparse's as before.
+    wrong = in_process(["runs", "sleep"], _env("127.0.0.1:1"))
+    assert wrong.returncode == 2 and "invalid choice: 'sleep'" in wrong.stderr
