@@ -252,18 +252,35 @@ def after_failed_attempt(attempt_count: int, max_attempts: int, *, lost: bool = 
     return Trigger.LOSE if lost else Trigger.RETRY
 
 
+def require_live(current: RunStatus, refused: str, trigger: Trigger | None = None) -> None:
+    """Refuse what an ended run cannot do (``refused``: what, in words: "it takes no more
+    input") with the contract's one reason for it, ``RUN_ENDED`` ("an operation needs a
+    non-terminal run"), metadata naming the status (and ``trigger``, for a transition)."""
+    if not current.terminal:
+        return
+    metadata = {"current_status": current.value}
+    if trigger is not None:
+        metadata["trigger"] = trigger.value
+    raise FailedPrecondition(
+        f"run is {current.value} (it has ended): {refused}",
+        reason=reasons.RUN_ENDED,
+        metadata=metadata,
+    )
+
+
 def transition(current: RunStatus, trigger: Trigger, actor: Actor) -> Transition:
     """The transition ``trigger`` makes from ``current``.
 
     Raises:
-        FailedPrecondition: the transition is not legal (reason ``ILLEGAL_TRANSITION``,
-            metadata naming the current status and the trigger), or ``actor`` may not pull it.
+        FailedPrecondition: the run has ended (reason ``RUN_ENDED``); the transition is not
+            legal (reason ``ILLEGAL_TRANSITION``, metadata naming the current status and the
+            trigger), or ``actor`` may not pull it.
     """
+    require_live(current, f"{trigger.value.lower().replace('_', ' ')} is not possible", trigger)
     found = _BY_KEY.get((current, trigger))
     if found is None:
-        ended = " (it has ended)" if current.terminal else ""
         raise FailedPrecondition(
-            f"run is {current.value}{ended}: {trigger.value.lower().replace('_', ' ')} is not "
+            f"run is {current.value}: {trigger.value.lower().replace('_', ' ')} is not "
             "possible from this status",
             reason=reasons.ILLEGAL_TRANSITION,
             metadata={"current_status": current.value, "trigger": trigger.value},
@@ -275,6 +292,45 @@ def transition(current: RunStatus, trigger: Trigger, actor: Actor) -> Transition
             metadata={"current_status": current.value, "trigger": trigger.value},
         )
     return found
+
+
+class ClientAsk(StrEnum):
+    """How a client's CancelRun, PauseRun or ResumeRun acts on a run (:func:`client_ask`)."""
+
+    UNCHANGED = "UNCHANGED"  # the run already is, or is becoming, what was asked
+    REQUEST = "REQUEST"  # a running run: the request is recorded; its worker (or the reaper
+    # after the grace period) makes the transition (docs/lifecycle.md, section 4)
+    WITHDRAW = "WITHDRAW"  # a resume while the pause is only requested: the request goes
+    TRANSITION = "TRANSITION"  # the client's own transition, now (``transition`` may refuse)
+
+
+def client_ask(
+    current: RunStatus, trigger: Trigger, *, cancel_requested: bool, pause_requested: bool
+) -> ClientAsk:
+    """What a client's ``trigger`` (CANCEL, PAUSE or RESUME) does to a run in ``current``
+    with the stop requests it holds. A client never moves a RUNNING run itself.
+
+    Raises:
+        FailedPrecondition: a pause of a run whose cancel is pending (ILLEGAL_TRANSITION).
+    """
+    running = current is RunStatus.RUNNING
+    if trigger is Trigger.CANCEL:
+        if current is RunStatus.CANCELLED or (running and cancel_requested):
+            return ClientAsk.UNCHANGED  # cancelling a CANCELLED run returns it (contract)
+        return ClientAsk.REQUEST if running else ClientAsk.TRANSITION
+    if trigger is Trigger.PAUSE:
+        if current is RunStatus.PAUSED or (running and pause_requested):
+            return ClientAsk.UNCHANGED  # already paused, or pausing: asking again changes nothing
+        if running and cancel_requested:
+            raise FailedPrecondition(
+                "run is RUNNING with a cancel pending: it cannot be paused",
+                reason=reasons.ILLEGAL_TRANSITION,
+                metadata={"current_status": current.value},
+            )
+        return ClientAsk.REQUEST if running else ClientAsk.TRANSITION
+    if trigger is Trigger.RESUME and running and pause_requested:
+        return ClientAsk.WITHDRAW  # not yet paused: withdrawing the request is the resume
+    return ClientAsk.TRANSITION
 
 
 def can(current: RunStatus, trigger: Trigger) -> bool:

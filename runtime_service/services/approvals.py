@@ -8,6 +8,7 @@ from agentrt_base import reasons
 from agentrt_base.auth import caller_name, display_actor
 from agentrt_base.db import utcnow
 from agentrt_base.errors import FailedPrecondition, InvalidArgument, NotFound, ViolationCollector
+from runtime_service import lifecycle
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.records import Step, step_of
 from runtime_service.services.context import Runtime
@@ -56,12 +57,7 @@ class ApprovalsService:
                 )
             # Fix: an ended run takes no decision (RUN_ENDED); recording one would also append
             # `approval.resolved` after `run.ended`, which must stay the run's last event.
-            if RunStatus(run.status).terminal:
-                raise FailedPrecondition(
-                    f"run is {run.status} (it has ended): its approvals can no longer be resolved",
-                    reason=reasons.RUN_ENDED,
-                    metadata={"current_status": run.status},
-                )
+            lifecycle.require_live(RunStatus(run.status), "its approvals can no longer be resolved")
             now = utcnow()
             approvals.resolve(session, run, step, decision, approver, principal, comment, now)
             # The run waits until every approval it asked for is decided (the contract:

@@ -6,10 +6,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from agentrt_base import reasons
 from agentrt_base.auth import caller_name
 from agentrt_base.db import utcnow
-from agentrt_base.errors import FailedPrecondition, ViolationCollector
+from agentrt_base.errors import ViolationCollector
+from runtime_service import lifecycle
 from runtime_service.lifecycle import RunStatus
 from runtime_service.services.context import Runtime, scoped_request_id
 from runtime_service.step_rules import dumps, input_too_large
@@ -54,12 +54,7 @@ class InputsService:
                 if earlier is not None:
                     return earlier
             run = run_for_update(session, run_id)
-            if RunStatus(run.status).terminal:
-                raise FailedPrecondition(
-                    f"run is {run.status} (it has ended): it takes no more input",
-                    reason=reasons.RUN_ENDED,
-                    metadata={"current_status": run.status},
-                )
+            lifecycle.require_live(RunStatus(run.status), "it takes no more input")
             return inputs.receive(
                 session, run, kind, content, data_json, sender, principal, key, utcnow()
             )

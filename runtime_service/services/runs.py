@@ -24,7 +24,8 @@ from agentrt_base.lru import LruCache
 from agentrt_base.paging import cut_page, page_request
 from registry.model import AgentVersion
 from registry.service import resolve_agent
-from runtime_service.lifecycle import Actor, RunStatus, Trigger
+from runtime_service import lifecycle
+from runtime_service.lifecycle import Actor, ClientAsk, RunStatus, Trigger
 from runtime_service.services.context import Runtime, scoped_request_id
 from runtime_service.step_rules import dumps, input_too_large
 from runtime_service.store import messages, run_requests, runs, threads, transitions
@@ -442,20 +443,19 @@ class RunsService:
         def write(session: Session) -> RunRow:
             run = runs.run_for_update(session, run_id)
             now = utcnow()
-            status = RunStatus(run.status)
-            if status is RunStatus.CANCELLED:
-                return run  # fix: cancelling a CANCELLED run returns it unchanged (contract)
-            if status is RunStatus.RUNNING:
-                if not run.cancel_requested:
-                    self._request_stop(
-                        session,
-                        run,
-                        now,
-                        interrupt=False,
-                        actor=actor or "client",
-                        principal=principal,
-                        reason=reason,
-                    )
+            ask = self._ask(run, Trigger.CANCEL)
+            if ask is ClientAsk.UNCHANGED:
+                return run
+            if ask is ClientAsk.REQUEST:
+                self._request_stop(
+                    session,
+                    run,
+                    now,
+                    interrupt=False,
+                    actor=actor or "client",
+                    principal=principal,
+                    reason=reason,
+                )
                 return run
             transitions.apply(
                 session, run, Trigger.CANCEL, Actor.CLIENT, now, message=reason, principal=principal
@@ -464,22 +464,25 @@ class RunsService:
 
         return await self._rt.write(write)
 
+    @staticmethod
+    def _ask(run: RunRow, trigger: Trigger) -> ClientAsk:
+        return lifecycle.client_ask(
+            RunStatus(run.status),
+            trigger,
+            cancel_requested=run.cancel_requested,
+            pause_requested=run.pause_requested,
+        )
+
     async def pause_run(self, run_id: str, reason: str, actor: str) -> RunRow:
         principal = caller_name()
 
         def write(session: Session) -> RunRow:
             run = runs.run_for_update(session, run_id)
             now = utcnow()
-            status = RunStatus(run.status)
-            if status is RunStatus.PAUSED or (status is RunStatus.RUNNING and run.pause_requested):
-                return run  # already paused, or pausing: asking again changes nothing
-            if status is RunStatus.RUNNING:
-                if run.cancel_requested:
-                    raise FailedPrecondition(
-                        "run is RUNNING with a cancel pending: it cannot be paused",
-                        reason=reasons.ILLEGAL_TRANSITION,
-                        metadata={"current_status": run.status},
-                    )
+            ask = self._ask(run, Trigger.PAUSE)
+            if ask is ClientAsk.UNCHANGED:
+                return run
+            if ask is ClientAsk.REQUEST:
                 run_requests.request_pause(
                     session,
                     run,
@@ -503,8 +506,7 @@ class RunsService:
         def write(session: Session) -> RunRow:
             run = runs.run_for_update(session, run_id)
             now = utcnow()
-            if run.status == RunStatus.RUNNING.value and run.pause_requested:
-                # Not yet paused: withdrawing the request is the resume.
+            if self._ask(run, Trigger.RESUME) is ClientAsk.WITHDRAW:
                 run_requests.withdraw_pause(
                     session, run, now, actor=actor or "client", principal=principal, reason=reason
                 )
@@ -544,12 +546,7 @@ class RunsService:
             # Fix: AmendRun is idempotent by request_id (contract): a retry returns the run.
             if request_id and run_requests.has_amendment(run, request_id):
                 return run
-            if RunStatus(run.status).terminal:
-                raise FailedPrecondition(
-                    f"run is {run.status} (it has ended): it cannot be amended; derive a new run",
-                    reason=reasons.RUN_ENDED,
-                    metadata={"current_status": run.status},
-                )
+            lifecycle.require_live(RunStatus(run.status), "it cannot be amended; derive a new run")
             if expected_revision and expected_revision != run.input_revision:
                 raise Aborted(
                     f"input_revision is {run.input_revision}, expected {expected_revision}",

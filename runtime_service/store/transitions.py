@@ -14,8 +14,6 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
-from agentrt_base import reasons
-from agentrt_base.errors import FailedPrecondition
 from runtime_service import events, lifecycle, notify, step_events
 from runtime_service.completion import CheckResult
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
@@ -154,15 +152,6 @@ def apply(
     if (actor is Actor.RUNTIME) == bool(principal):
         raise AssertionError(f"{actor.value} move with principal {principal!r}")
     current = RunStatus(run.status)
-    if current.terminal:
-        # Fix: the contract names this refusal RUN_ENDED ("an operation needs a non-terminal
-        # run", runtime_service.proto); ILLEGAL_TRANSITION stays for live runs.
-        raise FailedPrecondition(
-            f"run is {current.value} (it has ended): "
-            f"{trigger.value.lower().replace('_', ' ')} is not possible",
-            reason=reasons.RUN_ENDED,
-            metadata={"current_status": current.value, "trigger": trigger.value},
-        )
     t = lifecycle.transition(current, trigger, actor)
     if t.attempt_end is not None:
         if attempt is None or attempt.id != run.current_attempt_id:

@@ -173,13 +173,56 @@ def test_no_two_transitions_share_a_source_and_trigger() -> None:
 
 
 def test_terminal_statuses_have_no_outgoing_transitions() -> None:
+    """Any transition of an ended run is refused with the contract's one reason for an ended
+    run, RUN_ENDED, as every other call that needs a live run is (lifecycle.require_live)."""
     assert {t.source for t in lifecycle.TRANSITIONS}.isdisjoint(TERMINAL)
     for status, trigger, actor in itertools.product(TERMINAL, Trigger, Actor):
         with pytest.raises(FailedPrecondition) as raised:
             lifecycle.transition(status, trigger, actor)
-        assert raised.value.reason == "ILLEGAL_TRANSITION"
-        assert raised.value.metadata["current_status"] == status.value
+        assert raised.value.reason == "RUN_ENDED"
+        assert raised.value.metadata == {"current_status": status.value, "trigger": trigger.value}
         assert "has ended" in raised.value.message
+    with pytest.raises(FailedPrecondition) as raised:
+        lifecycle.require_live(RunStatus.COMPLETED, "it takes no more input")
+    assert raised.value.message == "run is COMPLETED (it has ended): it takes no more input"
+    assert raised.value.metadata == {"current_status": "COMPLETED"}
+    for live in set(RunStatus) - TERMINAL:
+        lifecycle.require_live(live, "anything")
+
+
+@pytest.mark.parametrize(
+    ("status", "trigger", "cancel", "pause", "expected"),
+    [
+        (RunStatus.CANCELLED, Trigger.CANCEL, False, False, lifecycle.ClientAsk.UNCHANGED),
+        (RunStatus.RUNNING, Trigger.CANCEL, True, False, lifecycle.ClientAsk.UNCHANGED),
+        (RunStatus.RUNNING, Trigger.CANCEL, False, True, lifecycle.ClientAsk.REQUEST),
+        (RunStatus.QUEUED, Trigger.CANCEL, False, False, lifecycle.ClientAsk.TRANSITION),
+        (RunStatus.COMPLETED, Trigger.CANCEL, False, False, lifecycle.ClientAsk.TRANSITION),
+        (RunStatus.PAUSED, Trigger.PAUSE, False, False, lifecycle.ClientAsk.UNCHANGED),
+        (RunStatus.RUNNING, Trigger.PAUSE, False, True, lifecycle.ClientAsk.UNCHANGED),
+        (RunStatus.RUNNING, Trigger.PAUSE, False, False, lifecycle.ClientAsk.REQUEST),
+        (RunStatus.QUEUED, Trigger.PAUSE, False, False, lifecycle.ClientAsk.TRANSITION),
+        (RunStatus.RUNNING, Trigger.RESUME, False, True, lifecycle.ClientAsk.WITHDRAW),
+        (RunStatus.RUNNING, Trigger.RESUME, False, False, lifecycle.ClientAsk.TRANSITION),
+        (RunStatus.PAUSED, Trigger.RESUME, False, False, lifecycle.ClientAsk.TRANSITION),
+    ],
+)
+def test_what_a_clients_cancel_pause_or_resume_does(
+    status: RunStatus, trigger: Trigger, cancel: bool, pause: bool, expected: object
+) -> None:
+    """A client never moves a RUNNING run: it asks (REQUEST), and asking again, or for what
+    the run already is, changes nothing; everything else is the client's own transition,
+    which ``transition`` may still refuse (a COMPLETED run's cancel: RUN_ENDED)."""
+    ask = lifecycle.client_ask(status, trigger, cancel_requested=cancel, pause_requested=pause)
+    assert ask is expected
+
+
+def test_a_run_whose_cancel_is_pending_cannot_be_paused() -> None:
+    with pytest.raises(FailedPrecondition) as raised:
+        lifecycle.client_ask(
+            RunStatus.RUNNING, Trigger.PAUSE, cancel_requested=True, pause_requested=False
+        )
+    assert raised.value.reason == "ILLEGAL_TRANSITION"
 
 
 def test_a_reason_exactly_on_terminal_transitions() -> None:
@@ -254,9 +297,11 @@ def test_illegal_transitions_raise_failed_precondition_naming_the_status() -> No
     illegal = [
         (status, trigger)
         for status, trigger in itertools.product(RunStatus, Trigger)
-        if not lifecycle.can(status, trigger)
+        if not lifecycle.can(status, trigger) and not status.terminal
     ]
-    assert len(illegal) == len(RunStatus) * len(Trigger) - len(lifecycle.TRANSITIONS)
+    assert len(illegal) == (len(RunStatus) - len(TERMINAL)) * len(Trigger) - len(
+        lifecycle.TRANSITIONS
+    )
     for (status, trigger), actor in itertools.product(illegal, Actor):
         with pytest.raises(FailedPrecondition) as raised:
             lifecycle.transition(status, trigger, actor)
