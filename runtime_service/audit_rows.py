@@ -32,10 +32,15 @@ import datetime as dt
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from registry import canonical
-from runtime_service import step_rules
+
+# KINDS, EventLike and usage_id are part of what this module's callers use: re-exported.
+from runtime_service.audit_replay import KINDS as KINDS
+from runtime_service.audit_replay import EventLike as EventLike
+from runtime_service.audit_replay import derive
+from runtime_service.audit_replay import usage_id as usage_id
 
 #: The record format new runs' events are written in (``RunCreatedAttributes.record_format``).
 RECORD_FORMAT = 1
@@ -43,8 +48,6 @@ RECORD_FORMAT = 1
 #: Most mismatches one answer carries (a wholesale rewrite would otherwise list every field).
 MAX_MISMATCHES = 1000
 
-#: The row kinds, in the order rows are compared and reported.
-KINDS = ("run", "attempt", "step", "checkpoint", "artifact", "input", "usage")
 
 #: A usage index row's columns (``runtime_step_usages``), the form its rows are compared in
 #: (``start_time`` as an event time). ``tests/unit/test_audit_rows.py`` pins them to the table.
@@ -58,11 +61,6 @@ USAGE_COLUMNS = (
     "run_id",
     "start_time",
 )
-
-#: The usage kinds a step can have several rows of (one per skill, one per tool): their
-#: rows are told apart by name. Every other kind is at most one row per step, its name (a
-#: model id) a compared field.
-_NAMED_USAGE_KINDS = ("skill", "tool")
 
 #: Served fields the events of a format-0 run do not carry, by row kind.
 FORMAT_1_FIELDS: dict[str, tuple[str, ...]] = {
@@ -243,30 +241,7 @@ def data_digest(data_json: str) -> str:
     return canonical.digest_document(json.loads(data_json or "{}"))
 
 
-def usage_id(row: Mapping[str, Any]) -> str:
-    """The id a usage index row is reported by: ``STEP_ID/KIND`` (``stp_1/model_requested``),
-    and ``STEP_ID/KIND/NAME`` for a skill or a tool (``stp_1/skill/repo-debug``), the table's
-    key less what the kind makes unique."""
-    step_id, kind = str(row.get("step_id") or ""), str(row.get("kind") or "")
-    if kind in _NAMED_USAGE_KINDS:
-        return f"{step_id}/{kind}/{row.get('name') or ''}"
-    return f"{step_id}/{kind}"
-
-
 # -- the comparison ------------------------------------------------------------------------
-
-
-class EventLike(Protocol):
-    """What the comparison reads of an event (``audit_bundle.Link`` has it)."""
-
-    @property
-    def event_type(self) -> str: ...
-
-    @property
-    def event_time(self) -> str: ...
-
-    @property
-    def attributes(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -321,7 +296,7 @@ def compare(
             is :func:`audit_bundle.verify_chain`'s question).
         run_id, thread_id: The run's, as its chain records them.
     """
-    derived = _derive(events, run_id, thread_id)
+    derived = derive(events, run_id, thread_id)
     report = RowReport()
     fmt = derived.record_format
     for kind in KINDS:
@@ -432,320 +407,6 @@ def _instant(text: str) -> dt.datetime | str:
         return dt.datetime.fromisoformat(f"{head}.{micros}")
     except ValueError:
         return text
-
-
-# -- what the chain committed to -----------------------------------------------------------
-
-
-@dataclass
-class _Derived:
-    record_format: int = 0
-    rows: dict[str, dict[str, dict[str, Any]]] = field(
-        default_factory=lambda: {kind: {} for kind in KINDS}
-    )
-
-
-def _int64(value: int) -> str | None:
-    return str(value) if value else None
-
-
-class _Usage:
-    """Tokens and cost summed in event order, as the step writer sums them."""
-
-    def __init__(self) -> None:
-        self.input_tokens, self.output_tokens, self.cost_usd = 0, 0, 0.0
-
-    def add(self, usage: Mapping[str, Any]) -> None:
-        self.input_tokens += int(usage.get("input_tokens", 0))
-        self.output_tokens += int(usage.get("output_tokens", 0))
-        self.cost_usd += float(usage.get("cost_usd", 0.0))
-
-    def served(self) -> dict[str, Any]:
-        return {
-            "input_tokens": _int64(self.input_tokens),
-            "output_tokens": _int64(self.output_tokens),
-            "cost_usd": self.cost_usd,
-        }
-
-
-def _derive(events: Iterable[EventLike], run_id: str, thread_id: str) -> _Derived:
-    """Replay the run's events into the rows they say the read APIs serve."""
-    out = _Derived()
-    runs, attempts, steps = out.rows["run"], out.rows["attempt"], out.rows["step"]
-    inputs = out.rows["input"]
-    # Until run.created is seen (a chain without it has its run reported as not recorded).
-    run: dict[str, Any] = {"amendments": []}
-    run_usage = _Usage()
-    attempt_usage: dict[str, _Usage] = {}
-    step_attempt: dict[str, str] = {}
-    for event in events:
-        a = event.attributes if isinstance(event.attributes, dict) else {}
-        kind, time = event.event_type, event.event_time
-        if kind == "run.created":
-            out.record_format = int(a.get("record_format", 0))
-            run = {
-                key: a.get(key)
-                for key in (
-                    "agent",
-                    "goal",
-                    "budget",
-                    "deadline_time",
-                    "priority",
-                    "max_attempts",
-                    "permission_ceiling",
-                    "concurrency_policy",
-                    "parent_run_id",
-                    "derived_from_run_id",
-                    "runtime_version",
-                    "creator_principal",
-                    "labels",
-                )
-            }
-            run.update(
-                id=run_id,
-                thread_id=thread_id,
-                amendments=[],
-                input_revision="1",
-                status="RUN_STATUS_QUEUED",
-                create_time=time,
-                attempt_count=0,
-            )
-            runs[run_id] = run
-        elif kind in ("run.status_changed", "run.ended"):
-            status = a.get("status", "")
-            run["status"] = status
-            if status == "RUN_STATUS_RUNNING":
-                run.setdefault("start_time", time)
-            else:
-                run["cancel_requested"] = run["pause_requested"] = False
-            if kind == "run.ended":
-                run.update(
-                    terminal_reason=a.get("terminal_reason"),
-                    terminal_message=a.get("terminal_message"),
-                    usage=a.get("usage"),
-                    output_ref=a.get("output_ref"),
-                    result_summary=a.get("result_summary"),
-                    end_time=time,
-                )
-                for item in inputs.values():
-                    if item["status"] == "INPUT_STATUS_PENDING":
-                        item["status"] = "INPUT_STATUS_DISCARDED"
-        elif kind == "run.amended":
-            run["amendments"].append(a.get("amendment", {}))
-            run["input_revision"] = str(1 + len(run["amendments"]))
-        elif kind == "run.cancel_requested":
-            run["cancel_requested"], run["pause_requested"] = True, False
-        elif kind == "run.pause_requested":
-            run["pause_requested"] = True
-        elif kind == "run.resume_requested":
-            run["pause_requested"] = False
-        elif kind == "attempt.started":
-            attempt_id = str(a.get("attempt_id", ""))
-            attempts[attempt_id] = {
-                **{
-                    key: a.get(key)
-                    for key in (
-                        "number",
-                        "reason",
-                        "worker_id",
-                        "lease_epoch",
-                        "resume_from_checkpoint_id",
-                        "worker_principal",
-                    )
-                },
-                "run_id": run_id,
-                "status": "ATTEMPT_STATUS_ACTIVE",
-                "start_time": time,
-            }
-            attempt_usage[attempt_id] = _Usage()
-            run["attempt_count"] = run.get("attempt_count", 0) + 1
-            run["current_attempt_id"] = attempt_id
-        elif kind == "attempt.ended":
-            attempt_id = str(a.get("attempt_id", ""))
-            attempts.setdefault(attempt_id, {}).update(
-                status=a.get("status"),
-                error=a.get("error"),
-                usage=a.get("usage"),
-                result_summary=a.get("result_summary"),
-                output_ref=a.get("output_ref"),
-                end_time=time,
-            )
-            run["current_attempt_id"] = ""
-        elif kind == "step.started":
-            step_id = str(a.get("step_id", ""))
-            step_attempt[step_id] = str(a.get("attempt_id", ""))
-            steps[step_id] = {
-                **{
-                    key: a.get(key)
-                    for key in (
-                        "attempt_id",
-                        "turn_id",
-                        "type",
-                        "operation",
-                        "status",
-                        "idempotency_key",
-                        "input_ref",
-                        "retry_of_step_id",
-                        "tool_name",
-                        "versions",
-                        "input_revision",
-                        "approval_step_id",
-                        "completion_check",
-                    )
-                },
-                "run_id": run_id,
-                "sequence": a.get("step_sequence"),
-                "tool_arguments": a.get("tool_arguments_digest"),
-                "consumed_input_ids": [],
-                "start_time": time,
-            }
-            sequence = int(a.get("step_sequence", 0) or 0)
-            if sequence > int(run.get("step_count") or 0):
-                run["step_count"] = str(sequence)
-        elif kind == "step.ended":
-            step_id = str(a.get("step_id", ""))
-            step = steps.setdefault(step_id, {})
-            step.update(
-                {
-                    key: a.get(key)
-                    for key in (
-                        "status",
-                        "output_ref",
-                        "error_class",
-                        "error_message",
-                        "side_effect",
-                        "usage",
-                        "summary",
-                        "retryable",
-                    )
-                }
-            )
-            step["end_time"] = time
-            reported = a.get("reported_model_id")
-            if reported:
-                versions = dict(step.get("versions") or {})
-                versions["model"] = {**(versions.get("model") or {}), "reported_model_id": reported}
-                step["versions"] = versions
-            usage = a.get("usage") or {}
-            run_usage.add(usage)
-            owner = attempt_usage.get(step_attempt.get(step_id, ""))
-            if owner is not None:
-                owner.add(usage)
-        elif kind == "approval.resolved":
-            step = steps.setdefault(str(a.get("step_id", "")), {})
-            decision = a.get("decision", "")
-            step["status"] = (
-                "STEP_STATUS_SUCCEEDED"
-                if decision == "APPROVAL_DECISION_APPROVE"
-                else "STEP_STATUS_DENIED"
-            )
-            step["end_time"] = time
-            step["approval"] = {
-                "decision": decision,
-                "approver": a.get("approver"),
-                "comment": a.get("comment"),
-                "resolve_time": time,
-                "approver_principal": a.get("approver_principal"),
-            }
-        elif kind == "checkpoint.written":
-            checkpoint_id = str(a.get("checkpoint_id", ""))
-            out.rows["checkpoint"][checkpoint_id] = {
-                **{key: a.get(key) for key in ("attempt_id", "step_id", "state_ref")},
-                "after_sequence": a.get("after_sequence"),
-                "run_id": run_id,
-                "create_time": time,
-            }
-            run["latest_checkpoint_id"] = checkpoint_id
-        elif kind == "artifact.created":
-            out.rows["artifact"][str(a.get("artifact_id", ""))] = {
-                **{
-                    key: a.get(key)
-                    for key in (
-                        "step_id",
-                        "name",
-                        "blob_digest",
-                        "media_type",
-                        "attempt_id",
-                        "size",
-                        "labels",
-                    )
-                },
-                "run_id": run_id,
-                "thread_id": thread_id,
-                "create_time": time,
-            }
-        elif kind == "input.received":
-            inputs[str(a.get("input_id", ""))] = {
-                **{key: a.get(key) for key in ("kind", "sender", "sender_principal")},
-                "content": a.get("content_digest"),
-                "data": a.get("data_digest"),
-                "run_id": run_id,
-                "status": "INPUT_STATUS_PENDING",
-                "create_time": time,
-            }
-        elif kind == "input.consumed":
-            input_id, step_id = str(a.get("input_id", "")), str(a.get("step_id", ""))
-            inputs.setdefault(input_id, {}).update(
-                status="INPUT_STATUS_DELIVERED",
-                delivered_step_id=step_id,
-                delivered_turn_id=a.get("turn_id"),
-                deliver_time=time,
-            )
-            if step_id:
-                steps.setdefault(step_id, {}).setdefault("consumed_input_ids", []).append(input_id)
-    # Live totals: a run or attempt that has not ended serves the sum of its steps' usage.
-    if run and "end_time" not in run:
-        run["usage"] = run_usage.served()
-    for attempt_id, attempt in attempts.items():
-        if "end_time" not in attempt and attempt_id in attempt_usage:
-            attempt["usage"] = attempt_usage[attempt_id].served()
-    for step_id, step in steps.items():
-        uses = _committed_versions(step_id, run_id, step)
-        for row in step_rules.usage_rows(uses) + step_rules.reported_usage_rows(uses):
-            out.rows["usage"][usage_id(row)] = row
-    return out
-
-
-@dataclass(frozen=True)
-class _CommittedVersions:
-    """A step's versions as its events committed to them, in the form the step path builds
-    its usage rows from (``step_rules.UsedVersions``: a step's columns, which
-    ``proto_map.step_versions_without_context`` maps to the served ``versions``; this is
-    that mapping read backwards)."""
-
-    id: str
-    run_id: str
-    start_time: Any
-    model_policy_digest: str
-    requested_model_id: str
-    reported_model_id: str
-    system_prompt_digest: str
-    skills_json: str
-    tools_json: str
-
-
-def _committed_versions(step_id: str, run_id: str, step: Mapping[str, Any]) -> _CommittedVersions:
-    versions = step.get("versions") or {}
-    model = versions.get("model") or {}
-    skills = [
-        {key: skill.get(key, "") for key in ("name", "version", "digest")}
-        for skill in versions.get("skills") or []
-    ]
-    tools = [
-        {key: tool.get(key, "") for key in ("name", "version", "digest", "schema_digest")}
-        for tool in versions.get("tools") or []
-    ]
-    return _CommittedVersions(
-        id=step_id,
-        run_id=run_id,
-        start_time=step.get("start_time"),
-        model_policy_digest=model.get("policy_digest", ""),
-        requested_model_id=model.get("requested_model_id", ""),
-        reported_model_id=model.get("reported_model_id", ""),
-        system_prompt_digest=versions.get("system_prompt_digest", ""),
-        skills_json=json.dumps(skills),
-        tools_json=json.dumps(tools),
-    )
 
 
 def describe(mismatches: Sequence[RowMismatch]) -> list[str]:
