@@ -90,10 +90,14 @@ def running_server(
 
 
 @contextlib.contextmanager
-def serving(database_url: str, **settings: Any) -> Iterator[ServerThread]:
-    """A server (no step writer process) with ``settings`` (ServerSettings fields, e.g.
-    ``auth_config``), for as long as the block runs."""
-    thread = ServerThread(database_url, step_process=False, **settings)
+def serving(
+    database_url: str, *, step_process: bool = False, **settings: Any
+) -> Iterator[ServerThread]:
+    """A server of its own (by default without the step writer process) with ``settings``
+    (ServerSettings fields, e.g. ``auth_config``, ``tls``), for as long as the block runs; its
+    address is ``.address``. Tests that need a server unlike the shared one use this, not a
+    copy of it."""
+    thread = ServerThread(database_url, step_process=step_process, **settings)
     thread.start()
     try:
         yield thread

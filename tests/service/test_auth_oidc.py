@@ -22,18 +22,16 @@ from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import runtime_service_pb2_grpc
 from agentrt_base.auth import CALLER, AuthConfig, Authenticator, Principal
 from tests.oidc import AUDIENCE, ISSUER, Issuer, JwksServer, issuer_config, unsigned
-from tests.support import ServerThread, error_details
+from tests.support import ServerThread, error_details, serving
 
 
 @contextlib.contextmanager
 def _serving(database_url: str, config: Path) -> Iterator[tuple[ServerThread, grpc.Channel]]:
-    thread = ServerThread(database_url, step_process=False, auth_config=str(config))
-    thread.start()
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{thread.server.port}") as channel:
-            yield thread, channel
-    finally:
-        thread.stop()
+    with (
+        serving(database_url, auth_config=str(config)) as thread,
+        grpc.insecure_channel(thread.address) as channel,
+    ):
+        yield thread, channel
 
 
 def _call(channel: grpc.Channel, token: str | None) -> Any:

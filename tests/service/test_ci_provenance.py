@@ -21,7 +21,7 @@ from agentrt_base.auth import token_entry
 from runtime_service.cli.main import main as agentrt
 from tests import registry_data as data
 from tests.oidc import ISSUER, Issuer, issuer_config
-from tests.support import ServerThread, error_details
+from tests.support import ServerThread, error_details, serving
 
 STATIC = "agentrt_release-manager-token-for-the-test"
 POLICY = (
@@ -32,13 +32,11 @@ POLICY = (
 
 @contextlib.contextmanager
 def _serving(database_url: str, config: Path) -> Iterator[tuple[ServerThread, Any]]:
-    thread = ServerThread(database_url, step_process=False, auth_config=str(config))
-    thread.start()
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{thread.server.port}") as channel:
-            yield thread, registry_service_pb2_grpc.RegistryServiceStub(channel)
-    finally:
-        thread.stop()
+    with (
+        serving(database_url, auth_config=str(config)) as thread,
+        grpc.insecure_channel(thread.address) as channel,
+    ):
+        yield thread, registry_service_pb2_grpc.RegistryServiceStub(channel)
 
 
 def _as(token: str) -> list[tuple[str, str]]:

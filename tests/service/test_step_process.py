@@ -62,20 +62,15 @@ from tests.service.steps_support import (
     send,
     start,
 )
-from tests.support import ServerThread, error_details
+from tests.support import ServerThread, error_details, serving
 
 
 @contextlib.contextmanager
 def _serving(url: str) -> Iterator[tuple[StepProcess, Stubs]]:
-    thread = ServerThread(url)
-    stubs = Stubs.open(thread.start())
-    process = thread.server.step_process
-    assert process is not None and process.alive
-    try:
+    with serving(url, step_process=True) as thread, Stubs.open(thread.address) as stubs:
+        process = thread.server.step_process
+        assert process is not None and process.alive
         yield process, stubs
-    finally:
-        stubs.close()
-        thread.stop()
 
 
 @pytest.fixture

@@ -6,11 +6,9 @@ a way to authenticate its callers."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import os
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +31,7 @@ from runtime_service.cli.main import main as agentrt
 from runtime_service.server import AgentrtServer, StartupError
 from tests.certs import Authority
 from tests.e2e.cli_support import AGENTRT, in_process, serve_env, stop, wait_ready
-from tests.support import ServerThread, free_port
+from tests.support import free_port, serving
 
 
 @dataclass
@@ -58,16 +56,6 @@ def _check(target: str, tls: ClientTls | None) -> int:
         return int(response.status)
 
 
-@contextlib.contextmanager
-def _serving(database_url: str, **settings: Any) -> Iterator[str]:
-    thread = ServerThread(database_url, step_process=False, **settings)
-    address = thread.start()
-    try:
-        yield address
-    finally:
-        thread.stop()
-
-
 def test_tls_serves_clients_that_trust_its_ca_and_only_over_tls(
     files: Files, sqlite_url: str
 ) -> None:
@@ -75,7 +63,8 @@ def test_tls_serves_clients_that_trust_its_ca_and_only_over_tls(
     server = ca.issue("agentrt", server=True)
     tls = ServerTls(files.write("server.pem", server.cert), files.write("server.key", server.key))
     trust = ClientTls(files.write("ca.pem", ca.pem))
-    with _serving(sqlite_url, tls=tls) as address:
+    with serving(sqlite_url, tls=tls) as server:
+        address = server.address
         assert _check(address, trust) == health_pb2.HealthCheckResponse.SERVING
         with pytest.raises(grpc.RpcError) as plaintext:
             _check(address, None)
@@ -99,7 +88,8 @@ def test_mtls_requires_a_client_certificate_of_its_ca(files: Files, sqlite_url: 
         client_ca_file=files.write("clients.pem", ca.pem),
     )
     ca_file = files.write("ca.pem", ca.pem)
-    with _serving(sqlite_url, tls=tls) as address:
+    with serving(sqlite_url, tls=tls) as server:
+        address = server.address
         with pytest.raises(grpc.RpcError) as anonymous:
             _check(address, ClientTls(ca_file))
         assert anonymous.value.code() == grpc.StatusCode.UNAVAILABLE
@@ -140,7 +130,8 @@ def test_renewed_certificate_files_are_used_without_a_restart(
     tls = ServerTls(files.write("server.pem", first.cert), files.write("server.key", first.key))
     trusts_old = ClientTls(files.write("old.pem", old_ca.pem))
     trusts_new = ClientTls(files.write("new.pem", new_ca.pem))
-    with _serving(sqlite_url, tls=tls) as address:
+    with serving(sqlite_url, tls=tls) as server:
+        address = server.address
         assert _check(address, trusts_old) == health_pb2.HealthCheckResponse.SERVING
         renewed = new_ca.issue("agentrt", server=True)
         # As a renewal would: the key, then the certificate (a later mtime for both).
@@ -163,7 +154,8 @@ def test_it_listens_beyond_loopback_only_when_told_or_with_mtls(
     refused = AgentrtServer(ServerSettings(listen="0.0.0.0:0", database_url=sqlite_url))
     with pytest.raises(StartupError, match="--insecure"):
         asyncio.run(refused.start())
-    with _serving(sqlite_url, listen="0.0.0.0:0", insecure=True) as address:
+    with serving(sqlite_url, listen="0.0.0.0:0", insecure=True) as server:
+        address = server.address
         assert _check(address, None) == health_pb2.HealthCheckResponse.SERVING
     ca = Authority("agentrt test CA")
     server, client = ca.issue("agentrt", server=True), ca.issue("w", server=False)
@@ -172,7 +164,8 @@ def test_it_listens_beyond_loopback_only_when_told_or_with_mtls(
         files.write("s.key", server.key),
         client_ca_file=files.write("c.pem", ca.pem),
     )
-    with _serving(sqlite_url, listen="0.0.0.0:0", tls=mtls) as address:
+    with serving(sqlite_url, listen="0.0.0.0:0", tls=mtls) as server:
+        address = server.address
         known = ClientTls(
             files.write("ca.pem", ca.pem),
             files.write("w.pem", client.cert),
@@ -202,7 +195,8 @@ def test_a_plaintext_client_of_a_tls_server_is_told_to_pass_its_ca(
     server = ca.issue("agentrt", server=True)
     tls = ServerTls(files.write("server.pem", server.cert), files.write("server.key", server.key))
     env = _plain_env(files.root)
-    with _serving(sqlite_url, tls=tls) as address:
+    with serving(sqlite_url, tls=tls) as server:
+        address = server.address
         assert speaks_tls(address)
         for command in (
             ["health", "--target", address, "--timeout", "3"],
