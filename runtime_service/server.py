@@ -484,6 +484,10 @@ async def serve(settings: ServerSettings) -> None:
         deadline.arm()  # (a start that failed stops too, within the same bound)
         try:
             await server.stop()
+            # asyncio.run would wait for these after serve returns, unbounded: a database
+            # call a cancelled RPC left running in a worker thread. Waited for here instead.
+            server.stopping = "waiting for database calls in worker threads to return"
+            await loop.shutdown_default_executor()
         finally:
             deadline.disarm()
     log.info("agentrt stopped")
