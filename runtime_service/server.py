@@ -378,14 +378,21 @@ def runtime_settings(settings: ServerSettings) -> RuntimeSettings:
     return runtime
 
 
-async def serve(settings: ServerSettings) -> None:
-    """Run until SIGTERM or SIGINT, then drain and return (the process exits 0)."""
+async def serve(settings: ServerSettings) -> signal.Signals:
+    """Run until SIGTERM or SIGINT, then drain and return the signal that stopped it (the
+    process exits 0 after SIGTERM, 130 after SIGINT, as every command interrupted does)."""
     stop = asyncio.Event()
+    stopped_by: list[signal.Signals] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        stopped_by.append(sig)
+        stop.set()
+
     loop = asyncio.get_running_loop()
     # Handlers go in before the ready line is logged: a supervisor may signal the moment it
     # reads that line, and the default handler would kill the process mid-flight.
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     server = AgentrtServer(settings, runtime_settings=runtime_settings(settings))
     # SIGHUP: read the auth config again (tokens added or revoked take effect at once).
     loop.add_signal_handler(signal.SIGHUP, server.authenticator.reload)
@@ -406,3 +413,4 @@ async def serve(settings: ServerSettings) -> None:
                 loop.remove_signal_handler(sig)
         await server.stop()
     log.info("agentrt stopped")
+    return stopped_by[0]

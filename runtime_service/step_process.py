@@ -433,6 +433,10 @@ class _Zygote:
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             env=env,
+            # Its own process group: a terminal's Ctrl-C or a supervisor's signal to the
+            # server's group must not kill the zygote and the step writers under the server,
+            # which stops them itself, in order (and they exit with it: see the class doc).
+            process_group=0,
         )
         theirs.close()
         cls._control = ours

@@ -49,11 +49,12 @@ from agentrt_base.tls import client_channel
 from registry import cli as registry_cli
 from runtime_service import __version__
 from runtime_service.cli import audit as audit_cli
-from runtime_service.cli import database_url
+from runtime_service.cli import database_url, entry
 from runtime_service.cli import operator as operator_cli
 from runtime_service.services.context import RuntimeSettings
 
-#: Exit codes: 1 = the command failed, 2 = bad usage (argparse's own), 3 = cannot start.
+#: Exit codes: 1 = the command failed, 2 = bad usage (argparse's own), 3 = cannot start;
+#: 130 and 141 for every command: :mod:`runtime_service.cli.entry`.
 EXIT_FAILED = 1
 EXIT_CANNOT_START = 3
 
@@ -116,10 +117,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     _configure_logging()
     try:
         settings = _settings(args, args.listen)
-        asyncio.run(serve(settings))
+        stopped_by = asyncio.run(serve(settings))
     except (DatabaseUnavailable, StartupError, ValueError) as exc:
         return _fail(str(exc), EXIT_CANNOT_START)
-    return 0
+    return entry.EXIT_INTERRUPTED if stopped_by == signal.SIGINT else 0
 
 
 def _cmd_db_upgrade(args: argparse.Namespace) -> int:
@@ -407,16 +408,21 @@ def add_target_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``agentrt`` console script."""
+    """Run one ``agentrt`` command (the console script is :func:`entry.main`, which imports
+    this module inside its guard); Ctrl-C and a closed stdout end it quietly (130, 141)."""
     if argv is None and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         # Started by `nohup … &` or a CI runner, SIGINT arrives ignored; Ctrl-C and
         # `kill -INT` must still stop a watch or a server (issue 26, item 5).
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    # `agentrt audit RUN_ID` is short for `agentrt audit run RUN_ID`.
-    raw = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(audit_cli.normalise_argv(raw))
-    handler: Command = args.handler
-    return handler(args)
+
+    def run() -> int:
+        # `agentrt audit RUN_ID` is short for `agentrt audit run RUN_ID`.
+        raw = sys.argv[1:] if argv is None else argv
+        args = build_parser().parse_args(audit_cli.normalise_argv(raw))
+        handler: Command = args.handler
+        return handler(args)
+
+    return entry.quiet_exits(run)
 
 
 if __name__ == "__main__":
