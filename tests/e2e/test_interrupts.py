@@ -5,7 +5,8 @@ since signals, a process's exit status and its standard output are what is teste
   opens the database and starts its step writer process, once it serves), sent to the process
   group as a terminal sends Ctrl-C: exit 130, nothing on stderr that looks like a traceback,
   and no process of it left behind;
-- SIGINT to ``agentrt watch``: the same;
+- SIGINT to ``agentrt watch`` and to ``examples/worker.py``: the same, and the worker's
+  scratch workspace is gone;
 - ``show``, ``audit``, ``runs show``, ``threads list --json`` and ``watch`` writing to a pipe
   whose reader has gone: exit 141 (128 + SIGPIPE, as a shell reports it) and nothing on stderr.
 """
@@ -17,6 +18,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,6 +32,7 @@ from tests.support import free_port
 pytestmark = pytest.mark.e2e
 
 V7 = str(ROOT / "examples" / "coding_agent.yaml")
+WORKER = str(ROOT / "examples" / "worker.py")
 #: What an interrupted or cut-off command must not print: a traceback or its last line.
 TRACEBACK = re.compile(
     r"Traceback|KeyboardInterrupt|CancelledError|BrokenPipeError|Exception ignored"
@@ -234,3 +237,35 @@ def test_watch_exits_141_quietly_when_its_reader_goes_after_the_first_line(
     quiet(stderr)
     assert stderr == ""
     assert watch.returncode == 141
+
+
+# -- examples/worker.py ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_the_example_worker_stops_quietly_and_removes_its_workspace(
+    sig: signal.Signals, code: int, server_address: str
+) -> None:
+    """The quickstart stops the worker with Ctrl-C (or ``kill``); its scratch copy of the
+    project goes with it."""
+    worker = subprocess.Popen(
+        [sys.executable, WORKER],
+        cwd=ROOT,
+        env=client_env(server_address),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with killed_at_exit(worker):
+        assert worker.stdout is not None
+        line = worker.stdout.readline()
+        found = re.search(r" working in (\S+)$", line)
+        assert found, line
+        workspace = Path(found[1])
+        assert (workspace / "auth" / "login.py").exists()
+        worker.send_signal(sig)
+        _, stderr = worker.communicate(timeout=PROMPT)
+    quiet(stderr)
+    assert worker.returncode == code, stderr
+    assert not workspace.exists()
