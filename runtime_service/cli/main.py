@@ -43,6 +43,7 @@ from agentrt_base.settings import (
     ENV_TARGET,
     MAX_CONNECTIONS_CEILING,
     ServerSettings,
+    TargetError,
     resolve_target,
 )
 from agentrt_base.tls import client_channel
@@ -56,6 +57,7 @@ from runtime_service.services.context import RuntimeSettings
 #: Exit codes: 1 = the command failed, 2 = bad usage (argparse's own), 3 = cannot start;
 #: 130 and 141 for every command: :mod:`runtime_service.cli.entry`.
 EXIT_FAILED = 1
+EXIT_USAGE = 2
 EXIT_CANNOT_START = 3
 
 Command = Callable[[argparse.Namespace], int]
@@ -420,7 +422,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         raw = sys.argv[1:] if argv is None else argv
         args = build_parser().parse_args(audit_cli.normalise_argv(raw))
         handler: Command = args.handler
-        return handler(args)
+        try:
+            return handler(args)
+        except TargetError as exc:  # every client command (and the SDK) resolves it alike
+            return _fail(str(exc), EXIT_USAGE)
 
     return entry.quiet_exits(run)
 
