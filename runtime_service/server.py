@@ -208,8 +208,10 @@ class AgentrtServer:
 
     async def start(self) -> int:
         """Open and migrate the database, bind, start serving; return the bound port."""
-        # Before anything is opened: a refused exposure is a configuration error.
+        # Before anything is opened: a refused exposure is a configuration error, and a port
+        # in use must not leave behind the SQLite file opening the database creates.
         exposure = _exposure(self.settings, self.authenticator.configured)
+        _check_bindable(self.settings.listen)
         url = normalise_url(self.settings.database_url)
         # The step writer process needs a database both processes can open: a SQLite file
         # (not an in-memory database) or PostgreSQL.
@@ -282,19 +284,15 @@ class AgentrtServer:
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         enable_reflection(server, (*SERVICE_NAMES, health.SERVICE_NAME))
         try:
-            _check_bindable(self.settings.listen)
             tls = self.settings.tls
             port = (
                 server.add_secure_port(self.settings.listen, server_credentials(tls))
                 if tls is not None
                 else server.add_insecure_port(self.settings.listen)
             )
-        except RuntimeError as exc:
+        except RuntimeError as exc:  # taken since the check, or TLS files gRPC refuses
             await self._release()
             raise StartupError(f"cannot listen on {self.settings.listen}: {exc}") from exc
-        except StartupError:
-            await self._release()
-            raise
         if port == 0:
             await self._release()
             raise StartupError(f"cannot listen on {self.settings.listen}: address unavailable")

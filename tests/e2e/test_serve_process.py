@@ -154,6 +154,8 @@ def test_port_in_use_refuses_to_start_with_one_line(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"agentrt: cannot listen on 127.0.0.1:{port}: ")
+    # Refused before the database is opened: no SQLite file (or its lock) is left behind.
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_second_server_on_same_port_fails(
@@ -166,6 +168,7 @@ def test_second_server_on_same_port_fails(
     )
     assert result.returncode != 0
     assert "cannot listen on" in result.stderr
+    assert not (tmp_path / "b.db").exists()
 
 
 def test_db_upgrade_alone(database_url: str, tmp_path: Path) -> None:
