@@ -14,6 +14,7 @@ prints anything.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -21,6 +22,17 @@ from collections.abc import Callable, Sequence
 EXIT_INTERRUPTED = 130
 #: Standard output closed by its reader (SIGPIPE): 128 + 13.
 EXIT_BROKEN_PIPE = 141
+
+
+def take_sigint() -> None:
+    """Let SIGINT interrupt the command even when it was started with SIGINT ignored.
+
+    Started by `nohup … &` or a CI runner, SIGINT arrives ignored; Ctrl-C and `kill -INT`
+    must still stop a watch or a server (issue 26, item 5). Done before the command's import,
+    so a SIGINT during it is not lost either.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def silence_stdout() -> None:
@@ -57,6 +69,8 @@ def quiet_exits(run: Callable[[], int]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agentrt`` console script (``pyproject.toml``)."""
+    if argv is None:  # the process is the command's own
+        take_sigint()
 
     def run() -> int:
         from runtime_service.cli import main as cli

@@ -412,10 +412,8 @@ def add_target_argument(parser: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``agentrt`` command (the console script is :func:`entry.main`, which imports
     this module inside its guard); Ctrl-C and a closed stdout end it quietly (130, 141)."""
-    if argv is None and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        # Started by `nohup … &` or a CI runner, SIGINT arrives ignored; Ctrl-C and
-        # `kill -INT` must still stop a watch or a server (issue 26, item 5).
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if argv is None:  # a process of its own (`python -m runtime_service.cli.main`)
+        entry.take_sigint()
 
     def run() -> int:
         # `agentrt audit RUN_ID` is short for `agentrt audit run RUN_ID`.

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -150,9 +150,15 @@ def queued_run(server_address: str) -> str:
     return ok(server_address, "runs", "create", thread, "coding_agent:prod", "fix the login")
 
 
-def _client(target: str, *args: str, stdout: int) -> subprocess.Popen[str]:
+#: Runs its arguments with SIGINT ignored, as `nohup … &` or a CI runner starts a command.
+SIGINT_IGNORED = ["sh", "-c", 'trap "" INT; exec "$@"', "sh"]
+
+
+def _client(
+    target: str, *args: str, stdout: int, prefix: Sequence[str] = ()
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [*AGENTRT, *args],
+        [*prefix, *AGENTRT, *args],
         cwd=ROOT,
         env=client_env(target),
         stdin=subprocess.DEVNULL,
@@ -165,14 +171,17 @@ def _client(target: str, *args: str, stdout: int) -> subprocess.Popen[str]:
 # -- agentrt watch ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("when", ["importing", "watching"])
+@pytest.mark.parametrize("when", ["importing", "importing, SIGINT inherited ignored", "watching"])
 def test_ctrl_c_stops_watch_with_130_quietly(
     when: str, server_address: str, queued_run: str
 ) -> None:
-    watch = _client(server_address, "watch", queued_run, stdout=subprocess.PIPE)
+    """Started with SIGINT ignored (`nohup … &`), a SIGINT during the import must not be lost:
+    the command takes SIGINT back before importing."""
+    prefix = SIGINT_IGNORED if "ignored" in when else []
+    watch = _client(server_address, "watch", queued_run, stdout=subprocess.PIPE, prefix=prefix)
     with killed_at_exit(watch):
         assert watch.stdout is not None
-        if when == "importing":
+        if when.startswith("importing"):
             time.sleep(0.2)
         else:
             assert "run.created" in watch.stdout.readline()  # it is connected and printing
