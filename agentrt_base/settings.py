@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from agentrt_base.limits import Limits
 from agentrt_base.tls import ServerTls
@@ -276,11 +277,27 @@ def _limits(
     )
 
 
+class TargetError(ValueError):
+    """A server address that is not one (a URL): the message is the one line to show."""
+
+
 def resolve_target(target: str | None, environ: Mapping[str, str] | None = None) -> str:
     """The server address a client command talks to: ``--target``, ``AGENTRT_TARGET``, default;
-    a host named without a port gets :data:`DEFAULT_PORT` (:func:`with_default_port`)."""
+    a host named without a port gets :data:`DEFAULT_PORT` (:func:`with_default_port`).
+
+    Raises:
+        TargetError: it is a URL (``http://127.0.0.1:50051``). gRPC would read it as a host
+            named ``http`` and answer "Misformatted domain name"; whether to use TLS is
+            ``--tls-ca``'s to say, not a scheme's, so a URL is refused rather than guessed at.
+    """
     env = os.environ if environ is None else environ
-    return with_default_port(target or env.get(ENV_TARGET) or DEFAULT_TARGET)
+    given = target or env.get(ENV_TARGET) or DEFAULT_TARGET
+    if "://" in given and not given.startswith(_TARGET_SCHEMES):
+        where = "--target" if target else ENV_TARGET
+        address = with_default_port(urlsplit(given).netloc or DEFAULT_TARGET)
+        tls = " with --tls-ca" if given.startswith("https://") else ""
+        raise TargetError(f"{where} takes HOST:PORT, not a URL ({given}): use {address}{tls}")
+    return with_default_port(given)
 
 
 def with_default_port(target: str) -> str:

@@ -5,7 +5,8 @@
         .venv/bin/python examples/worker.py --openai   # a real OpenAI-compatible endpoint
 
 It works on the runs of coding_agent (any version) that the server offers, one at a time
-(``--concurrency N`` for more), until Ctrl-C. ``--once`` stops after one attempt.
+(``--concurrency N`` for more), until Ctrl-C (exit 130) or ``kill`` (SIGTERM, exit 143);
+``--once`` stops after one attempt. The scratch workspace is removed when it stops.
 docs/worker-guide.md explains every call.
 """
 
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -52,14 +55,21 @@ async def coding_agent(attempt: Attempt) -> Result:
     return Result(summary=answer.content or "done", output={"tests": tests.output})
 
 
-async def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default=None, help="HOST:PORT (default AGENTRT_TARGET)")
     parser.add_argument("--openai", action="store_true", help="use OPENAI_BASE_URL's model")
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--once", action="store_true", help="stop after one attempt")
-    args = parser.parse_args()
-    workspace = make_workspace(Path(tempfile.mkdtemp(prefix="agentrt-workspace-")))
+    return parser.parse_args()
+
+
+async def main(args: argparse.Namespace, scratch: Path) -> None:
+    # `kill` (SIGTERM) stops the worker as Ctrl-C does, so its workspace is removed too.
+    stopping = asyncio.current_task()
+    assert stopping is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.cancel)
+    workspace = make_workspace(scratch)
     model: ModelAdapter = scripted_model(rate_limit_primary_once=False)
     if args.openai:
         from agentrt_sdk.models import OpenAICompatibleModel
@@ -79,4 +89,13 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    options = arguments()
+    with tempfile.TemporaryDirectory(prefix="agentrt-workspace-") as scratch:
+        try:
+            asyncio.run(main(options, Path(scratch)))
+        except KeyboardInterrupt:
+            # Ctrl-C: asyncio.run cancelled the worker; an attempt it was working on goes
+            # back to the queue when its lease expires. Exit as a shell reports Ctrl-C.
+            sys.exit(130)
+        except asyncio.CancelledError:
+            sys.exit(128 + signal.SIGTERM)  # stopped by `kill`

@@ -218,8 +218,10 @@ class AgentrtServer:
 
     async def start(self) -> int:
         """Open and migrate the database, bind, start serving; return the bound port."""
-        # Before anything is opened: a refused exposure is a configuration error.
+        # Before anything is opened: a refused exposure is a configuration error, and a port
+        # in use must not leave behind the SQLite file opening the database creates.
         exposure = _exposure(self.settings, self.authenticator.configured)
+        _check_bindable(self.settings.listen)
         url = normalise_url(self.settings.database_url)
         # The step writer process needs a database both processes can open: a SQLite file
         # (not an in-memory database) or PostgreSQL.
@@ -292,19 +294,15 @@ class AgentrtServer:
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         enable_reflection(server, (*SERVICE_NAMES, health.SERVICE_NAME))
         try:
-            _check_bindable(self.settings.listen)
             tls = self.settings.tls
             port = (
                 server.add_secure_port(self.settings.listen, server_credentials(tls))
                 if tls is not None
                 else server.add_insecure_port(self.settings.listen)
             )
-        except RuntimeError as exc:
+        except RuntimeError as exc:  # taken since the check, or TLS files gRPC refuses
             await self._release()
             raise StartupError(f"cannot listen on {self.settings.listen}: {exc}") from exc
-        except StartupError:
-            await self._release()
-            raise
         if port == 0:
             await self._release()
             raise StartupError(f"cannot listen on {self.settings.listen}: address unavailable")
@@ -444,23 +442,26 @@ class _ShutdownDeadline:
         os._exit(1)
 
 
-async def serve(settings: ServerSettings) -> None:
-    """Run until SIGTERM or SIGINT, then drain and return (the process exits 0). The stop
-    finishes within ``settings.shutdown_deadline_seconds`` of the signal, or the process
+async def serve(settings: ServerSettings) -> signal.Signals:
+    """Run until SIGTERM or SIGINT, then drain and return the signal that stopped it (the
+    process exits 0 after SIGTERM, 130 after SIGINT, as every command interrupted does). The
+    stop finishes within ``settings.shutdown_deadline_seconds`` of the signal, or the process
     exits 1 saying what it abandoned."""
     stop = asyncio.Event()
+    stopped_by: list[signal.Signals] = []
     loop = asyncio.get_running_loop()
     server = AgentrtServer(settings, runtime_settings=runtime_settings(settings))
     deadline = _ShutdownDeadline(server, settings.shutdown_deadline_seconds)
 
-    def stop_requested() -> None:
+    def stop_requested(sig: signal.Signals) -> None:
+        stopped_by.append(sig)
         stop.set()
         deadline.arm()
 
     # Handlers go in before the ready line is logged: a supervisor may signal the moment it
     # reads that line, and the default handler would kill the process mid-flight.
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop_requested)
+        loop.add_signal_handler(sig, stop_requested, sig)
     # SIGHUP: read the auth config again (tokens added or revoked take effect at once).
     loop.add_signal_handler(signal.SIGHUP, server.authenticator.reload)
     try:
@@ -491,3 +492,4 @@ async def serve(settings: ServerSettings) -> None:
         finally:
             deadline.disarm()
     log.info("agentrt stopped")
+    return stopped_by[0]

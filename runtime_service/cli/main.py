@@ -43,18 +43,19 @@ from agentrt_base.settings import (
     ENV_TARGET,
     MAX_CONNECTIONS_CEILING,
     ServerSettings,
+    TargetError,
     resolve_target,
 )
 from agentrt_base.tls import cannot_reach, client_channel
 from registry import cli as registry_cli
 from runtime_service import __version__
 from runtime_service.cli import audit as audit_cli
-from runtime_service.cli import database_url
+from runtime_service.cli import database_url, entry
 from runtime_service.cli import operator as operator_cli
 from runtime_service.services.context import RuntimeSettings
 
 #: Exit codes: 1 = the command failed, 2 = bad usage (argparse's own, and no command at all),
-#: 3 = cannot start.
+#: 3 = cannot start; 130 and 141 for every command: :mod:`runtime_service.cli.entry`.
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_CANNOT_START = 3
@@ -118,10 +119,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     _configure_logging()
     try:
         settings = _settings(args, args.listen)
-        asyncio.run(serve(settings))
+        stopped_by = asyncio.run(serve(settings))
     except (DatabaseUnavailable, StartupError, ValueError) as exc:
         return _fail(str(exc), EXIT_CANNOT_START)
-    return 0
+    return entry.EXIT_INTERRUPTED if stopped_by == signal.SIGINT else 0
 
 
 def _cmd_db_upgrade(args: argparse.Namespace) -> int:
@@ -434,25 +435,31 @@ def _group_named(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``agentrt`` console script."""
-    if argv is None and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        # Started by `nohup … &` or a CI runner, SIGINT arrives ignored; Ctrl-C and
-        # `kill -INT` must still stop a watch or a server (issue 26, item 5).
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    # `agentrt audit RUN_ID` is short for `agentrt audit run RUN_ID`.
-    raw = audit_cli.normalise_argv(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    group = _group_named(parser, raw)
-    if group is not None:
-        # A person typing `agentrt` (or `agentrt runs`) alone wants the commands, not
-        # argparse's "COMMAND is required". It is still a bad command line (exit 2, as
-        # argparse's usage errors), and the help goes to stderr: a script running
-        # `agentrt $EMPTY` fails and gets nothing on stdout, where only results go.
-        group.print_help(sys.stderr)
-        return EXIT_USAGE
-    args = parser.parse_args(raw)
-    handler: Command = args.handler
-    return handler(args)
+    """Run one ``agentrt`` command (the console script is :func:`entry.main`, which imports
+    this module inside its guard); Ctrl-C and a closed stdout end it quietly (130, 141)."""
+    if argv is None:  # a process of its own (`python -m runtime_service.cli.main`)
+        entry.take_sigint()
+
+    def run() -> int:
+        # `agentrt audit RUN_ID` is short for `agentrt audit run RUN_ID`.
+        raw = audit_cli.normalise_argv(sys.argv[1:] if argv is None else argv)
+        parser = build_parser()
+        group = _group_named(parser, raw)
+        if group is not None:
+            # A person typing `agentrt` (or `agentrt runs`) alone wants the commands, not
+            # argparse's "COMMAND is required". It is still a bad command line (exit 2, as
+            # argparse's usage errors), and the help goes to stderr: a script running
+            # `agentrt $EMPTY` fails and gets nothing on stdout, where only results go.
+            group.print_help(sys.stderr)
+            return EXIT_USAGE
+        args = parser.parse_args(raw)
+        handler: Command = args.handler
+        try:
+            return handler(args)
+        except TargetError as exc:  # every client command (and the SDK) resolves it alike
+            return _fail(str(exc), EXIT_USAGE)
+
+    return entry.quiet_exits(run)
 
 
 if __name__ == "__main__":

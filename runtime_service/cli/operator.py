@@ -8,7 +8,8 @@ alone on stdout, so ``RUN=$(agentrt runs create …)`` works.
 
 Exit codes, as the registry commands (docs/api.md): 0 success; 1 the server refused (one
 ``agentrt: CODE: message [REASON]`` line on stderr, then one line per field violation);
-2 a bad command line; 130 interrupted (Ctrl-C while watching).
+2 a bad command line; 130 interrupted (Ctrl-C), 141 stdout closed by its reader, as every
+``agentrt`` command (:mod:`runtime_service.cli.entry`).
 """
 
 from __future__ import annotations
@@ -27,11 +28,10 @@ from registry.cli import add_timeout_argument, default_identity, key_value
 from runtime_service.cli import render
 from runtime_service.cli.render import Column
 
-__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_USAGE", "add_commands"]
+__all__ = ["EXIT_FAILED", "EXIT_USAGE", "add_commands"]
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
 
 Handler = Callable[[argparse.Namespace], int]
 Body = Callable[[AgentrtClient, argparse.Namespace], Awaitable[int]]
@@ -227,10 +227,10 @@ def _handler(body: Body) -> Handler:
             return asyncio.run(call())
         except AgentrtError as error:
             return report(error)
+        except BrokenPipeError:
+            raise  # stdout closed by its reader: entry.quiet_exits ends the command (141)
         except OSError as exc:  # a TLS file named by a flag or the environment
             return _fail(f"{exc.filename}: {exc.strerror}", EXIT_USAGE)
-        except KeyboardInterrupt:
-            return EXIT_INTERRUPTED
 
     return run
 

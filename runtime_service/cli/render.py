@@ -64,11 +64,18 @@ PIPE_WIDTH = 200
 SUMMARY_VALUE_CHARS = 80
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich's own exits 1 in silence; a closed stdout ends every agentrt command the
+        # same way instead (runtime_service.cli.entry: 141), so it goes up as it came.
+        raise BrokenPipeError
+
+
 def console(stream: TextIO | None = None) -> Console:
     """A console on ``stream`` (stdout): no highlighting of numbers or paths in user content."""
     out = stream or sys.stdout
     wide = not out.isatty() and "COLUMNS" not in os.environ
-    return Console(file=out, width=PIPE_WIDTH if wide else None, highlight=False)
+    return _Console(file=out, width=PIPE_WIDTH if wide else None, highlight=False)
 
 
 def as_dict(message: Message) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
-AGENTRT = [sys.executable, "-m", "runtime_service.cli.main"]
+AGENTRT = [sys.executable, "-m", "runtime_service.cli.entry"]
 
 
 def checkout_env(environ: Mapping[str, str]) -> dict[str, str]:

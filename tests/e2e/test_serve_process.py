@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -43,10 +44,11 @@ def serve_process(database_url: str, tmp_path: Path) -> Iterator[tuple[subproces
             process.wait()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_serves_health_then_exits_zero_on_signal(
-    serve_process: tuple[subprocess.Popen[str], str], sig: signal.Signals
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
+def test_serves_health_then_exits_on_signal(
+    serve_process: tuple[subprocess.Popen[str], str], sig: signal.Signals, code: int
 ) -> None:
+    """SIGTERM is a supervisor's stop (0); SIGINT is Ctrl-C (130, as every command)."""
     process, address = serve_process
     with grpc.insecure_channel(address) as channel:
         response = health_pb2_grpc.HealthStub(channel).Check(
@@ -56,9 +58,12 @@ def test_serves_health_then_exits_zero_on_signal(
     helpers = _descendants(process.pid)
     # The step writer process and the zygote it was forked from, on either engine.
     assert len(helpers) == 2, helpers
+    # A terminal's Ctrl-C goes to the server's process group: not to its helpers, which
+    # the server stops (the zygote, reached while still importing, printed a traceback).
+    assert all(os.getpgid(pid) != os.getpgid(process.pid) for pid in helpers)
     started = time.monotonic()
     process.send_signal(sig)
-    assert process.wait(timeout=5) == 0
+    assert process.wait(timeout=5) == code
     assert time.monotonic() - started < 5
     # Its helper processes end with it: nothing is left holding the database file.
     deadline = time.monotonic() + 5
@@ -149,6 +154,8 @@ def test_port_in_use_refuses_to_start_with_one_line(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"agentrt: cannot listen on 127.0.0.1:{port}: ")
+    # Refused before the database is opened: no SQLite file (or its lock) is left behind.
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_second_server_on_same_port_fails(
@@ -161,6 +168,7 @@ def test_second_server_on_same_port_fails(
     )
     assert result.returncode != 0
     assert "cannot listen on" in result.stderr
+    assert not (tmp_path / "b.db").exists()
 
 
 def test_db_upgrade_alone(database_url: str, tmp_path: Path) -> None:

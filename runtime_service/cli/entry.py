@@ -1,0 +1,84 @@
+"""The ``agentrt`` console script: how a command ends when it is interrupted or its reader
+goes away, whatever the command.
+
+This module imports nothing heavy, so that the command's own import (about a second: gRPC,
+SQLAlchemy, rich) runs inside :func:`main`'s ``try``: Ctrl-C during it is the same quiet exit
+130 as Ctrl-C later, not a traceback out of an import.
+
+Exit codes of every command (docs/api.md, "Exit codes"): 130 = interrupted (SIGINT, Ctrl-C),
+as a shell reports a command SIGINT ended; 141 = its standard output was closed by the
+reader (``agentrt audit RUN | head -3``), as a shell reports a command SIGPIPE ended. Neither
+prints anything.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+#: Ctrl-C (SIGINT): 128 + 2.
+EXIT_INTERRUPTED = 130
+#: Standard output closed by its reader (SIGPIPE): 128 + 13.
+EXIT_BROKEN_PIPE = 141
+
+
+def take_sigint() -> None:
+    """Let SIGINT interrupt the command even when it was started with SIGINT ignored.
+
+    Started by `nohup … &` or a CI runner, SIGINT arrives ignored; Ctrl-C and `kill -INT`
+    must still stop a watch or a server (issue 26, item 5). Done before the command's import,
+    so a SIGINT during it is not lost either.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def silence_stdout() -> None:
+    """Point standard output at /dev/null, after a write to it failed with a broken pipe.
+
+    The interpreter flushes ``sys.stdout`` once more as it exits; to the closed pipe that
+    fails again and prints "Exception ignored ... BrokenPipeError" (the Python docs' note on
+    SIGPIPE, in the ``signal`` module's documentation).
+    """
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's captured stream)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def quiet_exits(run: Callable[[], int]) -> int:
+    """``run()``'s exit status, or :data:`EXIT_INTERRUPTED` / :data:`EXIT_BROKEN_PIPE`
+    without a traceback when it is interrupted or its standard output is closed."""
+    try:
+        code = run()
+        # What is still buffered goes out here, inside the guard: the interpreter's own
+        # flush at exit would report a closed pipe as "Exception ignored" and exit 120.
+        sys.stdout.flush()
+        return code
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        silence_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``agentrt`` console script (``pyproject.toml``)."""
+    if argv is None:  # the process is the command's own
+        take_sigint()
+
+    def run() -> int:
+        from runtime_service.cli import main as cli
+
+        return cli.main(argv)
+
+    return quiet_exits(run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
