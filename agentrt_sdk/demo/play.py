@@ -185,7 +185,7 @@ async def play(target: str | None, database_url: str | None, workdir: Path) -> d
             server_log = workdir / "server.log"
             server = processes.start(
                 _python(
-                    "runtime_service.cli.main",
+                    "runtime_service.cli.entry",
                     "serve",
                     "--listen",
                     target,
@@ -480,6 +480,11 @@ def main(target: str | None, database_url: str | None, as_json: bool, keep: bool
     except (DemoFailed, TimeoutError) as exc:
         print(f"agentrt demo: {exc or 'timed out'} (logs in {workdir})", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C: play() has stopped its processes on the way out; nothing is worth keeping.
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        raise
     if as_json:
         print(json.dumps(facts, indent=2, sort_keys=True))
     else:

@@ -278,3 +278,43 @@ def test_the_example_worker_stops_quietly_and_removes_its_workspace(
     quiet(stderr)
     assert worker.returncode == code, stderr
     assert not workspace.exists()
+
+
+# -- agentrt demo ----------------------------------------------------------------------------
+
+
+def test_ctrl_c_during_the_demo_exits_130_quietly_and_leaves_nothing(tmp_path: Path) -> None:
+    """Ctrl-C while the demo plays (its server and workers running, in the terminal's process
+    group as a shell starts them): exit 130, no traceback, its scratch folder removed and none
+    of its processes left."""
+    marker = f"AGENTRT_TEST_MARK={uuid.uuid4().hex}"
+    key, value = marker.split("=")
+    env = {**checkout_env(os.environ), key: value, "TMPDIR": str(tmp_path)}
+    env = {k: v for k, v in env.items() if k != "AGENTRT_TARGET"}
+    demo = subprocess.Popen(
+        [*AGENTRT, "demo"],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    with killed_at_exit(demo):
+        assert demo.stderr is not None
+        first = demo.stderr.readline()  # its first progress line: it is playing
+        assert first.startswith("agentrt demo:"), first
+        os.killpg(demo.pid, signal.SIGINT)
+        _, stderr = demo.communicate(timeout=PROMPT + 20)
+    quiet(first + stderr)
+    assert demo.returncode == 130, stderr
+    assert not list(tmp_path.glob("agentrt-demo-*"))
+    deadline = time.monotonic() + PROMPT
+    while _with_marker(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = _with_marker(marker)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left
