@@ -7,6 +7,7 @@ from sqlalchemy.orm import Session
 from agentrt_base.db import utcnow
 from agentrt_base.errors import InvalidArgument, NotFound, ViolationCollector
 from agentrt_base.paging import cut_page, page_request
+from runtime_service import labels as label_rules
 from runtime_service.fence import FenceClaim
 from runtime_service.services.context import Runtime, scoped_request_id
 from runtime_service.store import (
@@ -72,8 +73,7 @@ class CheckpointsService:
             problems.add("name", "required, at most 512 characters")
         if not step_id:
             problems.add("step_id", "required: the step that made the artifact")
-        if len(labels) > 64:
-            problems.add("labels", "at most 64 entries")
+        label_rules.check("labels", labels, problems)
         problems.raise_if_any("invalid artifact")
 
         key = scoped_request_id(fence.attempt_id, request_id)

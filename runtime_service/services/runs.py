@@ -24,6 +24,7 @@ from agentrt_base.lru import LruCache
 from agentrt_base.paging import cut_page, page_request
 from registry.model import AgentVersion
 from registry.service import resolve_agent
+from runtime_service import labels as label_rules
 from runtime_service import lifecycle
 from runtime_service.lifecycle import Actor, ClientAsk, RunStatus, Trigger
 from runtime_service.services.context import Runtime, scoped_request_id
@@ -105,7 +106,7 @@ def check_run_spec(spec: RunSpec, now: dt.datetime) -> None:
         problems.add("permission_ceiling", "unknown value")
     if spec.concurrency_policy not in ("", *POLICIES):
         problems.add("concurrency_policy", "unknown value")
-    _check_map("labels", spec.labels, problems)
+    label_rules.check("labels", spec.labels, problems)
     _check_request_id(spec.request_id, problems)
     problems.raise_if_any("invalid run")
 

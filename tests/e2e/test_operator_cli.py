@@ -384,7 +384,7 @@ def test_watch_prints_one_line_per_event_whatever_a_summary_holds(
         "coding_agent:prod",
         "fix the login failure\nand keep legacy tokens",
         "--label",
-        "ticket\nid=LOGIN\n500",
+        "ticket=LOGIN 500",
     ).strip()
     fence = stubs.acquire("worker-a").fence
     step = stubs.worker.BeginStep(
@@ -406,10 +406,28 @@ def test_watch_prints_one_line_per_event_whatever_a_summary_holds(
     lines = ok(target, "watch", run_id).splitlines()
     # One line per event, each starting with its sequence: no summary breaks one in two.
     assert [line.split()[0] for line in lines] == [e["sequence"] for e in events], lines
-    assert 'labels."ticket id"="LOGIN 500"' in lines[0]
+    assert 'labels.ticket="LOGIN 500"' in lines[0]
     assert 'goal.objective="fix the login failure and keep legacy tokens"' in lines[0]
     assert any('summary="found the cause: the token check"' in line for line in lines), lines
     assert 'terminal_message="gave up: no tests"' in lines[-1]
+
+
+def test_a_label_with_a_line_break_or_a_blank_key_is_refused_naming_it(server_address: str) -> None:
+    """A label key is a word and a value one line (runtime_service/labels.py): the refusal
+    names the entry, and nothing is created."""
+    target = server_address
+    thread = publish_and_thread(target)
+    for label, entry in (
+        ("ticket\nid=LOGIN", 'labels["ticket\\nid"]'),
+        ("ticket id=LOGIN", 'labels["ticket id"]'),
+        ("ticket=LOGIN\n500", 'labels["ticket"]'),
+    ):
+        lines = refused(
+            target, "runs", "create", thread, "coding_agent:prod", "x", "--label", label
+        )
+        assert lines[0].startswith("agentrt: INVALID_ARGUMENT"), lines
+        assert any(entry in line for line in lines), lines
+    assert ok(target, "runs", "list", "--thread", thread, "--json") == ""
 
 
 def _free_port() -> int:

@@ -34,6 +34,7 @@ from tests.service.steps_support import (
     start,
     violations,
 )
+from tests.support import error_details
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 MIB = 1024 * 1024
@@ -210,6 +211,13 @@ def test_artifacts_point_to_their_step_and_list_by_run_and_thread(stubs: Stubs) 
     assert (art.blob_digest, art.size, art.media_type) == (patch.digest, patch.size, "text/x-diff")
     assert dict(art.labels) == {"kind": "patch"}
     assert create(labels={"kind": "patch"}, request_id="a1") == art  # idempotent
+    # A label is a word and one line (runtime_service/labels.py), as a run's are.
+    with pytest.raises(grpc.RpcError) as bad:
+        create(name="bad.patch", labels={"kind\n": "patch"})
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert [v.field for v in error_details(bad.value)["BadRequest"].field_violations] == [
+        'labels["kind\\n"]'
+    ]
     report = create(name="report.md", media_type="text/markdown")
     assert report.media_type == "text/markdown"
     [created, _] = of_type(events(stubs, w.run_id), E.EVENT_TYPE_ARTIFACT_CREATED)
