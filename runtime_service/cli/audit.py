@@ -39,12 +39,11 @@ from registry.canonical import digest_bytes
 from registry.cli import published_by, verified_text
 from runtime_service import audit_bundle
 from runtime_service.cli import render
+from runtime_service.cli.entry import EXIT_FAILED, EXIT_USAGE
 from runtime_service.cli.render import enum_label, when
 
 __all__ = ["EXIT_FAILED", "EXIT_USAGE", "add_commands", "normalise_argv"]
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 DEFAULT_TIMEOUT = 30.0
 
 Handler = Callable[[argparse.Namespace], int]

@@ -18,10 +18,31 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
+# Every command's exit codes, in one table (docs/api.md, "Exit codes"); 0: it did its work.
+#: The command failed: a refusal, an unreachable server, a check that did not pass.
+EXIT_FAILED = 1
+#: Bad usage: argparse's own, and no command at all.
+EXIT_USAGE = 2
+#: The command cannot start: a database it cannot open, a port in use, a missing extra.
+EXIT_CANNOT_START = 3
 #: Ctrl-C (SIGINT): 128 + 2.
 EXIT_INTERRUPTED = 130
 #: Standard output closed by its reader (SIGPIPE): 128 + 13.
 EXIT_BROKEN_PIPE = 141
+
+#: The extra that installs each package the command line imports (pyproject.toml): a client
+#: installed alone (`pip install agentrt`) has none of them.
+_EXTRA_OF = {
+    "rich": "cli",
+    "sqlalchemy": "server",
+    "alembic": "server",
+    "psycopg": "server",
+    "jwt": "server",
+    "cryptography": "server",
+    "grpc_health": "server",
+    "grpc_reflection": "server",
+    "openai": "openai",
+}
 
 
 def take_sigint() -> None:
@@ -73,8 +94,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         take_sigint()
 
     def run() -> int:
-        from runtime_service.cli import main as cli
-
+        try:
+            from runtime_service.cli import main as cli
+        except ModuleNotFoundError as missing:
+            extra = _EXTRA_OF.get((missing.name or "").split(".")[0])
+            if extra is None:
+                raise
+            print(
+                f"agentrt: the command line needs the {missing.name!r} package, which this"
+                f" installation lacks: pip install 'agentrt[{extra}]'",
+                file=sys.stderr,
+            )
+            return EXIT_CANNOT_START
         return cli.main(argv)
 
     return quiet_exits(run)

@@ -54,11 +54,10 @@ from runtime_service.cli import database_url, entry
 from runtime_service.cli import operator as operator_cli
 from runtime_service.services.context import RuntimeSettings
 
-#: Exit codes: 1 = the command failed, 2 = bad usage (argparse's own, and no command at all),
-#: 3 = cannot start; 130 and 141 for every command: :mod:`runtime_service.cli.entry`.
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_CANNOT_START = 3
+# The exit codes, one table for every command: runtime_service/cli/entry.py.
+EXIT_FAILED = entry.EXIT_FAILED
+EXIT_USAGE = entry.EXIT_USAGE
+EXIT_CANNOT_START = entry.EXIT_CANNOT_START
 
 Command = Callable[[argparse.Namespace], int]
 

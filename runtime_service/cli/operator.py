@@ -26,12 +26,10 @@ from agentrt_base.tls import ClientTls
 from agentrt_sdk import AgentrtClient, AgentrtError
 from registry.cli import add_timeout_argument, default_identity, key_value
 from runtime_service.cli import render
+from runtime_service.cli.entry import EXIT_FAILED, EXIT_USAGE
 from runtime_service.cli.render import Column
 
 __all__ = ["EXIT_FAILED", "EXIT_USAGE", "add_commands"]
-
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 Handler = Callable[[argparse.Namespace], int]
 Body = Callable[[AgentrtClient, argparse.Namespace], Awaitable[int]]
