@@ -388,8 +388,8 @@ def _build_resolved(bound: BoundDefinition, record: Step) -> message_pb2.Resolve
     if record.type == "MODEL_CALL":
         out.model.policy_digest = record.model_policy_digest
         out.model.candidate_name = record.candidate_name
-        out.model.reason = enum_pb2.CandidateReason.Value(
-            f"CANDIDATE_REASON_{record.candidate_reason}"
+        out.model.reason = enum_value(
+            enum_pb2.CandidateReason, "CANDIDATE_REASON_", record.candidate_reason
         )
         out.model.provider = record.provider
         out.model.model_id = record.requested_model_id
@@ -415,8 +415,8 @@ def _build_resolved(bound: BoundDefinition, record: Step) -> message_pb2.Resolve
             version=pinned_tool.version,
             digest=pinned_tool.digest,
             schema_digest=pinned_tool.schema_digest,
-            decision=enum_pb2.PermissionDecision.Value(
-                f"PERMISSION_DECISION_{tool.get('decision', 'ALLOW')}"
+            decision=enum_value(
+                enum_pb2.PermissionDecision, "PERMISSION_DECISION_", tool.get("decision", "ALLOW")
             ),
             side_effect=bool(pinned_tool.spec.get("side_effects")),
         )

@@ -18,6 +18,7 @@ from google.protobuf import json_format
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
 from agentrt_base.lru import LruCache
+from agentrt_base.proto_json import enum_value
 from runtime_service import audit_rows, proto_map
 from runtime_service.events import EventDocument
 from runtime_service.records import Step
@@ -35,9 +36,9 @@ def ended_attributes(step: Step) -> event_pb2.StepEndedAttributes:
     cost that proto3 JSON spells as a string."""
     return event_pb2.StepEndedAttributes(
         step_id=step.id,
-        status=enum_pb2.StepStatus.Value(f"STEP_STATUS_{step.status}"),
+        status=enum_value(enum_pb2.StepStatus, "STEP_STATUS_", step.status),
         output_ref=step.output_ref,
-        error_class=enum_pb2.ErrorClass.Value(f"ERROR_CLASS_{step.error_class or 'UNSPECIFIED'}"),
+        error_class=enum_value(enum_pb2.ErrorClass, "ERROR_CLASS_", step.error_class),
         error_message=step.error_message,
         side_effect=step.side_effect,
         usage=message_pb2.Usage(
