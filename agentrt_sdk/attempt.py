@@ -443,7 +443,7 @@ class Attempt:
                     "run %s: model call to %s failed (%s: %s); %s (try %d of %d)",
                     self.run.id,
                     call.candidate or call.model_id,
-                    exc.error_class_name.removeprefix("ERROR_CLASS_"),
+                    short_name(enum_pb2.ErrorClass, "ERROR_CLASS_", exc.error_class, "error_class"),
                     exc.message,
                     f"retrying in {wait:.1f} s" if same else f"falling back to {following}",
                     tries + 1,

@@ -14,11 +14,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from google.protobuf import json_format
-
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
 from agentrt_base.lru import LruCache
-from agentrt_base.proto_json import enum_value
+from agentrt_base.proto_json import enum_value, message_json
 from runtime_service import audit_rows, proto_map
 from runtime_service.events import EventDocument
 from runtime_service.records import Step
@@ -84,7 +82,7 @@ def ended(step: Step) -> EventDocument:
         # Proto3 JSON spells these as strings ("Infinity"): leave that to json_format.
         return EventDocument(
             ENDED,
-            json_format.MessageToDict(ended_attributes(step), preserving_proto_field_name=True),
+            message_json(ended_attributes(step)),
         )
     doc: dict[str, Any] = {"step_id": step.id, "status": f"STEP_STATUS_{step.status}"}
     _put(doc, "output_ref", step.output_ref)
@@ -117,9 +115,7 @@ def _versions(step: Step) -> dict[str, Any]:
     key = proto_map.versions_key(step)
     shared = _VERSIONS.get(key)
     if shared is None:
-        shared = json_format.MessageToDict(
-            proto_map.step_versions_without_context(step), preserving_proto_field_name=True
-        )
+        shared = message_json(proto_map.step_versions_without_context(step))
         _VERSIONS.put(key, shared)
     if not step.context_digest:
         return dict(shared)
