@@ -70,7 +70,7 @@ def json_numbers(value: Any, path: str = "") -> Any:
     if isinstance(value, float):
         return json_number(value, path)
     if isinstance(value, Mapping):
-        return {k: json_numbers(v, f"{path}[{k!r}]") for k, v in value.items()}
+        return {k: json_numbers(v, f'{path}["{k}"]') for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [json_numbers(v, f"{path}[{i}]") for i, v in enumerate(value)]
     return value

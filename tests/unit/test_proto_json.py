@@ -63,8 +63,9 @@ def test_non_finite_numbers_are_refused_with_their_place(number: float) -> None:
     assert caught.value.path == '["a"][1]["b"]'
     assert '["a"][1]["b"]' in str(caught.value)
     assert isinstance(caught.value, ValueError)
-    with pytest.raises(NonFiniteNumber):
+    with pytest.raises(NonFiniteNumber) as caught:
         json_numbers({"x": [number]})
+    assert caught.value.path == '["x"][0]'
 
 
 def test_struct_to_json_reads_every_kind_of_value() -> None:
