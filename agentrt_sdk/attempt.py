@@ -28,11 +28,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import struct_pb2
 
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_base.errors import FailedPrecondition
+from agentrt_base.proto_json import short_name, struct_to_json
 from agentrt_sdk.client import AgentrtClient
 from agentrt_sdk.models.base import (
     ModelAdapter,
@@ -132,7 +133,7 @@ class ModelCall:
             ToolSpec(
                 t.name,
                 self.tool_descriptions.get(t.name, ""),
-                json_format.MessageToDict(t.input_schema),
+                struct_to_json(t.input_schema),
             )
             for t in self.resolved.tools
         ]
@@ -145,7 +146,7 @@ class ModelCall:
         return ModelRequest(
             provider=model.provider,
             model_id=model.model_id,
-            parameters=json_format.MessageToDict(model.parameters),
+            parameters=struct_to_json(model.parameters),
             system_prompt=self.system_prompt,
             messages=[*messages, *steered],
             tools=self.tools,
@@ -442,7 +443,7 @@ class Attempt:
                     "run %s: model call to %s failed (%s: %s); %s (try %d of %d)",
                     self.run.id,
                     call.candidate or call.model_id,
-                    exc.error_class_name.removeprefix("ERROR_CLASS_"),
+                    short_name(enum_pb2.ErrorClass, "ERROR_CLASS_", exc.error_class, "error_class"),
                     exc.message,
                     f"retrying in {wait:.1f} s" if same else f"falling back to {following}",
                     tries + 1,
@@ -461,8 +462,8 @@ class Attempt:
             choice = resolution.choose_model(
                 self.definition.model_policy.spec,
                 estimated_input_tokens=estimated_input_tokens,
-                previous_error_class=enum_pb2.ErrorClass.Name(exc.error_class).removeprefix(
-                    "ERROR_CLASS_"
+                previous_error_class=short_name(
+                    enum_pb2.ErrorClass, "ERROR_CLASS_", exc.error_class, "error_class"
                 ),
                 previous_candidate=failed,
             )

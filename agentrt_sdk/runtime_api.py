@@ -8,10 +8,11 @@ import getpass
 import socket
 from collections.abc import Iterable, Mapping
 
-from google.protobuf import struct_pb2, timestamp_pb2
+from google.protobuf import struct_pb2
 
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
+from agentrt_base.proto_json import to_timestamp
 from agentrt_sdk.paging import collect
 from agentrt_sdk.transport import Connection
 
@@ -20,14 +21,6 @@ def default_actor() -> str:
     """``user@host`` of this process: the label recorded beside the caller's principal when
     the caller gives none."""
     return f"{getpass.getuser()}@{socket.gethostname()}"
-
-
-def _timestamp(when: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
-    if when is None:
-        return None
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromDatetime(when.astimezone(dt.UTC))
-    return stamp
 
 
 def _struct(data: Mapping[str, object] | None) -> struct_pb2.Struct | None:
@@ -167,7 +160,9 @@ class Runs:
                     acceptance_criteria=list(acceptance_criteria),
                 ),
                 budget=budget,
-                deadline_time=_timestamp(deadline),
+                # A naive deadline is local time, as datetime.astimezone() reads it (and as this
+                # call always read it); aware ones keep their zone.
+                deadline_time=None if deadline is None else to_timestamp(deadline.astimezone()),
                 priority=priority,
                 max_attempts=max_attempts,
                 labels=labels,

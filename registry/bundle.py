@@ -42,6 +42,7 @@ from google.protobuf.message import Message
 
 from agentrt.registry.v1 import enum_pb2, message_pb2
 from agentrt_base.errors import FieldViolation, InvalidArgument
+from agentrt_base.proto_json import enum_value
 from registry import proto_map
 from registry.canonical import ComponentKind
 from registry.model import AgentDefinition, Component, ComponentDraft, Provenance
@@ -238,7 +239,7 @@ def _component(item: object, where: str, source: str) -> FileComponent:
     kind = _kind(item["kind"], context)
     case = _SPEC_CASES[kind]
     proto = message_pb2.ComponentDraft(
-        kind=enum_pb2.ComponentKind.Value(f"COMPONENT_KIND_{kind.value}"),
+        kind=enum_value(enum_pb2.ComponentKind, "COMPONENT_KIND_", kind.value),
         name=_string(item["name"], "name", context),
         version=_string(item["version"], "version", context),
         description=_string(item.get("description") or "", "description", context),

@@ -3,20 +3,24 @@
 Specs become the plain JSON-like dicts :mod:`registry.canonical` digests: enum values lose
 their proto prefix (``ERROR_CLASS_RATE_LIMITED`` → ``RATE_LIMITED``), int64 fields stay
 integers (the proto JSON mapping would make them strings), and Struct values become plain
-JSON with integral numbers as ints. The CLI maps YAML through the same proto messages, so a
-file and a gRPC call normalise identically.
+JSON by the number rule of :mod:`agentrt_base.proto_json`. The CLI maps YAML through the same
+proto messages, so a file and a gRPC call normalise identically.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import math
 from typing import Any
-
-from google.protobuf import struct_pb2, timestamp_pb2
 
 from agentrt.registry.v1 import enum_pb2, message_pb2
 from agentrt_base.errors import InvalidArgument
+from agentrt_base.proto_json import (
+    enum_value,
+    json_to_struct,
+    short_name,
+    struct_to_json,
+    to_timestamp,
+)
 from registry.canonical import ComponentKind
 from registry.model import (
     AgentDefinition,
@@ -32,66 +36,15 @@ from registry.model import (
     VerifiedProvenance,
 )
 
-_MAX_SAFE_INTEGER = 2**53 - 1
-
-
-def _enum_name(enum: Any, prefix: str, value: int) -> str:
-    name: str = enum.Name(value) if value in enum.values() else f"{prefix}UNKNOWN_{value}"
-    return name.removeprefix(prefix)
-
-
-def _enum_value(enum: Any, prefix: str, name: str) -> Any:
-    # Typed Any: each proto enum has its own ValueType in the generated stubs.
-    return enum.Value(prefix + name)
-
 
 def kind_from_proto(value: int, field_path: str = "component.kind") -> ComponentKind:
     if value == enum_pb2.COMPONENT_KIND_UNSPECIFIED or value not in enum_pb2.ComponentKind.values():
         raise InvalidArgument.for_field(field_path, "required: a component kind")
-    return ComponentKind(_enum_name(enum_pb2.ComponentKind, "COMPONENT_KIND_", value))
+    return ComponentKind(short_name(enum_pb2.ComponentKind, "COMPONENT_KIND_", value, field_path))
 
 
 def kind_to_proto(kind: ComponentKind) -> enum_pb2.ComponentKind.ValueType:
-    return enum_pb2.ComponentKind.Value("COMPONENT_KIND_" + kind.value)
-
-
-# -- JSON values ------------------------------------------------------------------------------
-
-
-def struct_to_json(struct: struct_pb2.Struct) -> dict[str, Any]:
-    return {key: value_to_json(value) for key, value in struct.fields.items()}
-
-
-def value_to_json(value: struct_pb2.Value) -> Any:
-    which = value.WhichOneof("kind")
-    if which == "struct_value":
-        return struct_to_json(value.struct_value)
-    if which == "list_value":
-        return [value_to_json(v) for v in value.list_value.values]
-    if which == "number_value":
-        number = value.number_value
-        # Struct holds doubles; integral values read back as ints so stored and returned JSON
-        # looks as it was written. RFC 8785 serialises 1 and 1.0 identically anyway.
-        if math.isfinite(number) and number.is_integer() and abs(number) <= _MAX_SAFE_INTEGER:
-            return int(number)
-        return number
-    if which == "string_value":
-        return value.string_value
-    if which == "bool_value":
-        return value.bool_value
-    return None
-
-
-def json_to_struct(data: dict[str, Any]) -> struct_pb2.Struct:
-    struct = struct_pb2.Struct()
-    struct.update(data)
-    return struct
-
-
-def to_timestamp(value: dt.datetime) -> timestamp_pb2.Timestamp:
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromDatetime(value)
-    return stamp
+    return enum_value(enum_pb2.ComponentKind, "COMPONENT_KIND_", kind.value)  # type: ignore[no-any-return]
 
 
 # -- specs ------------------------------------------------------------------------------------
@@ -147,10 +100,16 @@ def spec_to_json(
                     ),
                     "max_context_tokens": c.max_context_tokens,
                     "fallback_on": [
-                        _enum_name(enum_pb2.ErrorClass, "ERROR_CLASS_", v) for v in c.fallback_on
+                        short_name(
+                            enum_pb2.ErrorClass,
+                            "ERROR_CLASS_",
+                            v,
+                            f"{field_path}.model_policy.candidates[{i}].fallback_on[{j}]",
+                        )
+                        for j, v in enumerate(c.fallback_on)
                     ],
                 }
-                for c in spec.model_policy.candidates
+                for i, c in enumerate(spec.model_policy.candidates)
             ]
         }
     if case == "permission_policy":
@@ -159,14 +118,20 @@ def spec_to_json(
             "rules": [
                 {
                     "tool": r.tool,
-                    "decision": _enum_name(
-                        enum_pb2.PermissionDecision, "PERMISSION_DECISION_", r.decision
+                    "decision": short_name(
+                        enum_pb2.PermissionDecision,
+                        "PERMISSION_DECISION_",
+                        r.decision,
+                        f"{field_path}.permission_policy.rules[{i}].decision",
                     ),
                 }
-                for r in policy.rules
+                for i, r in enumerate(policy.rules)
             ],
-            "default_decision": _enum_name(
-                enum_pb2.PermissionDecision, "PERMISSION_DECISION_", policy.default_decision
+            "default_decision": short_name(
+                enum_pb2.PermissionDecision,
+                "PERMISSION_DECISION_",
+                policy.default_decision,
+                f"{field_path}.permission_policy.default_decision",
             ),
         }
     return {
@@ -174,13 +139,16 @@ def spec_to_json(
             {
                 "name": c.name,
                 "description": c.description,
-                "condition": _enum_name(
-                    enum_pb2.CompletionCondition, "COMPLETION_CONDITION_", c.condition
+                "condition": short_name(
+                    enum_pb2.CompletionCondition,
+                    "COMPLETION_CONDITION_",
+                    c.condition,
+                    f"{field_path}.completion_policy.checks[{i}].condition",
                 ),
                 "artifact_kind": c.artifact_kind,
                 "tool": c.tool,
             }
-            for c in spec.completion_policy.checks
+            for i, c in enumerate(spec.completion_policy.checks)
         ]
     }
 
@@ -209,7 +177,7 @@ def spec_to_proto(kind: ComponentKind, spec: dict[str, Any]) -> message_pb2.Comp
                 model_id=c.get("model_id", ""),
                 max_context_tokens=c.get("max_context_tokens", 0),
                 fallback_on=[
-                    _enum_value(enum_pb2.ErrorClass, "ERROR_CLASS_", e)
+                    enum_value(enum_pb2.ErrorClass, "ERROR_CLASS_", e)
                     for e in c.get("fallback_on", [])
                 ],
             )
@@ -219,11 +187,11 @@ def spec_to_proto(kind: ComponentKind, spec: dict[str, Any]) -> message_pb2.Comp
         for r in spec.get("rules", []):
             out.permission_policy.rules.add(
                 tool=r["tool"],
-                decision=_enum_value(
+                decision=enum_value(
                     enum_pb2.PermissionDecision, "PERMISSION_DECISION_", r["decision"]
                 ),
             )
-        out.permission_policy.default_decision = _enum_value(
+        out.permission_policy.default_decision = enum_value(
             enum_pb2.PermissionDecision,
             "PERMISSION_DECISION_",
             spec.get("default_decision", "UNSPECIFIED"),
@@ -233,7 +201,7 @@ def spec_to_proto(kind: ComponentKind, spec: dict[str, Any]) -> message_pb2.Comp
             out.completion_policy.checks.add(
                 name=c.get("name", ""),
                 description=c.get("description", ""),
-                condition=_enum_value(
+                condition=enum_value(
                     enum_pb2.CompletionCondition,
                     "COMPLETION_CONDITION_",
                     c.get("condition", "UNSPECIFIED"),

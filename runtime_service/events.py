@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import sqlalchemy as sa
-from google.protobuf import json_format
 from google.protobuf.message import Message
 from sqlalchemy.orm import Session
 
 from agentrt_base import raw
 from agentrt_base.ids import new_id
+from agentrt_base.proto_json import message_json
 from registry import canonical
 from runtime_service.store.tables import EventRow, ThreadRow
 
@@ -239,7 +239,7 @@ def _next_event(
         event_type, attrs = attributes.type, attributes.attributes
     else:
         event_type = event_type_name(attributes)
-        attrs = json_format.MessageToDict(attributes, preserving_proto_field_name=True)
+        attrs = message_json(attributes)
     # Stored as the bytes the hash covers: their JCS form (a verifier that re-serialises them
     # gets the same bytes back).
     attributes_jcs = canonical.canonical_bytes(attrs)

@@ -11,6 +11,7 @@ from google.protobuf import json_format, timestamp_pb2
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
 from agentrt_base.lru import LruCache
+from agentrt_base.proto_json import enum_value, to_timestamp
 from runtime_service.events import StoredEvent
 from runtime_service.records import Input, Step
 from runtime_service.resolution import BoundDefinition
@@ -23,33 +24,9 @@ from runtime_service.store.ledger import (
 )
 from runtime_service.store.tables import AttemptRow, MessageRow, RunRow, ThreadRow
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
 
 def timestamp(value: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
-    if value is None:
-        return None
-    # What Timestamp.FromDatetime computes, without its calendar detour (a Step carries two
-    # of these on every BeginStep and EndStep answer).
-    if value.tzinfo is None:  # naive means UTC, as for FromDatetime
-        value = value.replace(tzinfo=dt.UTC)
-    delta = value - _EPOCH
-    return timestamp_pb2.Timestamp(
-        seconds=delta.days * 86_400 + delta.seconds, nanos=delta.microseconds * 1000
-    )
-
-
-_ENUM_VALUES: dict[tuple[int, str], int] = {}
-
-
-def _enum(enum: Any, prefix: str, value: str) -> Any:
-    if not value:
-        return 0
-    key = (id(enum), prefix + value)
-    number = _ENUM_VALUES.get(key)
-    if number is None:
-        number = _ENUM_VALUES[key] = enum.Value(prefix + value)
-    return number
+    return None if value is None else to_timestamp(value)
 
 
 def thread(row: ThreadRow) -> message_pb2.Thread:
@@ -57,7 +34,7 @@ def thread(row: ThreadRow) -> message_pb2.Thread:
         id=row.id,
         title=row.title,
         metadata=json.loads(row.metadata_json),
-        concurrency_policy=_enum(
+        concurrency_policy=enum_value(
             enum_pb2.ConcurrencyPolicy, "CONCURRENCY_POLICY_", row.concurrency_policy
         ),
         create_time=timestamp(row.create_time),
@@ -69,7 +46,7 @@ def message(row: MessageRow) -> message_pb2.Message:
     out = message_pb2.Message(
         id=row.id,
         thread_id=row.thread_id,
-        role=_enum(enum_pb2.MessageRole, "MESSAGE_ROLE_", row.role),
+        role=enum_value(enum_pb2.MessageRole, "MESSAGE_ROLE_", row.role),
         content=row.content,
         run_id=row.run_id,
         create_time=timestamp(row.create_time),
@@ -90,7 +67,9 @@ def binding(run: RunRow) -> message_pb2.AgentBinding:
         resolve_time=timestamp(run.agent_resolve_time),
         # By name: the stored value is registry.model.ReferenceKind's, whose proto twin
         # numbers its values independently of agentrt.runtime.v1.ReferenceKind.
-        reference_kind=_enum(enum_pb2.ReferenceKind, "REFERENCE_KIND_", run.agent_reference_kind),
+        reference_kind=enum_value(
+            enum_pb2.ReferenceKind, "REFERENCE_KIND_", run.agent_reference_kind
+        ),
         tag_event_sequence=run.agent_tag_event_sequence,
     )
 
@@ -126,16 +105,18 @@ def run(row: RunRow) -> message_pb2.Run:
         max_attempts=row.max_attempts,
         parent_run_id=row.parent_run_id,
         derived_from_run_id=row.derived_from_run_id,
-        permission_ceiling=_enum(
+        permission_ceiling=enum_value(
             enum_pb2.PermissionCeiling, "PERMISSION_CEILING_", row.permission_ceiling
         ),
-        concurrency_policy=_enum(
+        concurrency_policy=enum_value(
             enum_pb2.ConcurrencyPolicy, "CONCURRENCY_POLICY_", row.concurrency_policy
         ),
         labels=json.loads(row.labels_json),
         runtime_version=row.runtime_version,
-        status=_enum(enum_pb2.RunStatus, "RUN_STATUS_", row.status),
-        terminal_reason=_enum(enum_pb2.TerminalReason, "TERMINAL_REASON_", row.terminal_reason),
+        status=enum_value(enum_pb2.RunStatus, "RUN_STATUS_", row.status),
+        terminal_reason=enum_value(
+            enum_pb2.TerminalReason, "TERMINAL_REASON_", row.terminal_reason
+        ),
         terminal_message=row.terminal_message,
         cancel_requested=row.cancel_requested,
         pause_requested=row.pause_requested,
@@ -162,11 +143,11 @@ def attempt(row: AttemptRow) -> message_pb2.Attempt:
         id=row.id,
         run_id=row.run_id,
         number=row.number,
-        reason=_enum(enum_pb2.AttemptReason, "ATTEMPT_REASON_", row.reason),
+        reason=enum_value(enum_pb2.AttemptReason, "ATTEMPT_REASON_", row.reason),
         worker_id=row.worker_id,
         lease_epoch=row.lease_epoch,
         resume_from_checkpoint_id=row.resume_from_checkpoint_id,
-        status=_enum(enum_pb2.AttemptStatus, "ATTEMPT_STATUS_", row.status),
+        status=enum_value(enum_pb2.AttemptStatus, "ATTEMPT_STATUS_", row.status),
         start_time=timestamp(row.start_time),
         end_time=timestamp(row.end_time),
         lease_expire_time=timestamp(row.lease_expire_time),
@@ -180,7 +161,7 @@ def attempt(row: AttemptRow) -> message_pb2.Attempt:
     if row.error_class or row.error_message:
         out.error.CopyFrom(
             message_pb2.AttemptError(
-                error_class=_enum(enum_pb2.ErrorClass, "ERROR_CLASS_", row.error_class),
+                error_class=enum_value(enum_pb2.ErrorClass, "ERROR_CLASS_", row.error_class),
                 message=row.error_message,
                 retryable=row.retryable,
             )
@@ -290,7 +271,7 @@ def _build_versions(
             message_pb2.RecordedModel(
                 policy_digest=model_policy_digest,
                 candidate_name=candidate_name,
-                reason=_enum(enum_pb2.CandidateReason, "CANDIDATE_REASON_", candidate_reason),
+                reason=enum_value(enum_pb2.CandidateReason, "CANDIDATE_REASON_", candidate_reason),
                 provider=provider,
                 requested_model_id=requested_model_id,
                 reported_model_id=reported_model_id,
@@ -306,7 +287,7 @@ def _build_versions(
             version=tool["version"],
             digest=tool["digest"],
             schema_digest=tool["schema_digest"],
-            decision=_enum(
+            decision=enum_value(
                 enum_pb2.PermissionDecision, "PERMISSION_DECISION_", tool.get("decision", "")
             ),
         )
@@ -346,10 +327,10 @@ def step(record: Step) -> message_pb2.Step:
     """The Step message of a step record (the one mapping of a step to its message)."""
     v = record.values()
     fields: dict[str, Any] = {name: v[name] for name in _PLAIN if v[name]}
-    fields["type"] = _enum(enum_pb2.StepType, "STEP_TYPE_", v["type"])
-    fields["status"] = _enum(enum_pb2.StepStatus, "STEP_STATUS_", v["status"])
+    fields["type"] = enum_value(enum_pb2.StepType, "STEP_TYPE_", v["type"])
+    fields["status"] = enum_value(enum_pb2.StepStatus, "STEP_STATUS_", v["status"])
     if v["error_class"]:
-        fields["error_class"] = _enum(enum_pb2.ErrorClass, "ERROR_CLASS_", v["error_class"])
+        fields["error_class"] = enum_value(enum_pb2.ErrorClass, "ERROR_CLASS_", v["error_class"])
     if v["start_time"] is not None:
         fields["start_time"] = timestamp(v["start_time"])
     if v["end_time"] is not None:
@@ -371,7 +352,7 @@ def step(record: Step) -> message_pb2.Step:
     if v["approval_decision"]:
         out.approval.CopyFrom(
             message_pb2.Approval(
-                decision=_enum(
+                decision=enum_value(
                     enum_pb2.ApprovalDecision, "APPROVAL_DECISION_", v["approval_decision"]
                 ),
                 approver=v["approver"],
@@ -407,8 +388,8 @@ def _build_resolved(bound: BoundDefinition, record: Step) -> message_pb2.Resolve
     if record.type == "MODEL_CALL":
         out.model.policy_digest = record.model_policy_digest
         out.model.candidate_name = record.candidate_name
-        out.model.reason = enum_pb2.CandidateReason.Value(
-            f"CANDIDATE_REASON_{record.candidate_reason}"
+        out.model.reason = enum_value(
+            enum_pb2.CandidateReason, "CANDIDATE_REASON_", record.candidate_reason
         )
         out.model.provider = record.provider
         out.model.model_id = record.requested_model_id
@@ -434,8 +415,8 @@ def _build_resolved(bound: BoundDefinition, record: Step) -> message_pb2.Resolve
             version=pinned_tool.version,
             digest=pinned_tool.digest,
             schema_digest=pinned_tool.schema_digest,
-            decision=enum_pb2.PermissionDecision.Value(
-                f"PERMISSION_DECISION_{tool.get('decision', 'ALLOW')}"
+            decision=enum_value(
+                enum_pb2.PermissionDecision, "PERMISSION_DECISION_", tool.get("decision", "ALLOW")
             ),
             side_effect=bool(pinned_tool.spec.get("side_effects")),
         )
@@ -451,7 +432,7 @@ def turn(row: TurnRow, consumed: list[str] | None = None) -> message_pb2.Turn:
         run_id=row.run_id,
         attempt_id=row.attempt_id,
         number=row.number,
-        status=_enum(enum_pb2.TurnStatus, "TURN_STATUS_", row.status),
+        status=enum_value(enum_pb2.TurnStatus, "TURN_STATUS_", row.status),
         start_time=timestamp(row.start_time),
         end_time=timestamp(row.end_time),
         consumed_input_ids=consumed or [],
@@ -462,12 +443,12 @@ def input_(row: InputRow | Input) -> message_pb2.Input:
     out = message_pb2.Input(
         id=row.id,
         run_id=row.run_id,
-        kind=_enum(enum_pb2.InputKind, "INPUT_KIND_", row.kind),
+        kind=enum_value(enum_pb2.InputKind, "INPUT_KIND_", row.kind),
         content=row.content,
         sender=row.sender,
         sender_principal=row.sender_principal,
         create_time=timestamp(row.create_time),
-        status=_enum(enum_pb2.InputStatus, "INPUT_STATUS_", row.status),
+        status=enum_value(enum_pb2.InputStatus, "INPUT_STATUS_", row.status),
         delivered_step_id=row.delivered_step_id,
         delivered_turn_id=row.delivered_turn_id,
         deliver_time=timestamp(row.deliver_time),

@@ -18,6 +18,7 @@ import jsonschema
 from agentrt_base import reasons
 from agentrt_base.errors import FailedPrecondition
 from agentrt_base.lru import LruCache
+from agentrt_base.proto_json import json_numbers
 from runtime_service.completion import Check, checks_of
 
 #: Strictness order: the stricter of two decisions wins.
@@ -213,7 +214,9 @@ def argument_errors(tool: Pinned, arguments: dict[str, Any]) -> list[ArgumentVio
         validator = jsonschema.Draft202012Validator(schema)
         _validators.put(key, validator)
     found = []
-    for error in validator.iter_errors(as_json_numbers(arguments)):
+    # Arguments read from a Struct (step_wire) already follow the number rule; this keeps the
+    # messages printing 42, not 42.0, for arguments that reach us as plain floats too.
+    for error in validator.iter_errors(json_numbers(arguments)):
         # For a combinator (anyOf, oneOf) the most relevant of its sub-errors says more than
         # "is not valid under any of the given schemas".
         error = jsonschema.exceptions.best_match([error]) or error
@@ -221,19 +224,6 @@ def argument_errors(tool: Pinned, arguments: dict[str, Any]) -> list[ArgumentVio
     # By location (indexes in numeric order), so the order is the arguments' and not the
     # order of the schema's keywords.
     return sorted(found, key=lambda v: ([(isinstance(p, str), p) for p in v.location], v.message))
-
-
-def as_json_numbers(value: Any) -> Any:
-    """``value`` with every integral float made an int. A ``Struct`` carries every number as
-    a double, so the arguments read 42.0 where the caller (and JSON) wrote 42; validation is
-    the same either way (JSON Schema counts 42.0 as an integer), but messages then print 42."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: as_json_numbers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [as_json_numbers(v) for v in value]
-    return value
 
 
 def bound_definition(document: dict[str, Any]) -> BoundDefinition:

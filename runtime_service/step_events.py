@@ -14,10 +14,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from google.protobuf import json_format
-
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
 from agentrt_base.lru import LruCache
+from agentrt_base.proto_json import enum_value, message_json
 from runtime_service import audit_rows, proto_map
 from runtime_service.events import EventDocument
 from runtime_service.records import Step
@@ -35,9 +34,9 @@ def ended_attributes(step: Step) -> event_pb2.StepEndedAttributes:
     cost that proto3 JSON spells as a string."""
     return event_pb2.StepEndedAttributes(
         step_id=step.id,
-        status=enum_pb2.StepStatus.Value(f"STEP_STATUS_{step.status}"),
+        status=enum_value(enum_pb2.StepStatus, "STEP_STATUS_", step.status),
         output_ref=step.output_ref,
-        error_class=enum_pb2.ErrorClass.Value(f"ERROR_CLASS_{step.error_class or 'UNSPECIFIED'}"),
+        error_class=enum_value(enum_pb2.ErrorClass, "ERROR_CLASS_", step.error_class),
         error_message=step.error_message,
         side_effect=step.side_effect,
         usage=message_pb2.Usage(
@@ -83,7 +82,7 @@ def ended(step: Step) -> EventDocument:
         # Proto3 JSON spells these as strings ("Infinity"): leave that to json_format.
         return EventDocument(
             ENDED,
-            json_format.MessageToDict(ended_attributes(step), preserving_proto_field_name=True),
+            message_json(ended_attributes(step)),
         )
     doc: dict[str, Any] = {"step_id": step.id, "status": f"STEP_STATUS_{step.status}"}
     _put(doc, "output_ref", step.output_ref)
@@ -116,9 +115,7 @@ def _versions(step: Step) -> dict[str, Any]:
     key = proto_map.versions_key(step)
     shared = _VERSIONS.get(key)
     if shared is None:
-        shared = json_format.MessageToDict(
-            proto_map.step_versions_without_context(step), preserving_proto_field_name=True
-        )
+        shared = message_json(proto_map.step_versions_without_context(step))
         _VERSIONS.put(key, shared)
     if not step.context_digest:
         return dict(shared)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import worker_service_pb2 as pb
+from agentrt_base.proto_json import enum_name, struct_to_json
 from runtime_service.fence import FenceClaim
-from runtime_service.proto_convert import enum_name, struct_json
 from runtime_service.step_rules import StepEnd, StepRequest, step_end
 
 
@@ -39,7 +39,7 @@ def step_request(request: pb.BeginStepRequest) -> StepRequest:
         tools=list(model.tools),
         context_digest=model.context_digest,
         tool=tool.tool,
-        arguments=struct_json(tool.arguments),
+        arguments=struct_to_json(tool.arguments),
         check=check.check,
         details=request.WhichOneof("details") or "",
     )

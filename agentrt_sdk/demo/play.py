@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
+from agentrt_base.proto_json import short_name
 from agentrt_sdk.client import AgentrtClient
 from agentrt_sdk.demo.login_fix import make_workspace
 from agentrt_sdk.transport import RetryPolicy
@@ -282,10 +283,6 @@ async def play(target: str | None, database_url: str | None, workdir: Path) -> d
         processes.stop_all()
 
 
-def _enum(enum: Any, value: int, prefix: str) -> str:
-    return str(enum.Name(value)).removeprefix(prefix)
-
-
 async def _run_facts(client: AgentrtClient, run_id: str) -> dict[str, Any]:
     run = await client.runs.get(run_id)
     attempts = await client.runs.attempts(run_id)
@@ -299,17 +296,21 @@ async def _run_facts(client: AgentrtClient, run_id: str) -> dict[str, Any]:
             "id": step.id,
             "sequence": step.sequence,
             "attempt": number.get(step.attempt_id, 0),
-            "type": _enum(enum_pb2.StepType, step.type, "STEP_TYPE_"),
+            "type": short_name(enum_pb2.StepType, "STEP_TYPE_", step.type, "type"),
             "operation": step.operation,
-            "status": _enum(enum_pb2.StepStatus, step.status, "STEP_STATUS_"),
+            "status": short_name(enum_pb2.StepStatus, "STEP_STATUS_", step.status, "status"),
         }
         if step.error_class:
-            fact["error_class"] = _enum(enum_pb2.ErrorClass, step.error_class, "ERROR_CLASS_")
+            fact["error_class"] = short_name(
+                enum_pb2.ErrorClass, "ERROR_CLASS_", step.error_class, "error_class"
+            )
         model = step.versions.model
         if model.candidate_name:
             fact["model"] = {
                 "candidate": model.candidate_name,
-                "reason": _enum(enum_pb2.CandidateReason, model.reason, "CANDIDATE_REASON_"),
+                "reason": short_name(
+                    enum_pb2.CandidateReason, "CANDIDATE_REASON_", model.reason, "reason"
+                ),
                 "provider": model.provider,
                 "requested_model_id": model.requested_model_id,
                 "reported_model_id": model.reported_model_id,
@@ -327,8 +328,11 @@ async def _run_facts(client: AgentrtClient, run_id: str) -> dict[str, Any]:
             ]
         if step.HasField("approval"):
             fact["approval"] = {
-                "decision": _enum(
-                    enum_pb2.ApprovalDecision, step.approval.decision, "APPROVAL_DECISION_"
+                "decision": short_name(
+                    enum_pb2.ApprovalDecision,
+                    "APPROVAL_DECISION_",
+                    step.approval.decision,
+                    "decision",
                 ),
                 "approver": step.approval.approver,
                 "approver_principal": step.approval.approver_principal,
@@ -356,7 +360,7 @@ async def _run_facts(client: AgentrtClient, run_id: str) -> dict[str, Any]:
     return {
         "id": run.id,
         "objective": run.goal.objective,
-        "status": _enum(enum_pb2.RunStatus, run.status, "RUN_STATUS_"),
+        "status": short_name(enum_pb2.RunStatus, "RUN_STATUS_", run.status, "status"),
         "result_summary": run.result_summary,
         "binding": {
             "requested_ref": run.agent.requested_ref,
@@ -369,8 +373,8 @@ async def _run_facts(client: AgentrtClient, run_id: str) -> dict[str, Any]:
                 "number": a.number,
                 "id": a.id,
                 "worker_id": a.worker_id,
-                "status": _enum(enum_pb2.AttemptStatus, a.status, "ATTEMPT_STATUS_"),
-                "reason": _enum(enum_pb2.AttemptReason, a.reason, "ATTEMPT_REASON_"),
+                "status": short_name(enum_pb2.AttemptStatus, "ATTEMPT_STATUS_", a.status, "status"),
+                "reason": short_name(enum_pb2.AttemptReason, "ATTEMPT_REASON_", a.reason, "reason"),
                 "resume_from_checkpoint_id": a.resume_from_checkpoint_id,
             }
             for a in attempts

@@ -14,9 +14,10 @@ llama.cpp) works the same way with its ``.../v1`` URL and any key it accepts.
 The request: the system prompt as a ``system`` message, then ``ModelRequest.messages`` as they
 are; the tools as ``function`` tools; ``ModelRequest.parameters`` merged into the request body
 unchanged (whatever the endpoint accepts: ``temperature``, ``max_tokens``, a vendor's own
-extensions), except that a whole-number float is sent as an integer, because
-``google.protobuf.Struct`` (``ResolvedModel.parameters``) carries every number as a double and
-endpoints refuse ``"max_tokens": 8192.0``. Nothing is dropped: a parameter the endpoint refuses
+extensions), except that a whole-number float is sent as an integer (the number rule of
+:mod:`agentrt_base.proto_json`), because ``google.protobuf.Struct``
+(``ResolvedModel.parameters``) carries every number as a double and endpoints refuse
+``"max_tokens": 8192.0``. Nothing is dropped: a parameter the endpoint refuses
 comes back as its 400, reported as ``ERROR_CLASS_PROVIDER_ERROR``, which says more than a
 silently different request would. The keys the adapter owns (``model``, ``messages``, ``tools``,
 ``stream``, ``n``) are refused with a ``ValueError``: the adapter reads one whole choice.
@@ -60,6 +61,7 @@ from openai.types.chat import (
 )
 
 from agentrt.runtime.v1 import enum_pb2
+from agentrt_base.proto_json import json_numbers
 from agentrt_sdk.models.base import ModelError, ModelRequest, ModelResponse, ToolCall
 
 #: Request keys the adapter sets itself; a model policy's parameters may not override them.
@@ -152,7 +154,7 @@ class OpenAICompatibleModel:
                 # TypedDicts describe the same JSON.
                 messages=cast(list[ChatCompletionMessageParam], messages),
                 tools=cast(list[ChatCompletionToolUnionParam], tools) if tools else openai.omit,
-                extra_body=_wire_numbers(dict(request.parameters)),
+                extra_body=json_numbers(dict(request.parameters)),
             )
         except openai.OpenAIError as error:
             raise _classify(error) from error
@@ -296,15 +298,3 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
             when = when.replace(tzinfo=datetime.UTC)
         return max(0.0, when.timestamp() - time.time())
     return None
-
-
-def _wire_numbers(value: Any) -> Any:
-    """``value`` with whole-number floats turned into ints, at any depth (see the module
-    docstring: Struct numbers are doubles)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, Mapping):
-        return {key: _wire_numbers(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_wire_numbers(item) for item in value]
-    return value

@@ -15,11 +15,11 @@ from agentrt.audit.v1 import audit_service_pb2_grpc
 from agentrt.audit.v1 import message_pb2 as apb
 from agentrt.runtime.v1 import enum_pb2
 from agentrt_base.access import VISIBLE
+from agentrt_base.proto_json import enum_name, enum_value, time_or_none
 from registry import proto_map as registry_map
 from runtime_service import proto_map as pm
 from runtime_service.audit_bundle import ChainReport, Format
 from runtime_service.audit_rows import RowReport
-from runtime_service.proto_convert import enum_name, time_or_none
 from runtime_service.servicers import audit_export
 from runtime_service.services.audit import AuditService, ProvenanceRecord, TargetKind
 from runtime_service.services.context import Runtime
@@ -53,7 +53,7 @@ class AuditServicer(audit_service_pb2_grpc.AuditServiceServicer):
             blob_references=[
                 apb.BlobReference(
                     digest=b.digest,
-                    role=apb.BlobRole.Value(f"BLOB_ROLE_{b.role}"),
+                    role=enum_value(apb.BlobRole, "BLOB_ROLE_", b.role),
                     run_id=b.run_id,
                     step_id=b.step_id,
                     artifact_id=b.artifact_id,
@@ -142,7 +142,7 @@ def _usage(u: Usage) -> apb.UsageRecord:
         thread_id=u.thread_id,
         step_id=u.step_id,
         step_sequence=u.step_sequence,
-        step_type=enum_pb2.StepType.Value(f"STEP_TYPE_{u.step_type or 'UNSPECIFIED'}"),
+        step_type=enum_value(enum_pb2.StepType, "STEP_TYPE_", u.step_type),
         attempt_id=u.attempt_id,
         agent_digest=u.agent_digest,
         matched=u.matched,

@@ -13,8 +13,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf import json_format
-
+from agentrt_base.proto_json import message_json
 from registry import store as registry_store
 from registry.canonical import digest_bytes
 from runtime_service import audit_bundle, audit_rows
@@ -43,7 +42,7 @@ def export(contents: BundleContents, fmt: Format) -> ExportedBundle:
         installation_id=contents.installation_id,
         export_time=format_time(contents.export_time),
         run=rows["run"],
-        thread=_json(pm.thread(contents.thread)),
+        thread=message_json(pm.thread(contents.thread)),
         attempts=rows["attempts"],
         steps=rows["steps"],
         artifacts=rows["artifacts"],
@@ -70,12 +69,12 @@ def served_rows(contents: BundleContents | RunVerification) -> dict[str, Any]:
     """A run's rows as the read APIs serve them (their messages' proto3 JSON): what a bundle
     holds, and what ``VerifyRun`` compares with the chain (``audit_rows.compare``)."""
     return {
-        "run": _json(pm.run(contents.run)),
-        "attempts": [_json(pm.attempt(a)) for a in contents.attempts],
-        "steps": [_json(pm.step(s)) for s in contents.steps],
-        "artifacts": [_json(pm.artifact(a)) for a in contents.artifacts],
-        "checkpoints": [_json(pm.checkpoint(c)) for c in contents.checkpoints],
-        "inputs": [_json(pm.input_(i)) for i in contents.inputs],
+        "run": message_json(pm.run(contents.run)),
+        "attempts": [message_json(pm.attempt(a)) for a in contents.attempts],
+        "steps": [message_json(pm.step(s)) for s in contents.steps],
+        "artifacts": [message_json(pm.artifact(a)) for a in contents.artifacts],
+        "checkpoints": [message_json(pm.checkpoint(c)) for c in contents.checkpoints],
+        "inputs": [message_json(pm.input_(i)) for i in contents.inputs],
     }
 
 
@@ -89,11 +88,6 @@ def compare_rows(verification: RunVerification) -> audit_rows.RowReport:
         {**u, "start_time": format_time(u["start_time"])} for u in verification.usages
     ]
     return audit_rows.compare(rows, verification.events, run_id=run.id, thread_id=run.thread_id)
-
-
-def _json(message: Any) -> dict[str, Any]:
-    value: dict[str, Any] = json_format.MessageToDict(message, preserving_proto_field_name=True)
-    return value
 
 
 def _agent_json(row: registry_store.AgentVersionRow, tags: list[TagAtTime]) -> dict[str, Any]:

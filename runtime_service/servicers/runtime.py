@@ -10,9 +10,9 @@ from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt_base.access import VISIBLE, check_namespace
 from agentrt_base.errors import InvalidArgument
 from agentrt_base.lru import LruCache
+from agentrt_base.proto_json import enum_name, message_json, struct_to_json, time_or_none
 from runtime_service import proto_map as pm
 from runtime_service.events import StoredEvent
-from runtime_service.proto_convert import enum_name, message_json, struct_json, time_or_none
 from runtime_service.services.approvals import ApprovalsService
 from runtime_service.services.blobs import BlobHeader, BlobService
 from runtime_service.services.bound import BoundAgents
@@ -53,7 +53,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
             request.run_id,
             enum_name(enum_pb2.InputKind, "INPUT_KIND_", request.kind, "kind", required=True),
             request.content,
-            struct_json(request.data),
+            struct_to_json(request.data),
             request.sender,
             request.request_id,
         )
@@ -179,7 +179,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
             request.thread_id,
             enum_name(enum_pb2.MessageRole, "MESSAGE_ROLE_", request.role, "role", required=True),
             request.content,
-            struct_json(request.data),
+            struct_to_json(request.data),
             request.run_id,
             request.request_id,
         )

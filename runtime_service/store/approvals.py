@@ -8,6 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
+from agentrt_base.proto_json import enum_value
 from runtime_service.store import transitions
 from runtime_service.store.ledger import StepRow
 from runtime_service.store.tables import RunRow
@@ -36,7 +37,7 @@ def resolve(
         run,
         event_pb2.ApprovalResolvedAttributes(
             step_id=step.id,
-            decision=enum_pb2.ApprovalDecision.Value(f"APPROVAL_DECISION_{decision}"),
+            decision=enum_value(enum_pb2.ApprovalDecision, "APPROVAL_DECISION_", decision),
             approver=step.approver,
             comment=comment,
             approver_principal=principal,

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
 from agentrt_base.ids import new_id
+from agentrt_base.proto_json import enum_value
 from runtime_service.store import transitions
 from runtime_service.store.ledger import CheckpointRow, InputRow, StepRow
 from runtime_service.store.tables import AttemptRow, RunRow
@@ -68,7 +69,7 @@ def record_started(session: Session, run: RunRow, attempt: AttemptRow, now: dt.d
         event_pb2.AttemptStartedAttributes(
             attempt_id=attempt.id,
             number=attempt.number,
-            reason=enum_pb2.AttemptReason.Value(f"ATTEMPT_REASON_{attempt.reason}"),
+            reason=enum_value(enum_pb2.AttemptReason, "ATTEMPT_REASON_", attempt.reason),
             worker_id=attempt.worker_id,
             lease_epoch=attempt.lease_epoch,
             resume_from_checkpoint_id=attempt.resume_from_checkpoint_id,

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
 from agentrt_base.ids import new_id
+from agentrt_base.proto_json import enum_value
 from runtime_service import audit_rows
 from runtime_service.store import transitions
 from runtime_service.store.ledger import InputRow
@@ -66,7 +67,7 @@ def receive(
         run,
         event_pb2.InputReceivedAttributes(
             input_id=item.id,
-            kind=enum_pb2.InputKind.Value(f"INPUT_KIND_{kind}"),
+            kind=enum_value(enum_pb2.InputKind, "INPUT_KIND_", kind),
             sender=item.sender,
             sender_principal=principal,
             content_digest=audit_rows.content_digest(content),
@@ -117,7 +118,7 @@ def consumed_event(
     """``input.consumed``: an input handed to a turn, or to a step (steers: ``store/steps``)."""
     return event_pb2.InputConsumedAttributes(
         input_id=input_id,
-        kind=enum_pb2.InputKind.Value(f"INPUT_KIND_{kind}"),
+        kind=enum_value(enum_pb2.InputKind, "INPUT_KIND_", kind),
         step_id=step_id,
         turn_id=turn_id,
     )

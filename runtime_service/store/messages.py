@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
 from agentrt_base.ids import new_id
+from agentrt_base.proto_json import enum_value
 from runtime_service.step_rules import dumps
 from runtime_service.store import threads
 from runtime_service.store.tables import MessageRow, ThreadRow
@@ -56,7 +57,7 @@ def append(
         thread,
         event_pb2.ThreadMessageAppendedAttributes(
             message_id=message.id,
-            role=enum_pb2.MessageRole.Value(f"MESSAGE_ROLE_{role}"),
+            role=enum_value(enum_pb2.MessageRole, "MESSAGE_ROLE_", role),
             run_id=run_id,
         ),
         now,

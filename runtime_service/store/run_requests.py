@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
 from agentrt_base.ids import new_id
+from agentrt_base.proto_json import enum_value
 from registry.model import AgentVersion, Resolution
 
 # The run.created and run.amended events carry the run's own view of its binding, goal,
@@ -126,11 +127,11 @@ def create(session: Session, new: NewRun, now: dt.datetime) -> RunRow:
             deadline_time=proto_map.timestamp(run.deadline_time),
             priority=run.priority,
             max_attempts=run.max_attempts,
-            permission_ceiling=enum_pb2.PermissionCeiling.Value(
-                f"PERMISSION_CEILING_{run.permission_ceiling}"
+            permission_ceiling=enum_value(
+                enum_pb2.PermissionCeiling, "PERMISSION_CEILING_", run.permission_ceiling
             ),
-            concurrency_policy=enum_pb2.ConcurrencyPolicy.Value(
-                f"CONCURRENCY_POLICY_{run.concurrency_policy}"
+            concurrency_policy=enum_value(
+                enum_pb2.ConcurrencyPolicy, "CONCURRENCY_POLICY_", run.concurrency_policy
             ),
             parent_run_id=run.parent_run_id,
             derived_from_run_id=run.derived_from_run_id,

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from agentrt.runtime.v1 import enum_pb2, event_pb2
 from agentrt_base.errors import NotFound
 from agentrt_base.ids import new_id
+from agentrt_base.proto_json import enum_value
 from runtime_service import events, notify
 from runtime_service.step_rules import dumps
 from runtime_service.store.tables import ThreadRow
@@ -93,8 +94,8 @@ def create(
         thread,
         event_pb2.ThreadCreatedAttributes(
             title=title,
-            concurrency_policy=enum_pb2.ConcurrencyPolicy.Value(
-                f"CONCURRENCY_POLICY_{thread.concurrency_policy}"
+            concurrency_policy=enum_value(
+                enum_pb2.ConcurrencyPolicy, "CONCURRENCY_POLICY_", thread.concurrency_policy
             ),
         ),
         now,

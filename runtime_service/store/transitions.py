@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
+from agentrt_base.proto_json import enum_value
 from runtime_service import events, lifecycle, notify, step_events
 from runtime_service.completion import CheckResult
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
@@ -74,11 +75,9 @@ def end_attempt(
         run,
         event_pb2.AttemptEndedAttributes(
             attempt_id=attempt.id,
-            status=enum_pb2.AttemptStatus.Value(f"ATTEMPT_STATUS_{status}"),
+            status=enum_value(enum_pb2.AttemptStatus, "ATTEMPT_STATUS_", status),
             error=message_pb2.AttemptError(
-                error_class=enum_pb2.ErrorClass.Value(
-                    f"ERROR_CLASS_{error_class or 'UNSPECIFIED'}"
-                ),
+                error_class=enum_value(enum_pb2.ErrorClass, "ERROR_CLASS_", error_class),
                 message=error_message,
                 retryable=retryable,
             )
@@ -117,7 +116,7 @@ def _close_attempt_work(
             session,
             run,
             event_pb2.TurnEndedAttributes(
-                turn_id=turn.id, status=enum_pb2.TurnStatus.Value(f"TURN_STATUS_{turn.status}")
+                turn_id=turn.id, status=enum_value(enum_pb2.TurnStatus, "TURN_STATUS_", turn.status)
             ),
             now,
         )
@@ -188,8 +187,10 @@ def apply(
             session,
             run,
             event_pb2.RunEndedAttributes(
-                status=enum_pb2.RunStatus.Value(f"RUN_STATUS_{t.target.value}"),
-                terminal_reason=enum_pb2.TerminalReason.Value(f"TERMINAL_REASON_{t.reason.value}"),
+                status=enum_value(enum_pb2.RunStatus, "RUN_STATUS_", t.target.value),
+                terminal_reason=enum_value(
+                    enum_pb2.TerminalReason, "TERMINAL_REASON_", t.reason.value
+                ),
                 terminal_message=message,
                 usage=usage_of(run),
                 output_ref=run.output_ref,
@@ -212,8 +213,8 @@ def apply(
             session,
             run,
             event_pb2.RunStatusChangedAttributes(
-                previous_status=enum_pb2.RunStatus.Value(f"RUN_STATUS_{current.value}"),
-                status=enum_pb2.RunStatus.Value(f"RUN_STATUS_{t.target.value}"),
+                previous_status=enum_value(enum_pb2.RunStatus, "RUN_STATUS_", current.value),
+                status=enum_value(enum_pb2.RunStatus, "RUN_STATUS_", t.target.value),
                 actor=actor.value,
                 reason=message or t.description,
                 actor_principal=principal,

@@ -205,16 +205,6 @@ def test_argument_paths_quote_keys_that_are_not_identifiers() -> None:
     )
 
 
-def test_integral_doubles_are_json_integers() -> None:
-    value = {"a": [42.0, -0.0, 1.5, 2.0**60, "42.0", True], "b": {"c": 7.0}}
-    assert resolution.as_json_numbers(value) == {
-        "a": [42, 0, 1.5, 2**60, "42.0", True],
-        "b": {"c": 7},
-    }
-    assert type(resolution.as_json_numbers(42.0)) is int
-    assert resolution.as_json_numbers(True) is True
-
-
 def test_argument_validators_are_per_schema() -> None:
     strict = pinned("a", {"input_schema": {"type": "object", "required": ["x"]}})
     loose = pinned("b", {"input_schema": {"type": "object"}})

@@ -228,6 +228,31 @@ COMPONENTS: dict[str, tuple[str, dict[str, Any]]] = {
             },
         },
     ),
+    "struct_numbers": (
+        "Numbers as a protobuf Struct carries them (every one a double), read by the number "
+        "rule (agentrt_base.proto_json.json_number; docs/digest.md §2.5): a finite whole double "
+        "with |x| <= 2**53-1 becomes an integer (42.0 is 42, -0.0 is 0), any other double stays "
+        "a double: 2**53 and 2**53+2 are written out as JCS writes those doubles, 1e300 is "
+        "1e+300. Read as integers, 2**53 and 2**53+2 would be refused (integers beyond "
+        "2**53-1), so the rule's bound is the digests' bound.",
+        {
+            "kind": "TOOL",
+            "name": "struct_numbers",
+            "version": "1",
+            "description": "",
+            "spec": {
+                "input_schema": {
+                    "whole": 42.0,
+                    "minus_zero": -0.0,
+                    "half": 0.5,
+                    "max_safe": float(2**53 - 1),
+                    "two_pow_53": float(2**53),
+                    "two_pow_53_plus_2": float(2**53 + 2),
+                    "e300": 1e300,
+                }
+            },
+        },
+    ),
     "unicode": (
         "Strings are not Unicode-normalised (e + U+0301 stays distinct from U+00E9), non-BMP "
         "characters are written as UTF-8, controls are escaped, and object keys sort by "
