@@ -26,6 +26,7 @@ def engine() -> str:
     """What is installed is the subject, not the database: SQLite alone."""
     return "sqlite"
 
+
 #: The server's and the CLI's packages: none may be installed, let alone imported.
 SERVER_ONLY = ("sqlalchemy", "alembic", "psycopg", "jwt", "cryptography", "rich", "openai")
 
