@@ -116,6 +116,7 @@ def test_ctrl_c_during_serve_start_up_exits_130_quietly(delay: float, tmp_path: 
         start_new_session=True,
     )
     try:
+        until_it_catches_sigint(server.pid)
         time.sleep(delay)  # the moment of start-up is what is tested, not an event
         os.killpg(server.pid, signal.SIGINT)
         signalled = time.monotonic()
@@ -150,6 +151,22 @@ def queued_run(server_address: str) -> str:
     return ok(server_address, "runs", "create", thread, "coding_agent:prod", "fix the login")
 
 
+def until_it_catches_sigint(pid: int, limit: float = 10.0) -> None:
+    """Wait until process ``pid`` has its own SIGINT handler (``SigCgt`` in /proc): before
+    that, a SIGINT is the shell's or the interpreter start-up's, which a command cannot
+    handle (the kernel ends it, or `sh` ignores it), and a busy machine can stretch that."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("SigCgt:") and int(line.split()[1], 16) & (
+                    1 << (signal.SIGINT - 1)
+                ):
+                    return
+        time.sleep(0.005)
+    raise AssertionError(f"process {pid} never caught SIGINT")
+
+
 #: Runs its arguments with SIGINT ignored, as `nohup … &` or a CI runner starts a command.
 SIGINT_IGNORED = ["sh", "-c", 'trap "" INT; exec "$@"', "sh"]
 
@@ -182,7 +199,8 @@ def test_ctrl_c_stops_watch_with_130_quietly(
     with killed_at_exit(watch):
         assert watch.stdout is not None
         if when.startswith("importing"):
-            time.sleep(0.2)
+            until_it_catches_sigint(watch.pid)  # then a moment into the import
+            time.sleep(0.1)
         else:
             assert "run.created" in watch.stdout.readline()  # it is connected and printing
         watch.send_signal(signal.SIGINT)
