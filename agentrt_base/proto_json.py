@@ -141,6 +141,20 @@ def enum_name(enum: Any, prefix: str, value: int, field: str, *, required: bool 
     return short_name(enum, prefix, value, field)
 
 
+def display_name(enum: Any, value: int) -> str:
+    """For people: ``value``'s name without the enum's prefix (``RUN_STATUS_WAITING_APPROVAL``
+    as ``WAITING_APPROVAL``; the prefix is what precedes ``UNSPECIFIED`` in the name of 0,
+    which every enum of the contract has). Never refused: a number this client does not know
+    (a newer server's value) is shown as the number. ``enum``: a generated wrapper, or an
+    ``EnumDescriptor`` (a field's ``enum_type``)."""
+    values = enum.values_by_number if hasattr(enum, "values_by_number") else None
+    if values is None:
+        values = enum.DESCRIPTOR.values_by_number
+    prefix = values[0].name.removesuffix("UNSPECIFIED") if 0 in values else ""
+    known = values.get(value)
+    return known.name.removeprefix(prefix) if known is not None else str(value)
+
+
 def enum_value(enum: Any, prefix: str, name: str) -> Any:
     """The number of short name ``name`` ("" is 0, UNSPECIFIED); the inverse of
     :func:`enum_name`. Names come from our own storage, so an unknown one is a bug

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import getpass
 import json
 import os
@@ -32,6 +31,7 @@ from grpc_status import rpc_status
 from agentrt.registry.v1 import enum_pb2, message_pb2
 from agentrt.registry.v1 import registry_service_pb2 as pb
 from agentrt.registry.v1 import registry_service_pb2_grpc as pb_grpc
+from agentrt_base import proto_json
 from agentrt_base.errors import InvalidArgument, NotFound
 from agentrt_base.settings import DEFAULT_PORT, resolve_target
 from agentrt_base.tls import cannot_reach, client_channel
@@ -567,7 +567,7 @@ def _component_from_proto(c: message_pb2.Component) -> Component:
         description=c.description,
         spec=proto_map.spec_to_json(kind, c.spec, "component.spec"),
         schema_digest=c.schema_digest or None,
-        publish_time=c.publish.publish_time.ToDatetime(tzinfo=dt.UTC),
+        publish_time=proto_json.from_timestamp(c.publish.publish_time),
         provenance=proto_map.provenance_from_proto(c.publish.provenance),
     )
 
@@ -587,7 +587,7 @@ def _show(args: argparse.Namespace) -> int:
     if args.digest:
         print(version.digest)
         return 0
-    how = enum_pb2.ReferenceKind.Name(resolution.kind).removeprefix("REFERENCE_KIND_").lower()
+    how = proto_json.display_name(enum_pb2.ReferenceKind, resolution.kind).lower()
     if resolution.kind == enum_pb2.REFERENCE_KIND_TAG:
         how += f" {resolution.tag}, event {resolution.tag_event_sequence}"
     provenance = version.publish.provenance
@@ -659,7 +659,7 @@ def timestamp_text(stamp: timestamp_pb2.Timestamp, *, precise: bool = False) -> 
     milliseconds when ``precise``); ``-`` when unset."""
     if not stamp.seconds and not stamp.nanos:
         return "-"
-    moment = stamp.ToDatetime(tzinfo=dt.UTC)
+    moment = proto_json.from_timestamp(stamp)
     text = moment.isoformat(timespec="milliseconds" if precise else "seconds")
     return text.replace("+00:00", "Z")
 
@@ -707,7 +707,7 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _change_line(change: message_pb2.FieldChange) -> str:
-    kind = enum_pb2.ChangeType.Name(change.type).removeprefix("CHANGE_TYPE_")
+    kind = proto_json.display_name(enum_pb2.ChangeType, change.type)
 
     def side(value: str) -> str:
         # Descriptions are free text: quote them so the change stays on one line.
@@ -808,7 +808,7 @@ def _history(args: argparse.Namespace) -> int:
         print(json_format.MessageToJson(everything, preserving_proto_field_name=True))
         return 0
     for e in everything.events:
-        kind = enum_pb2.TagEventType.Name(e.type).removeprefix("TAG_EVENT_TYPE_")
+        kind = proto_json.display_name(enum_pb2.TagEventType, e.type)
         target = e.to_digest if e.to_digest else f"(was {e.from_digest})"
         by = e.actor or "(not recorded)"
         if e.actor_label and e.actor_label != e.actor:

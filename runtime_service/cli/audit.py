@@ -31,6 +31,7 @@ from agentrt.audit.v1 import message_pb2 as apb
 from agentrt.registry.v1 import message_pb2 as rpb
 from agentrt.runtime.v1 import enum_pb2
 from agentrt.runtime.v1 import message_pb2 as mpb
+from agentrt_base import proto_json
 from agentrt_base.auth import display_actor
 from agentrt_base.ids import has_prefix
 from agentrt_base.settings import resolve_target
@@ -237,7 +238,7 @@ def _print_blob(digest: str, response: pb.GetProvenanceResponse) -> None:
         return
     print(f"blob {digest}")
     for ref in response.blob_references:
-        role = apb.BlobRole.Name(ref.role).removeprefix("BLOB_ROLE_").lower().replace("_", " ")
+        role = proto_json.display_name(apb.BlobRole, ref.role).lower().replace("_", " ")
         extra = ref.artifact_id or ref.checkpoint_id
         print(f"  {role:<11} run {ref.run_id}  step {ref.step_id}{'  ' + extra if extra else ''}")
     for record in response.records:

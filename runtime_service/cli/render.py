@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TextIO
 
-from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from rich.cells import cell_len
@@ -36,6 +35,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
+from agentrt_base import proto_json
 from registry.cli import timestamp_text
 from runtime_service.events import event_type_name
 
@@ -80,7 +80,7 @@ def console(stream: TextIO | None = None) -> Console:
 
 def as_dict(message: Message) -> dict[str, Any]:
     """``message`` as JSON-ready data, with the proto field names (``thread_id``)."""
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+    return proto_json.message_json(message)
 
 
 def json_line(data: Message | Mapping[str, Any]) -> str:
@@ -98,9 +98,7 @@ def enum_label(enum: Any, value: int) -> str:
     """``RUN_STATUS_WAITING_APPROVAL`` as ``WAITING_APPROVAL``; ``-`` when unset."""
     if not value:
         return "-"
-    # Every enum of the contract starts with its ``<PREFIX>_UNSPECIFIED = 0``.
-    prefix = str(enum.Name(0)).removesuffix("UNSPECIFIED")
-    return str(enum.Name(value)).removeprefix(prefix)
+    return proto_json.display_name(enum, value)
 
 
 def enum_choices(enum: Any) -> list[str]:
@@ -329,10 +327,7 @@ def _scalar(field: FieldDescriptor, value: Any) -> str:
 
 def _enum(field: FieldDescriptor, value: int) -> str:
     assert field.enum_type is not None  # an enum field always has its enum type
-    values = field.enum_type.values_by_number
-    prefix = values[0].name.removesuffix("UNSPECIFIED")
-    known = values.get(value)
-    return known.name.removeprefix(prefix) if known else str(value)
+    return proto_json.display_name(field.enum_type, value)
 
 
 def _flatten(message: Message, prefix: str) -> list[str]:

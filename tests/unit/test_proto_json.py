@@ -17,6 +17,7 @@ from agentrt_base.errors import InvalidArgument
 from agentrt_base.proto_json import (
     MAX_SAFE_INTEGER,
     NonFiniteNumber,
+    display_name,
     duration_or_none,
     enum_name,
     enum_value,
@@ -185,3 +186,18 @@ def test_message_structs_keep_protobufs_own_mapping() -> None:
     goal = message_pb2.Goal(objective="o")
     goal.extra.update({"n": 1})
     assert message_json(goal) == {"objective": "o", "extra": {"n": 1.0}}
+
+
+def test_display_names_are_short_and_never_refuse_a_newer_value() -> None:
+    from agentrt.runtime.v1 import enum_pb2 as runtime_enums
+
+    run_status = runtime_enums.RunStatus
+    assert display_name(run_status, run_status.Value("RUN_STATUS_WAITING_APPROVAL")) == (
+        "WAITING_APPROVAL"
+    )
+    assert display_name(run_status, 0) == "UNSPECIFIED"
+    # A value a newer server may send and this client does not know: shown, not raised.
+    assert display_name(run_status, 999) == "999"
+    # A field's enum descriptor works as the generated wrapper does.
+    descriptor = run_status.DESCRIPTOR
+    assert display_name(descriptor, run_status.Value("RUN_STATUS_FAILED")) == "FAILED"
