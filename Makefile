@@ -36,7 +36,7 @@ test: $(VENV)/.stamp node_modules/.stamp
 	$(PY) -m pytest -q $(PYTEST_WORKERS) --durations=15 $(PYTEST_ARGS)
 
 # Line coverage of the packages over the whole suite (slower: the time budget is off).
-COVERAGE_PACKAGES := --cov=agentrt_base --cov=agentrt_sdk --cov=registry --cov=runtime_service
+COVERAGE_PACKAGES := --cov=agentrt_base --cov=agentrt_core --cov=agentrt_sdk --cov=registry --cov=runtime_service
 coverage: $(VENV)/.stamp node_modules/.stamp
 	AGENTRT_TEST_TIME_BUDGET=off $(PY) -m pytest -q $(PYTEST_WORKERS) $(COVERAGE_PACKAGES) \
 	  --cov-report=term:skip-covered $(PYTEST_ARGS)
@@ -46,7 +46,7 @@ coverage: $(VENV)/.stamp node_modules/.stamp
 check: $(VENV)/.stamp
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy agentrt_base agentrt_sdk registry runtime_service
+	$(BIN)/mypy agentrt_base agentrt_core agentrt_sdk registry runtime_service
 	$(PY) -m pytest -q tests/unit
 
 # One pinned command produces generated/: protoc from grpcio-tools with the mypy-protobuf plugins.
@@ -65,7 +65,7 @@ check-gen: gen
 lint: $(VENV)/.stamp node_modules/.stamp
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy agentrt_base agentrt_sdk registry runtime_service
+	$(BIN)/mypy agentrt_base agentrt_core agentrt_sdk registry runtime_service
 	$(BUF) lint
 	$(BUF) format --diff --exit-code
 

@@ -27,9 +27,9 @@ from enum import Enum
 from functools import lru_cache
 from typing import Any
 
-from agentrt_base import reasons
 from agentrt_base.auth import CALLER, ROLES, Principal
-from agentrt_base.errors import InvalidArgument, PermissionDenied
+from agentrt_core import reasons
+from agentrt_core.errors import InvalidArgument, PermissionDenied
 
 #: Where a thread (and its runs, messages, blobs and artifacts) lives when nobody says.
 DEFAULT_NAMESPACE = "default"

@@ -63,10 +63,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentrt_base import oidc, reasons
-from agentrt_base.errors import Unauthenticated
+from agentrt_base import oidc
 from agentrt_base.limits import LimitOverrides
-from agentrt_base.tag_names import is_tag_spelling, tag_spelling
+from agentrt_core import reasons
+from agentrt_core.errors import Unauthenticated
+from agentrt_core.tag_names import is_tag_spelling, tag_spelling
 
 log = logging.getLogger("agentrt.auth")
 

@@ -32,7 +32,6 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
-from agentrt_base import errors
 from agentrt_base.db_engines import (
     WriterLock,
     normalise_url,
@@ -44,6 +43,7 @@ from agentrt_base.db_engines import (
 from agentrt_base.db_failures import DatabaseUnavailable, database_failure
 from agentrt_base.group_commit import GroupCommitWriter
 from agentrt_base.settings import DatabaseSettings
+from agentrt_core import errors
 
 if TYPE_CHECKING:
     from agentrt_base.raw import RawTx

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from agentrt_base import errors, reasons
+from agentrt_core import errors, reasons
 
 
 class DatabaseUnavailable(Exception):

@@ -1,7 +1,7 @@
 """Domain errors → gRPC status with ``google.rpc`` details, in one place.
 
 A server interceptor wraps every handler of every service: servicers raise
-:class:`agentrt_base.errors.AgentrtError` subclasses and never touch status codes themselves.
+:class:`agentrt_core.errors.AgentrtError` subclasses and never touch status codes themselves.
 Details follow https://google.aip.dev/193: ``ErrorInfo`` (reason, domain, metadata) on every
 error, plus ``BadRequest`` field violations or ``ResourceInfo`` where they apply. They travel in
 the ``grpc-status-details-bin`` trailer, which every official gRPC client library decodes
@@ -36,13 +36,13 @@ import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
-from agentrt_base import errors, reasons
 from agentrt_base.access import VISIBLE
 from agentrt_base.auth import CALLER
 from agentrt_base.db_failures import database_failure
 from agentrt_base.ids import new_id
 from agentrt_base.limits import METHOD_KINDS, Limiter, Slot, anonymous_key
 from agentrt_base.wire import Undecodable, check_request, guard_deserializer
+from agentrt_core import errors, reasons
 
 log = logging.getLogger("agentrt.errors")
 

@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
-from agentrt_base import reasons
-from agentrt_base.errors import ResourceExhausted
+from agentrt_core import reasons
+from agentrt_core.errors import ResourceExhausted
 
 
 class Kind(enum.Enum):

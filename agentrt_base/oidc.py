@@ -32,8 +32,8 @@ from typing import Any
 
 import jwt
 
-from agentrt_base import reasons
-from agentrt_base.errors import Unauthenticated, Unavailable
+from agentrt_core import reasons
+from agentrt_core.errors import Unauthenticated, Unavailable
 
 log = logging.getLogger("agentrt.auth")
 

@@ -8,20 +8,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from agentrt_base.limits import Limits
 from agentrt_base.tls import ServerTls
+from agentrt_core.connect import DEFAULT_PORT
 
-#: The port agentrt serves on, and the one a client's ``--target HOST`` means when it names
-#: none (gRPC's own default for a bare host is 443, which no agentrt server listens on).
-DEFAULT_PORT = 50051
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 DEFAULT_DATABASE_URL = "sqlite:///./agentrt.db"
-DEFAULT_TARGET = DEFAULT_LISTEN
-#: gRPC name-resolver schemes (grpc/grpc doc/naming.md): a target that starts with one is
-#: passed to gRPC as it is.
-_TARGET_SCHEMES = ("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:")
 
 ENV_LISTEN = "AGENTRT_LISTEN"
 ENV_INSECURE = "AGENTRT_INSECURE"
@@ -30,7 +23,6 @@ ENV_DATABASE_URL = "AGENTRT_DATABASE_URL"
 #: A file whose content is the database password (it replaces the URL's), so the password
 #: need not appear in the process's arguments or environment.
 ENV_DATABASE_PASSWORD_FILE = "AGENTRT_DATABASE_PASSWORD_FILE"
-ENV_TARGET = "AGENTRT_TARGET"
 ENV_STEP_PROCESS = "AGENTRT_STEP_PROCESS"
 ENV_DB_CONNECT_TIMEOUT = "AGENTRT_DB_CONNECT_TIMEOUT"
 ENV_DB_STATEMENT_TIMEOUT = "AGENTRT_DB_STATEMENT_TIMEOUT"
@@ -275,44 +267,3 @@ def _limits(
         watches=_or(_count(max_watches, env, ENV_MAX_WATCHES), default.watches),
         long_polls=_or(_count(max_long_polls, env, ENV_MAX_LONG_POLLS), default.long_polls),
     )
-
-
-class TargetError(ValueError):
-    """A server address that is not one (a URL): the message is the one line to show."""
-
-
-def resolve_target(target: str | None, environ: Mapping[str, str] | None = None) -> str:
-    """The server address a client command talks to: ``--target``, ``AGENTRT_TARGET``, default;
-    a host named without a port gets :data:`DEFAULT_PORT` (:func:`with_default_port`).
-
-    Raises:
-        TargetError: it is a URL (``http://127.0.0.1:50051``). gRPC would read it as a host
-            named ``http`` and answer "Misformatted domain name"; whether to use TLS is
-            ``--tls-ca``'s to say, not a scheme's, so a URL is refused rather than guessed at.
-    """
-    env = os.environ if environ is None else environ
-    given = target or env.get(ENV_TARGET) or DEFAULT_TARGET
-    if "://" in given and not given.startswith(_TARGET_SCHEMES):
-        where = "--target" if target else ENV_TARGET
-        address = with_default_port(urlsplit(given).netloc or DEFAULT_TARGET)
-        tls = " with --tls-ca" if given.startswith("https://") else ""
-        raise TargetError(f"{where} takes HOST:PORT, not a URL ({given}): use {address}{tls}")
-    return with_default_port(given)
-
-
-def with_default_port(target: str) -> str:
-    """``target`` with :data:`DEFAULT_PORT` added when it names a host and no port.
-
-    ``HOST``, ``[V6]`` and a bare IPv6 address get the port; ``HOST:PORT``, ``[V6]:PORT`` and
-    a target with a gRPC scheme (``dns:``, ``unix:``, ...) are returned unchanged.
-    """
-    if target.startswith(_TARGET_SCHEMES):
-        return target
-    if target.startswith("["):
-        return target if "]:" in target else f"{target}:{DEFAULT_PORT}"
-    colons = target.count(":")
-    if colons == 0:
-        return f"{target}:{DEFAULT_PORT}"
-    if colons > 1:  # an IPv6 address without brackets cannot carry a port
-        return f"[{target}]:{DEFAULT_PORT}"
-    return target

@@ -30,8 +30,8 @@ from typing import Any
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from agentrt_base import reasons
-from agentrt_base.errors import FieldViolation, InvalidArgument
+from agentrt_core import reasons
+from agentrt_core.errors import FieldViolation, InvalidArgument
 
 #: ``google/protobuf/timestamp.proto``: "Range is from 0001-01-01T00:00:00Z to
 #: 9999-12-31T23:59:59.999999999Z".

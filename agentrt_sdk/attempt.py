@@ -32,8 +32,9 @@ from google.protobuf import struct_pb2
 
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
-from agentrt_base.errors import FailedPrecondition
-from agentrt_base.proto_json import short_name, struct_to_json
+from agentrt_core import resolution
+from agentrt_core.errors import FailedPrecondition
+from agentrt_core.proto_json import short_name, struct_to_json
 from agentrt_sdk.client import AgentrtClient
 from agentrt_sdk.models.base import (
     ModelAdapter,
@@ -44,7 +45,6 @@ from agentrt_sdk.models.base import (
     ToolSpec,
 )
 from agentrt_sdk.retry import ModelRetryPolicy, RetriesExhausted
-from runtime_service import resolution
 
 _log = logging.getLogger("agentrt_sdk.worker")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from agentrt.runtime.v1 import message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
+from agentrt_core.canonical import digest_bytes
 from agentrt_sdk.transport import Connection
-from registry.canonical import digest_bytes
 
 #: The largest chunk the server takes (runtime_service.proto, PutBlob).
 CHUNK = 1 << 20

@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any
 
 from agentrt.runtime.v1 import event_pb2
-from agentrt_base.tls import ClientTls
+from agentrt_core.connect import ClientTls
 from agentrt_sdk.audit_api import Audit
 from agentrt_sdk.blobs_api import Blobs
 from agentrt_sdk.registry_api import Registry

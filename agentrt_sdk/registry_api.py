@@ -7,9 +7,9 @@ from pathlib import Path
 
 from agentrt.registry.v1 import message_pb2 as rmsg
 from agentrt.registry.v1 import registry_service_pb2 as rpb
+from agentrt_core.bundle import Bundle, load
 from agentrt_sdk.paging import collect
 from agentrt_sdk.transport import Connection
-from registry.bundle import Bundle, load
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Registry:
         tag: str | None = None,
     ) -> Published:
         """Publish a bundle (a YAML file as ``agentrt publish`` reads it, or a parsed
-        :class:`registry.bundle.Bundle`): its components in file order, then its agent,
+        :class:`agentrt_core.bundle.Bundle`): its components in file order, then its agent,
         then move ``tag`` to it. Publishing content already published changes nothing."""
         if not isinstance(bundle, Bundle):
             bundle = load(bundle)

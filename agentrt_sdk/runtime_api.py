@@ -12,7 +12,7 @@ from google.protobuf import struct_pb2
 
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
-from agentrt_base.proto_json import to_timestamp
+from agentrt_core.proto_json import to_timestamp
 from agentrt_sdk.paging import collect
 from agentrt_sdk.transport import Connection
 

@@ -35,12 +35,12 @@ from google.protobuf.message import Message
 from agentrt.audit.v1 import audit_service_pb2_grpc
 from agentrt.registry.v1 import registry_service_pb2_grpc
 from agentrt.runtime.v1 import runtime_service_pb2_grpc, worker_service_pb2_grpc
-from agentrt_base.settings import resolve_target
-from agentrt_base.tls import (
+from agentrt_core.connect import (
     ENV_TOKEN,
     ClientTls,
     channel_credentials,
     plaintext_failure_hint,
+    resolve_target,
 )
 from agentrt_sdk import errors
 

@@ -35,9 +35,9 @@ from agentrt.registry.v1 import (  # noqa: E402
     registry_service_pb2_grpc,
 )
 from agentrt.registry.v1 import registry_service_pb2 as pb  # noqa: E402
+from agentrt_core import canonical, publishing  # noqa: E402
+from agentrt_core.model import ClosureEntry, ComponentDraft, ComponentKind  # noqa: E402
 from bench.common import closed_loop, database, fmt_row, median_result, server_process  # noqa: E402
-from registry import canonical, publishing  # noqa: E402
-from registry.model import ClosureEntry, ComponentDraft, ComponentKind  # noqa: E402
 
 TOOLS, SKILLS = 50, 10
 

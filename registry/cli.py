@@ -3,7 +3,7 @@
 ``publish`` is what a CI job runs: it publishes the components a bundle file declares, then
 the agent, prints the agent digest alone on stdout (so ``DIGEST=$(agentrt publish f.yaml)``
 works) and optionally moves a tag with a compare-and-swap expectation. ``digest`` computes
-the same digest offline with the same code the server runs (:mod:`registry.publishing`).
+the same digest offline with the same code the server runs (:mod:`agentrt_core.publishing`).
 
 Exit codes: 0 success; 1 the registry refused (a gRPC error, a reference the server was
 asked for and does not have), reported as one ``agentrt: <reason>`` line on stderr; 2 the
@@ -31,20 +31,18 @@ from grpc_status import rpc_status
 from agentrt.registry.v1 import enum_pb2, message_pb2
 from agentrt.registry.v1 import registry_service_pb2 as pb
 from agentrt.registry.v1 import registry_service_pb2_grpc as pb_grpc
-from agentrt_base import proto_json
-from agentrt_base.errors import InvalidArgument, NotFound
-from agentrt_base.settings import DEFAULT_PORT, resolve_target
-from agentrt_base.tls import cannot_reach, client_channel
-from registry import proto_map
-from registry.bundle import (
+from agentrt_core import proto_json, registry_map
+from agentrt_core.bundle import (
     AGENT_PREFIX,
     BundleError,
     digest_bundle,
     digest_components,
     load,
 )
-from registry.model import Component
-from registry.publishing import check_definition
+from agentrt_core.connect import DEFAULT_PORT, cannot_reach, client_channel, resolve_target
+from agentrt_core.errors import InvalidArgument, NotFound
+from agentrt_core.model import Component
+from agentrt_core.publishing import check_definition
 
 __all__ = [
     "EXIT_FAILED",
@@ -510,13 +508,13 @@ def _digest(args: argparse.Namespace) -> int:
         ) from exc
     print(digested.digest)
     if args.closure:
-        for line in _closure_lines(proto_map.closure_to_proto(digested.closure)):
+        for line in _closure_lines(registry_map.closure_to_proto(digested.closure)):
             print(line)
     return 0
 
 
 class ServerComponentSource:
-    """A :class:`registry.publishing.ComponentSource` that reads published components from a
+    """A :class:`agentrt_core.publishing.ComponentSource` that reads published components from a
     server (``GetComponent``, ``ListComponents``), for ``agentrt digest --target``."""
 
     def __init__(self, stub: pb_grpc.RegistryServiceStub, timeout: float) -> None:
@@ -558,17 +556,17 @@ class ServerComponentSource:
 
 
 def _component_from_proto(c: message_pb2.Component) -> Component:
-    kind = proto_map.kind_from_proto(c.kind)
+    kind = registry_map.kind_from_proto(c.kind)
     return Component(
         kind=kind,
         name=c.name,
         version=c.version,
         digest=c.digest,
         description=c.description,
-        spec=proto_map.spec_to_json(kind, c.spec, "component.spec"),
+        spec=registry_map.spec_to_json(kind, c.spec, "component.spec"),
         schema_digest=c.schema_digest or None,
         publish_time=proto_json.from_timestamp(c.publish.publish_time),
-        provenance=proto_map.provenance_from_proto(c.publish.provenance),
+        provenance=registry_map.provenance_from_proto(c.publish.provenance),
     )
 
 

@@ -16,10 +16,11 @@ from typing import Generic, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from agentrt_base import reasons
 from agentrt_base.auth import CALLER, TagPolicy, caller_name
 from agentrt_base.db import Database, utcnow
-from agentrt_base.errors import (
+from agentrt_core import content_limits, reasons, refs
+from agentrt_core.canonical import ComponentKind
+from agentrt_core.errors import (
     Aborted,
     AlreadyExists,
     FailedPrecondition,
@@ -27,12 +28,8 @@ from agentrt_base.errors import (
     NotFound,
     ViolationCollector,
 )
-from agentrt_base.lru import LruCache
-from agentrt_base.paging import cut_page, page_request
-from agentrt_base.tag_names import tag_spelling
-from registry import limits, refs, store
-from registry.canonical import ComponentKind
-from registry.model import (
+from agentrt_core.lru import LruCache
+from agentrt_core.model import (
     AgentDefinition,
     AgentVersion,
     ClosureEntry,
@@ -46,7 +43,8 @@ from registry.model import (
     TagEvent,
     VerifiedProvenance,
 )
-from registry.publishing import (
+from agentrt_core.paging import cut_page, page_request
+from agentrt_core.publishing import (
     ComponentSource,
     DigestedAgent,
     DigestedComponent,
@@ -54,6 +52,8 @@ from registry.publishing import (
     digest_agent,
     digest_component,
 )
+from agentrt_core.tag_names import tag_spelling
+from registry import store
 from registry.tag_policy import check_tag_policies
 
 T = TypeVar("T")
@@ -238,12 +238,14 @@ class StoreSource(ComponentSource):
 
 def check_provenance(provenance: Provenance, problems: ViolationCollector) -> None:
     for key in ("publisher", "source_repo", "commit", "pipeline_url"):
-        if len(getattr(provenance, key)) > limits.MAX_PROVENANCE_FIELD_CHARS:
+        if len(getattr(provenance, key)) > content_limits.MAX_PROVENANCE_FIELD_CHARS:
             problems.add(f"provenance.{key}", "too long")
-    if len(provenance.labels) > limits.MAX_PROVENANCE_LABELS:
-        problems.add("provenance.labels", f"more than {limits.MAX_PROVENANCE_LABELS} labels")
+    if len(provenance.labels) > content_limits.MAX_PROVENANCE_LABELS:
+        problems.add(
+            "provenance.labels", f"more than {content_limits.MAX_PROVENANCE_LABELS} labels"
+        )
     for key, value in provenance.labels.items():
-        if len(key) > 256 or len(value) > limits.MAX_PROVENANCE_FIELD_CHARS:
+        if len(key) > 256 or len(value) > content_limits.MAX_PROVENANCE_FIELD_CHARS:
             problems.add(f"provenance.labels[{key[:40]}]", "too long")
 
 
@@ -505,8 +507,8 @@ class RegistryService:
             page_token,
             filters,
             key=(str, dt.datetime, str),
-            default=limits.DEFAULT_PAGE_SIZE,
-            maximum=limits.MAX_PAGE_SIZE,
+            default=content_limits.DEFAULT_PAGE_SIZE,
+            maximum=content_limits.MAX_PAGE_SIZE,
         )
 
         def read(session: Session) -> Page[Component]:
@@ -646,8 +648,8 @@ class RegistryService:
             page_token,
             filters,
             key=(dt.datetime, str),
-            default=limits.DEFAULT_PAGE_SIZE,
-            maximum=limits.MAX_PAGE_SIZE,
+            default=content_limits.DEFAULT_PAGE_SIZE,
+            maximum=content_limits.MAX_PAGE_SIZE,
         )
 
         def read(session: Session) -> Page[AgentVersion]:
@@ -838,8 +840,8 @@ class RegistryService:
             page_token,
             filters,
             key=(str, str),
-            default=limits.DEFAULT_PAGE_SIZE,
-            maximum=limits.MAX_PAGE_SIZE,
+            default=content_limits.DEFAULT_PAGE_SIZE,
+            maximum=content_limits.MAX_PAGE_SIZE,
         )
 
         def read(session: Session) -> Page[Tag]:
@@ -875,8 +877,8 @@ class RegistryService:
             page_token,
             filters,
             key=(int,),
-            default=limits.DEFAULT_PAGE_SIZE,
-            maximum=limits.MAX_PAGE_SIZE,
+            default=content_limits.DEFAULT_PAGE_SIZE,
+            maximum=content_limits.MAX_PAGE_SIZE,
         )
 
         def read(session: Session) -> Page[TagEvent]:
@@ -923,10 +925,10 @@ class RegistryService:
                 if tag_name
                 else "required",
             )
-        if len(actor) > limits.MAX_ACTOR_CHARS:
-            problems.add("actor", f"at most {limits.MAX_ACTOR_CHARS} characters")
-        if len(reason) > limits.MAX_REASON_CHARS:
-            problems.add("reason", f"at most {limits.MAX_REASON_CHARS} characters")
+        if len(actor) > content_limits.MAX_ACTOR_CHARS:
+            problems.add("actor", f"at most {content_limits.MAX_ACTOR_CHARS} characters")
+        if len(reason) > content_limits.MAX_REASON_CHARS:
+            problems.add("reason", f"at most {content_limits.MAX_REASON_CHARS} characters")
         check_provenance(provenance, problems)
 
     @staticmethod

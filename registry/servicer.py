@@ -10,10 +10,10 @@ from agentrt.registry.v1 import message_pb2, registry_service_pb2_grpc
 from agentrt.registry.v1 import registry_service_pb2 as pb
 from agentrt_base.auth import TagPolicy
 from agentrt_base.db import Database
-from agentrt_base.errors import InvalidArgument
-from agentrt_base.lru import LruCache
-from registry import proto_map as pm
-from registry.model import AgentVersion
+from agentrt_core import registry_map as pm
+from agentrt_core.errors import InvalidArgument
+from agentrt_core.lru import LruCache
+from agentrt_core.model import AgentVersion
 from registry.service import RegistryService
 
 Context = Any  # grpc.aio.ServicerContext; the handlers never touch it (errors are raised)

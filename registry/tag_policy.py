@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentrt_base import reasons
 from agentrt_base.auth import TagPolicy, claims_match
-from agentrt_base.errors import FailedPrecondition
-from registry.model import VerifiedProvenance
+from agentrt_core import reasons
+from agentrt_core.errors import FailedPrecondition
+from agentrt_core.model import VerifiedProvenance
 
 
 def check_tag_policies(

@@ -3,7 +3,7 @@
 The server uses :func:`verify_chain` for ``VerifyRun`` and :func:`build_document` /
 :func:`encode` for ``ExportBundle``; ``agentrt audit verify BUNDLE`` uses :func:`decode` and
 :func:`verify_bundle` on a file alone. Both sides run the same functions, and the digests are
-recomputed with the registry's own canonical form (:mod:`registry.canonical`) and the event
+recomputed with the registry's own canonical form (:mod:`agentrt_core.canonical`) and the event
 hash of :mod:`runtime_service.events`, so "verifies offline" means "recomputes exactly what the
 server computed when it wrote the data". ``docs/audit.md`` describes the format.
 """
@@ -15,10 +15,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from registry import canonical
-from registry.canonical import CanonicalError, ComponentKind
-from registry.model import ClosureEntry
-from registry.publishing import to_agent_closure
+from agentrt_core import canonical
+from agentrt_core.canonical import CanonicalError, ComponentKind
+from agentrt_core.model import ClosureEntry
+from agentrt_core.publishing import to_agent_closure
 from runtime_service import audit_rows
 from runtime_service.events import StoredEvent, event_hash, format_time
 

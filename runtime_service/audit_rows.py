@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from registry import canonical
+from agentrt_core import canonical
 
 # KINDS, EventLike and usage_id are part of what this module's callers use: re-exported.
 from runtime_service.audit_replay import KINDS as KINDS

@@ -7,9 +7,8 @@ bytes are stored) and passes it in.
 
 from __future__ import annotations
 
-from agentrt_base import reasons
-from agentrt_base.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
-from registry import refs
+from agentrt_core import reasons, refs
+from agentrt_core.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 
 #: The largest chunk a PutBlob message may carry (the contract's "at most 1 MiB per message"),
 #: and the size of the chunks GetBlob answers with.

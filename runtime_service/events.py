@@ -25,8 +25,8 @@ from sqlalchemy.orm import Session
 
 from agentrt_base import raw
 from agentrt_base.ids import new_id
-from agentrt_base.proto_json import message_json
-from registry import canonical
+from agentrt_core import canonical
+from agentrt_core.proto_json import message_json
 from runtime_service.store.tables import EventRow, ThreadRow
 
 # Core tables for the hot path (the ORM classes' __table__ is typed as a generic FromClause).
@@ -108,7 +108,7 @@ def _document_hash(
     attributes are serialised once, and the same bytes are what the event stores. The other
     members are strings and a sequence number, written here directly: a string as the C
     encoder of :mod:`json` writes it with ``ensure_ascii=False`` is its JCS form (the escapes
-    of RFC 8785 section 3.2.2.2; ``registry.canonical`` relies on the same), and a sequence is
+    of RFC 8785 section 3.2.2.2; ``agentrt_core.canonical`` relies on the same), and a sequence is
     a small positive integer, plain digits.
     """
     if not 0 <= sequence <= canonical.MAX_SAFE_INTEGER:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from agentrt_base.auth import token_hash  # one way to keep a secret: its SHA-256
-from agentrt_base.errors import AgentrtError, InvalidArgument, LeaseLost
+from agentrt_core.errors import AgentrtError, InvalidArgument, LeaseLost
 
 #: Bytes of randomness in a lease token (256 bits; the issue asks for at least 128).
 TOKEN_BYTES = 32

@@ -22,7 +22,7 @@ from typing import Any
 from grpc_health.v1 import health, health_pb2
 
 from agentrt_base.db import Database
-from agentrt_base.errors import AgentrtError
+from agentrt_core.errors import AgentrtError
 
 log = logging.getLogger("agentrt.health")
 

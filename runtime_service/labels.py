@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import unicodedata
 
-from agentrt_base.errors import ViolationCollector
+from agentrt_core.errors import ViolationCollector
 
 #: Entries one map may hold, and bytes its JSON may take.
 MAX_ENTRIES = 64

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from agentrt_base import reasons
-from agentrt_base.errors import FailedPrecondition
+from agentrt_core import reasons
+from agentrt_core.errors import FailedPrecondition
 
 
 class RunStatus(StrEnum):

@@ -10,11 +10,11 @@ from typing import Any
 from google.protobuf import json_format, timestamp_pb2
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
-from agentrt_base.lru import LruCache
-from agentrt_base.proto_json import enum_value, to_timestamp
+from agentrt_core.lru import LruCache
+from agentrt_core.proto_json import enum_value, to_timestamp
+from agentrt_core.resolution import BoundDefinition
 from runtime_service.events import StoredEvent
 from runtime_service.records import Input, Step
-from runtime_service.resolution import BoundDefinition
 from runtime_service.store.ledger import (
     ArtifactRow,
     BlobRow,
@@ -65,7 +65,7 @@ def binding(run: RunRow) -> message_pb2.AgentBinding:
         version_label=run.agent_version_label,
         resolved_via_tag=run.agent_resolved_via_tag,
         resolve_time=timestamp(run.agent_resolve_time),
-        # By name: the stored value is registry.model.ReferenceKind's, whose proto twin
+        # By name: the stored value is agentrt_core.model.ReferenceKind's, whose proto twin
         # numbers its values independently of agentrt.runtime.v1.ReferenceKind.
         reference_kind=enum_value(
             enum_pb2.ReferenceKind, "REFERENCE_KIND_", run.agent_reference_kind

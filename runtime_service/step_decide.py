@@ -9,9 +9,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from agentrt_base import reasons
 from agentrt_base.auth import display_actor
-from agentrt_base.errors import (
+from agentrt_core import reasons, resolution
+from agentrt_core.errors import (
     AgentrtError,
     FailedPrecondition,
     FieldViolation,
@@ -19,12 +19,11 @@ from agentrt_base.errors import (
     NotFound,
     PermissionDenied,
 )
-from agentrt_base.lru import LruCache
-from runtime_service import resolution
+from agentrt_core.lru import LruCache
+from agentrt_core.resolution import BoundDefinition
 from runtime_service.blob_rules import blob_missing
 from runtime_service.fence import FenceClaim, fence_error
 from runtime_service.records import BLANK_STEP, Step, new_step
-from runtime_service.resolution import BoundDefinition
 from runtime_service.step_rules import (
     COUNTED,
     BeginDecision,

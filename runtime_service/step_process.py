@@ -47,9 +47,9 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from agentrt_base import reasons
-from agentrt_base.errors import Unavailable
 from agentrt_base.settings import DatabaseSettings
+from agentrt_core import reasons
+from agentrt_core.errors import Unavailable
 from runtime_service.notify import Notifier
 
 log = logging.getLogger("agentrt.step_process")

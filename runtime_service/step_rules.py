@@ -28,13 +28,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agentrt_base import reasons
-from agentrt_base.errors import (
+from agentrt_core import reasons, refs
+from agentrt_core.errors import (
     AgentrtError,
     ResourceExhausted,
     ViolationCollector,
 )
-from registry import refs
 from runtime_service.fence import FenceClaim
 from runtime_service.records import Step
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import worker_service_pb2 as pb
-from agentrt_base.proto_json import enum_name, struct_to_json
+from agentrt_core.proto_json import enum_name, struct_to_json
 from runtime_service.fence import FenceClaim
 from runtime_service.step_rules import StepEnd, StepRequest, step_end
 

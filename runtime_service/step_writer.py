@@ -41,13 +41,13 @@ from agentrt.runtime.v1 import worker_service_pb2 as pb
 from agentrt_base import gc_policy
 from agentrt_base.db import Database
 from agentrt_base.db_failures import database_failure
-from agentrt_base.errors import AgentrtError
 from agentrt_base.group_commit import run_raw_batch_sqlite
 from agentrt_base.raw import DeferredTx, RawTx, Writes, send_deferred
 from agentrt_base.settings import DatabaseSettings
+from agentrt_core.errors import AgentrtError
+from agentrt_core.resolution import BoundDefinition
 from runtime_service import notify
 from runtime_service.fence import FenceClaim
-from runtime_service.resolution import BoundDefinition
 from runtime_service.services.bound import BoundAgents
 from runtime_service.step_engine import Begun, Ended, StepEngine
 from runtime_service.step_process import (

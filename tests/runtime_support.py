@@ -20,7 +20,7 @@ from agentrt.runtime.v1 import (
 )
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
-from agentrt_base.tls import client_channel
+from agentrt_core.connect import client_channel
 from tests import registry_data
 
 #: The reference of the agent :meth:`Stubs.publish_plain_agent` publishes.

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
-from agentrt_base.proto_json import short_name
+from agentrt_core.proto_json import short_name
 from agentrt_sdk.client import AgentrtClient
 from agentrt_sdk.demo.login_fix import make_workspace
 from agentrt_sdk.transport import RetryPolicy

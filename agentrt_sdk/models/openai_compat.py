@@ -15,7 +15,7 @@ The request: the system prompt as a ``system`` message, then ``ModelRequest.mess
 are; the tools as ``function`` tools; ``ModelRequest.parameters`` merged into the request body
 unchanged (whatever the endpoint accepts: ``temperature``, ``max_tokens``, a vendor's own
 extensions), except that a whole-number float is sent as an integer (the number rule of
-:mod:`agentrt_base.proto_json`), because ``google.protobuf.Struct``
+:mod:`agentrt_core.proto_json`), because ``google.protobuf.Struct``
 (``ResolvedModel.parameters``) carries every number as a double and endpoints refuse
 ``"max_tokens": 8192.0``. Nothing is dropped: a parameter the endpoint refuses
 comes back as its 400, reported as ``ERROR_CLASS_PROVIDER_ERROR``, which says more than a
@@ -61,7 +61,7 @@ from openai.types.chat import (
 )
 
 from agentrt.runtime.v1 import enum_pb2
-from agentrt_base.proto_json import json_numbers
+from agentrt_core.proto_json import json_numbers
 from agentrt_sdk.models.base import ModelError, ModelRequest, ModelResponse, ToolCall
 
 #: Request keys the adapter sets itself; a model policy's parameters may not override them.

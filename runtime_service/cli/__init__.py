@@ -6,7 +6,7 @@ logging at INFO and prints, among other INFO lines, one per failed TLS handshake
 failed with error SSL_ERROR_SSL: ... WRONG_VERSION_NUMBER" for each plaintext client of a TLS
 server, issue 27), which reads like a fault of the server. ``ERROR`` (what gRPC documented as
 its default; it takes DEBUG, INFO, ERROR or NONE, no WARNING) keeps its errors; the client is
-the one told about the handshake (``agentrt_base.tls.PLAINTEXT_TO_TLS_HINT``). An operator
+the one told about the handshake (``agentrt_core.connect.PLAINTEXT_TO_TLS_HINT``). An operator
 who wants gRPC's INFO lines sets ``GRPC_VERBOSITY=INFO`` (``docs/security.md``, "TLS and
 mTLS")."""
 

@@ -31,12 +31,11 @@ from agentrt.audit.v1 import message_pb2 as apb
 from agentrt.registry.v1 import message_pb2 as rpb
 from agentrt.runtime.v1 import enum_pb2
 from agentrt.runtime.v1 import message_pb2 as mpb
-from agentrt_base import proto_json
 from agentrt_base.auth import display_actor
 from agentrt_base.ids import has_prefix
-from agentrt_base.settings import resolve_target
-from agentrt_base.tls import cannot_reach, client_channel
-from registry.canonical import digest_bytes
+from agentrt_core import proto_json
+from agentrt_core.canonical import digest_bytes
+from agentrt_core.connect import cannot_reach, client_channel, resolve_target
 from registry.cli import published_by, verified_text
 from runtime_service import audit_bundle
 from runtime_service.cli import render

@@ -24,7 +24,6 @@ from agentrt_base.settings import (
     DEFAULT_DATABASE_URL,
     DEFAULT_LISTEN,
     DEFAULT_MAX_STREAMS_PER_CONNECTION,
-    DEFAULT_PORT,
     ENV_AUTH_CONFIG,
     ENV_BLOB_QUOTA_BYTES,
     ENV_BLOB_UPLOAD_RATE,
@@ -40,13 +39,18 @@ from agentrt_base.settings import (
     ENV_NAMESPACE_BLOB_QUOTA_BYTES,
     ENV_RATE_BURST,
     ENV_RATE_LIMIT,
-    ENV_TARGET,
     MAX_CONNECTIONS_CEILING,
     ServerSettings,
+)
+from agentrt_core import connect
+from agentrt_core.connect import (
+    DEFAULT_PORT,
+    ENV_TARGET,
     TargetError,
+    cannot_reach,
+    client_channel,
     resolve_target,
 )
-from agentrt_base.tls import cannot_reach, client_channel
 from registry import cli as registry_cli
 from runtime_service import __version__
 from runtime_service.cli import audit as audit_cli
@@ -391,23 +395,24 @@ def add_target_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--token",
         metavar="TOKEN",
-        help=f"API token sent as `authorization: Bearer` (env {tls.ENV_TOKEN}; the environment"
+        help=f"API token sent as `authorization: Bearer` (env {connect.ENV_TOKEN}; the environment"
         " keeps it out of the process list)",
     )
     parser.add_argument(
         "--tls-ca",
         metavar="PATH",
-        help=f"CA of the server's certificate: connect over TLS (env {tls.ENV_TLS_CA})",
+        help=f"CA of the server's certificate: connect over TLS (env {connect.ENV_TLS_CA})",
     )
     parser.add_argument(
         "--tls-cert",
         metavar="PATH",
-        help=f"client certificate, for a server that requires one (env {tls.ENV_TLS_CLIENT_CERT})",
+        help="client certificate, for a server that requires one"
+        f" (env {connect.ENV_TLS_CLIENT_CERT})",
     )
     parser.add_argument(
         "--tls-key",
         metavar="PATH",
-        help=f"the client certificate's key (env {tls.ENV_TLS_CLIENT_KEY})",
+        help=f"the client certificate's key (env {connect.ENV_TLS_CLIENT_KEY})",
     )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt_base.auth import display_actor
-from agentrt_base.tls import ClientTls
+from agentrt_core.connect import ClientTls
 from agentrt_sdk import AgentrtClient, AgentrtError
 from registry.cli import add_timeout_argument, default_identity, key_value
 from runtime_service.cli import render

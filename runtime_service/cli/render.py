@@ -35,7 +35,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
-from agentrt_base import proto_json
+from agentrt_core import proto_json
 from registry.cli import timestamp_text
 from runtime_service.events import event_type_name
 

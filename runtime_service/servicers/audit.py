@@ -15,8 +15,8 @@ from agentrt.audit.v1 import audit_service_pb2_grpc
 from agentrt.audit.v1 import message_pb2 as apb
 from agentrt.runtime.v1 import enum_pb2
 from agentrt_base.access import VISIBLE
-from agentrt_base.proto_json import enum_name, enum_value, time_or_none
-from registry import proto_map as registry_map
+from agentrt_core import registry_map
+from agentrt_core.proto_json import enum_name, enum_value, time_or_none
 from runtime_service import proto_map as pm
 from runtime_service.audit_bundle import ChainReport, Format
 from runtime_service.audit_rows import RowReport

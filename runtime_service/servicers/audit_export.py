@@ -13,9 +13,9 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from agentrt_base.proto_json import message_json
+from agentrt_core.canonical import digest_bytes
+from agentrt_core.proto_json import message_json
 from registry import store as registry_store
-from registry.canonical import digest_bytes
 from runtime_service import audit_bundle, audit_rows
 from runtime_service import proto_map as pm
 from runtime_service.audit_bundle import Format

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from agentrt.runtime.v1 import worker_service_pb2 as pb
+from agentrt_core.resolution import BoundDefinition
 from runtime_service import proto_map as pm
 from runtime_service.records import Step
-from runtime_service.resolution import BoundDefinition
 from runtime_service.step_engine import Begun
 
 

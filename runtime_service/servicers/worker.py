@@ -7,7 +7,7 @@ from typing import Any
 from agentrt.runtime.v1 import enum_pb2, message_pb2, worker_service_pb2_grpc
 from agentrt.runtime.v1 import worker_service_pb2 as pb
 from agentrt_base.access import VISIBLE
-from agentrt_base.proto_json import duration_or_none, enum_name
+from agentrt_core.proto_json import duration_or_none, enum_name
 from runtime_service import proto_map as pm
 from runtime_service.servicers.step_messages import begin_step_response, end_step_response
 from runtime_service.services.bound import BoundAgents

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from agentrt_base import reasons
 from agentrt_base.auth import caller_name, display_actor
 from agentrt_base.db import utcnow
-from agentrt_base.errors import FailedPrecondition, InvalidArgument, NotFound, ViolationCollector
+from agentrt_core import reasons
+from agentrt_core.errors import FailedPrecondition, InvalidArgument, NotFound, ViolationCollector
 from runtime_service import lifecycle
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.records import Step, step_of

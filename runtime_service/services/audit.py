@@ -20,12 +20,12 @@ from typing import Any, Literal
 from sqlalchemy.orm import Session
 
 from agentrt_base.access import Visibility
-from agentrt_base.errors import InvalidArgument, NotFound
-from agentrt_base.lru import LruCache
-from registry import refs
+from agentrt_core import refs
+from agentrt_core.errors import InvalidArgument, NotFound
+from agentrt_core.lru import LruCache
+from agentrt_core.model import AgentVersion
 from registry import service as registry_service
 from registry import store as registry_store
-from registry.model import AgentVersion
 from runtime_service import audit_bundle
 from runtime_service.audit_bundle import ChainReport, Link
 from runtime_service.records import Step, step_of

@@ -24,8 +24,8 @@ from sqlalchemy.orm import Session
 
 from agentrt_base.access import DEFAULT_NAMESPACE
 from agentrt_base.db import utcnow
-from agentrt_base.errors import InvalidArgument, NotFound
-from registry import refs
+from agentrt_core import refs
+from agentrt_core.errors import InvalidArgument, NotFound
 from runtime_service.blob_rules import (
     CHUNK_BYTES,
     check_blob_size,

@@ -1,7 +1,7 @@
 """The bound definition of a run: its agent version with every component's content.
 
 Built once per agent digest and cached (an agent version never changes): AcquireRun hands
-its JSON to the worker (``registry.publishing.bound_agent_document`` in RFC 8785 form, the
+its JSON to the worker (``agentrt_core.publishing.bound_agent_document`` in RFC 8785 form, the
 shape docs/digest.md §1.5 documents), and BeginStep resolves against its parsed form.
 """
 
@@ -11,13 +11,13 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from agentrt_base.lru import LruCache
-from registry import publishing
+from agentrt_core import publishing
+from agentrt_core.canonical import canonical_bytes
+from agentrt_core.lru import LruCache
+from agentrt_core.model import ComponentDraft, ComponentKind
+from agentrt_core.resolution import BoundDefinition, bound_definition
 from registry import service as registry_service
 from registry import store as registry_store
-from registry.canonical import canonical_bytes
-from registry.model import ComponentDraft, ComponentKind
-from runtime_service.resolution import BoundDefinition, bound_definition
 
 
 @dataclass(frozen=True)

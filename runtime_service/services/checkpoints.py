@@ -5,8 +5,8 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from agentrt_base.db import utcnow
-from agentrt_base.errors import InvalidArgument, NotFound, ViolationCollector
-from agentrt_base.paging import cut_page, page_request
+from agentrt_core.errors import InvalidArgument, NotFound, ViolationCollector
+from agentrt_core.paging import cut_page, page_request
 from runtime_service import labels as label_rules
 from runtime_service.fence import FenceClaim
 from runtime_service.services.context import Runtime, scoped_request_id

@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 
 from agentrt_base.auth import caller_name
 from agentrt_base.db import utcnow
-from agentrt_base.errors import ViolationCollector
+from agentrt_core.errors import ViolationCollector
 from runtime_service import lifecycle
 from runtime_service.lifecycle import RunStatus
 from runtime_service.services.context import Runtime, scoped_request_id

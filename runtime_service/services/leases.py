@@ -18,14 +18,14 @@ from functools import partial
 
 from sqlalchemy.orm import Session
 
-from agentrt_base import reasons
 from agentrt_base.access import Visibility
 from agentrt_base.auth import caller_name
 from agentrt_base.db import utcnow
 from agentrt_base.db_failures import database_failure
-from agentrt_base.errors import FailedPrecondition, InvalidArgument
+from agentrt_core import reasons
+from agentrt_core.completion import CheckResult, Outcome, evaluate
+from agentrt_core.errors import FailedPrecondition, InvalidArgument
 from runtime_service import lifecycle, notify
-from runtime_service.completion import CheckResult, Outcome, evaluate
 from runtime_service.fence import FenceClaim, new_lease_token, token_holds
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.services.bound import BoundAgents

@@ -9,7 +9,7 @@ not found is not kept (it may be created the next moment)."""
 from __future__ import annotations
 
 from agentrt_base.access import Kind, Resource
-from agentrt_base.lru import LruCache
+from agentrt_core.lru import LruCache
 from runtime_service.services.context import Runtime
 from runtime_service.store import resources
 

@@ -8,11 +8,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from agentrt_base import reasons
 from agentrt_base.access import Visibility, check_namespace
 from agentrt_base.auth import caller_name
 from agentrt_base.db import utcnow
-from agentrt_base.errors import (
+from agentrt_core import reasons
+from agentrt_core.errors import (
     Aborted,
     AlreadyExists,
     FailedPrecondition,
@@ -20,9 +20,9 @@ from agentrt_base.errors import (
     NotFound,
     ViolationCollector,
 )
-from agentrt_base.lru import LruCache
-from agentrt_base.paging import cut_page, page_request
-from registry.model import AgentVersion
+from agentrt_core.lru import LruCache
+from agentrt_core.model import AgentVersion
+from agentrt_core.paging import cut_page, page_request
 from registry.service import resolve_agent
 from runtime_service import labels as label_rules
 from runtime_service import lifecycle

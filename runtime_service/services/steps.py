@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from agentrt_base import reasons
 from agentrt_base.db import utcnow
-from agentrt_base.errors import Aborted, AgentrtError
+from agentrt_core import reasons
+from agentrt_core.errors import Aborted, AgentrtError
+from agentrt_core.resolution import BoundDefinition
 from runtime_service import lifecycle
 from runtime_service.fence import FenceClaim
 from runtime_service.lifecycle import Actor, Trigger
 from runtime_service.records import Step
-from runtime_service.resolution import BoundDefinition
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime
 from runtime_service.step_engine import Begun, BudgetStop, Ended, StepEngine

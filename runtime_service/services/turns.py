@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from agentrt_base import reasons
 from agentrt_base.db import utcnow
-from agentrt_base.errors import FailedPrecondition, NotFound
+from agentrt_core import reasons
+from agentrt_core.errors import FailedPrecondition, NotFound
 from runtime_service.fence import FenceClaim
 from runtime_service.services.context import Runtime
 from runtime_service.store import inputs, turns

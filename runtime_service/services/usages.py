@@ -18,12 +18,12 @@ from typing import Any, Literal
 from sqlalchemy.orm import Session
 
 from agentrt_base.access import Visibility
-from agentrt_base.errors import InvalidArgument, NotFound
-from agentrt_base.paging import PageRequest, next_page_token, page_request
-from registry import refs
+from agentrt_core import refs
+from agentrt_core.errors import InvalidArgument, NotFound
+from agentrt_core.model import Component
+from agentrt_core.paging import PageRequest, next_page_token, page_request
 from registry import service as registry_service
 from registry import store as registry_store
-from registry.model import Component
 from runtime_service.services.context import Runtime
 from runtime_service.store import audit_reads, audit_usages
 from runtime_service.store.audit_usages import ModelKind

@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from sqlalchemy.orm import Session
 
-from agentrt_base.errors import InvalidArgument
+from agentrt_core.errors import InvalidArgument
 from runtime_service import events, notify
 from runtime_service.lifecycle import RunStatus
 from runtime_service.services.context import Runtime

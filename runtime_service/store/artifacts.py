@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import event_pb2
 from agentrt_base.ids import new_id
-from agentrt_base.paging import PageRequest
+from agentrt_core.paging import PageRequest
 from runtime_service.step_rules import dumps
 from runtime_service.store import transitions
 from runtime_service.store.ledger import ArtifactRow, BlobRow, StepRow
@@ -71,7 +71,7 @@ def create(
 
 def page(session: Session, run_id: str, thread_id: str, request: PageRequest) -> list[ArtifactRow]:
     """The run's artifacts (or, without a run, the thread's) in id order after the request's
-    position, read with ``LIMIT size + 1`` as :func:`agentrt_base.paging.cut_page` wants."""
+    position, read with ``LIMIT size + 1`` as :func:`agentrt_core.paging.cut_page` wants."""
     stmt = sa.select(ArtifactRow)
     stmt = (
         stmt.where(ArtifactRow.run_id == run_id)

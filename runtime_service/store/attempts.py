@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
 from agentrt_base.ids import new_id
-from agentrt_base.proto_json import enum_value
+from agentrt_core.proto_json import enum_value
 from runtime_service.store import transitions
 from runtime_service.store.ledger import CheckpointRow, InputRow, StepRow
 from runtime_service.store.tables import AttemptRow, RunRow

@@ -23,7 +23,7 @@ from typing import Any, Literal, cast
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from agentrt_base.paging import PageRequest
+from agentrt_core.paging import PageRequest
 from registry import store as registry_store
 from runtime_service.store.ledger import (
     USAGE_HAS_DIGEST,

@@ -1,4 +1,4 @@
-"""What a run's completion checks need from its ledger (``runtime_service.completion``): one
+"""What a run's completion checks need from its ledger (``agentrt_core.completion``): one
 query per kind of fact the policy's checks name, each over the run's own rows, read in the
 FinishAttempt transaction that holds the run's lock."""
 
@@ -9,7 +9,7 @@ import json
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from runtime_service.completion import (
+from agentrt_core.completion import (
     ARTIFACT_EXISTS,
     KIND_LABEL,
     NO_OPEN_STEPS,

@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
 from agentrt_base.ids import new_id
-from agentrt_base.proto_json import enum_value
-from registry.model import AgentVersion, Resolution
+from agentrt_core.model import AgentVersion, Resolution
+from agentrt_core.proto_json import enum_value
 
 # The run.created and run.amended events carry the run's own view of its binding, goal,
 # budget and amendment: the same mapping GetRun answers with.

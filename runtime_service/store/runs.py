@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from agentrt_base.access import scope_like
-from agentrt_base.errors import NotFound
+from agentrt_core.errors import NotFound
 from runtime_service import events
 from runtime_service.lifecycle import RunStatus
 from runtime_service.store.tables import AttemptRow, RunRow

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from agentrt_base.errors import NotFound
-from agentrt_base.paging import PageRequest, cut_page, page_request
+from agentrt_core.errors import NotFound
+from agentrt_core.paging import PageRequest, cut_page, page_request
 from runtime_service.records import Step, step_of
 from runtime_service.store.ledger import StepRow
 from runtime_service.store.tables import RunRow

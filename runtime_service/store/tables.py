@@ -79,7 +79,7 @@ class RunRow(Base):
     agent_version_label: Mapped[str] = mapped_column(sa.String(128))
     agent_resolved_via_tag: Mapped[str] = mapped_column(sa.String(128))
     agent_tag_event_sequence: Mapped[int] = mapped_column(sa.BigInteger)
-    # registry.model.ReferenceKind of agent_requested_ref: LABEL, DIGEST or TAG (migration 0013
+    # agentrt_core.model.ReferenceKind of agent_requested_ref: LABEL, DIGEST or TAG (migration 0013
     # derived it for older runs from the reference's grammar, as the registry reads it).
     agent_reference_kind: Mapped[str] = mapped_column(sa.String(16), server_default="")
     agent_resolve_time: Mapped[dt.datetime]

@@ -10,9 +10,9 @@ from google.protobuf.message import Message
 from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
-from agentrt_base.errors import NotFound
 from agentrt_base.ids import new_id
-from agentrt_base.proto_json import enum_value
+from agentrt_core.errors import NotFound
+from agentrt_core.proto_json import enum_value
 from runtime_service import events, notify
 from runtime_service.step_rules import dumps
 from runtime_service.store.tables import ThreadRow

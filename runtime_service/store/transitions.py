@@ -14,9 +14,9 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
-from agentrt_base.proto_json import enum_value
+from agentrt_core.completion import CheckResult
+from agentrt_core.proto_json import enum_value
 from runtime_service import events, lifecycle, notify, step_events
-from runtime_service.completion import CheckResult
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
 from runtime_service.records import step_of
 from runtime_service.store.ledger import InputRow, StepRow, TurnRow

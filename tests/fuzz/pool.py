@@ -118,7 +118,7 @@ class Pool:
 
 
 def encode_token(data: Any) -> str:
-    """A page token as agentrt_base.paging writes them: unpadded base64url of JSON."""
+    """A page token as agentrt_core.paging writes them: unpadded base64url of JSON."""
     return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
 
 

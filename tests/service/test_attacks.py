@@ -33,7 +33,7 @@ from agentrt.runtime.v1 import enum_pb2 as E
 from agentrt.runtime.v1 import message_pb2, runtime_service_pb2_grpc, worker_service_pb2_grpc
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
-from agentrt_base.tls import client_channel
+from agentrt_core.connect import client_channel
 from runtime_service.cli.main import main as agentrt
 from runtime_service.services.context import RuntimeSettings
 from tests import registry_data

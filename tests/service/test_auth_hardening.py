@@ -24,10 +24,10 @@ from agentrt.registry.v1 import registry_service_pb2_grpc
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_base.auth import CALLER, AuthConfig, Authenticator, Principal, token_hash
-from agentrt_base.errors import Unauthenticated
 from agentrt_base.limits import Kind as LimitKind
 from agentrt_base.limits import Limiter
 from agentrt_base.settings import ServerSettings
+from agentrt_core.errors import Unauthenticated
 from runtime_service.cli.main import main as agentrt
 from runtime_service.server import AgentrtServer, StartupError
 from tests import registry_data as data

@@ -22,7 +22,8 @@ from agentrt.runtime.v1 import runtime_service_pb2_grpc, worker_service_pb2_grpc
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_base.auth import AuthConfig, token_hash
 from agentrt_base.limits import Kind
-from agentrt_base.tls import ClientTls, ServerTls, open_channel
+from agentrt_base.tls import ServerTls
+from agentrt_core.connect import ClientTls, open_channel
 from runtime_service.cli.main import main as agentrt
 from tests.certs import Authority
 from tests.support import error_details, rpc_error, serving

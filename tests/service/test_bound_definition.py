@@ -15,8 +15,8 @@ from typing import Any
 from agentrt.registry.v1 import message_pb2 as rmsg
 from agentrt.registry.v1 import registry_service_pb2 as rpb
 from agentrt.runtime.v1 import message_pb2
-from registry import proto_map
-from registry.canonical import ComponentKind, canonical_bytes, normalise_spec
+from agentrt_core import registry_map
+from agentrt_core.canonical import ComponentKind, canonical_bytes, normalise_spec
 from tests import bound_rule
 from tests.runtime_support import Stubs
 
@@ -45,11 +45,11 @@ def _publish_components(stubs: Stubs) -> dict[str, str]:
         args = _vector(name)["input"]
         kind = ComponentKind(args["kind"])
         draft = rmsg.ComponentDraft(
-            kind=proto_map.kind_to_proto(kind),
+            kind=registry_map.kind_to_proto(kind),
             name=args["name"],
             version=args["version"],
             description=args["description"],
-            spec=proto_map.spec_to_proto(kind, normalise_spec(kind, args["spec"])),
+            spec=registry_map.spec_to_proto(kind, normalise_spec(kind, args["spec"])),
         )
         published = stubs.registry.PublishComponent(
             rpb.PublishComponentRequest(component=draft), timeout=10

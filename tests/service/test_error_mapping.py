@@ -16,8 +16,8 @@ import pytest
 import sqlalchemy as sa
 
 from agentrt.registry.v1 import registry_service_pb2, registry_service_pb2_grpc
-from agentrt_base import errors
 from agentrt_base.grpc_errors import ErrorMappingInterceptor
+from agentrt_core import errors
 from tests.support import error_details
 
 

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from agentrt.registry.v1 import message_pb2, registry_service_pb2_grpc
 from agentrt.registry.v1 import registry_service_pb2 as pb
 from agentrt_base.db_engines import normalise_url
-from registry import canonical
+from agentrt_core import canonical
 from tests import registry_data as data
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors"
@@ -190,8 +190,8 @@ def _rows_holding_keys(
 ) -> list[sa.Connection]:
     """Insert (uncommitted) the agent row and the inline prompt a publish of ``agent_id``
     will insert, on two connections, in the order the publish inserts them."""
+    from agentrt_core.publishing import digest_inline_prompt
     from registry import store
-    from registry.publishing import digest_inline_prompt
 
     now = sa.func.now()
     agent = sa.insert(store.AgentRow).values(

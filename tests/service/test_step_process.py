@@ -35,8 +35,8 @@ from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_base.db import Database
 from agentrt_base.db_engines import normalise_url, writer_lock_path
-from agentrt_base.errors import FailedPrecondition
 from agentrt_base.raw import Statement
+from agentrt_core.errors import FailedPrecondition
 from runtime_service.step_engine import StepEngine
 from runtime_service.step_process import (
     BEGIN_STEP,

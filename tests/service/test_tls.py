@@ -18,14 +18,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentrt_base.settings import ServerSettings
-from agentrt_base.tls import (
-    PLAINTEXT_TO_TLS_HINT,
-    ClientTls,
-    ServerTls,
-    is_loopback,
-    open_channel,
-    speaks_tls,
-)
+from agentrt_base.tls import ServerTls, is_loopback
+from agentrt_core.connect import PLAINTEXT_TO_TLS_HINT, ClientTls, open_channel, speaks_tls
 from agentrt_sdk import AgentrtClient, RetryPolicy, UnavailableError
 from runtime_service.cli.main import main as agentrt
 from runtime_service.server import AgentrtServer, StartupError

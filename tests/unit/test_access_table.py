@@ -30,7 +30,7 @@ from agentrt_base.access import (
     visibility,
 )
 from agentrt_base.auth import CALLER, Principal
-from agentrt_base.errors import InvalidArgument, PermissionDenied
+from agentrt_core.errors import InvalidArgument, PermissionDenied
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 _MODULES = (registry_service_pb2, runtime_service_pb2, worker_service_pb2, audit_service_pb2)

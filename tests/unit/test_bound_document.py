@@ -8,10 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from registry import publishing
-from registry.canonical import ComponentKind, canonical_bytes
-from registry.model import ClosureEntry, ComponentDraft
-from runtime_service import resolution
+from agentrt_core import publishing, resolution
+from agentrt_core.canonical import ComponentKind, canonical_bytes
+from agentrt_core.model import ClosureEntry, ComponentDraft
 from tests import bound_rule
 
 _VECTORS = Path(__file__).resolve().parents[1] / "vectors"

@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from agentrt.registry.v1 import enum_pb2
-from agentrt_base.errors import InvalidArgument, NotFound
-from registry import bundle
-from registry.bundle import BundleError
-from registry.canonical import ComponentKind
+from agentrt_core import bundle
+from agentrt_core.bundle import BundleError
+from agentrt_core.canonical import ComponentKind
+from agentrt_core.errors import InvalidArgument, NotFound
 from registry.cli import ci_provenance
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -15,8 +15,8 @@ import rfc8785
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from registry import canonical
-from registry.canonical import (
+from agentrt_core import canonical
+from agentrt_core.canonical import (
     DECISIONS,
     AgentClosure,
     CanonicalError,
@@ -34,7 +34,7 @@ from registry.canonical import (
     schema_digest,
     tool_digests,
 )
-from registry.refs import is_valid_label, is_valid_name
+from agentrt_core.refs import is_valid_label, is_valid_name
 
 D1, D2, D3, D4 = (digest_bytes(bytes([i])) for i in range(4))
 

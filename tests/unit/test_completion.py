@@ -1,5 +1,5 @@
-"""Completion checks decided from ledger facts (``runtime_service.completion``), and what a
-completion policy with conditions must name to be published (``registry.publishing``)."""
+"""Completion checks decided from ledger facts (``agentrt_core.completion``), and what a
+completion policy with conditions must name to be published (``agentrt_core.publishing``)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,8 @@ from typing import Any
 
 import pytest
 
-from agentrt_base.errors import InvalidArgument
-from registry.canonical import ComponentKind
-from registry.model import ComponentDraft
-from registry.publishing import digest_component
-from runtime_service.completion import (
+from agentrt_core.canonical import ComponentKind
+from agentrt_core.completion import (
     Attestation,
     Check,
     LedgerFacts,
@@ -20,6 +17,9 @@ from runtime_service.completion import (
     checks_of,
     evaluate,
 )
+from agentrt_core.errors import InvalidArgument
+from agentrt_core.model import ComponentDraft
+from agentrt_core.publishing import digest_component
 
 ARTIFACT = Check("diff", condition="ARTIFACT_EXISTS", artifact_kind="diff")
 TESTS = Check("tests", condition="TOOL_SUCCEEDED_AFTER_SIDE_EFFECTS", tool="run_tests")

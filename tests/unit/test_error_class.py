@@ -13,9 +13,9 @@ from pathlib import Path
 
 from agentrt.registry.v1 import enum_pb2 as registry_enum
 from agentrt.runtime.v1 import enum_pb2 as runtime_enum
-from agentrt_base.errors import InvalidArgument
-from registry import publishing
-from registry.model import ComponentDraft, ComponentKind
+from agentrt_core import publishing
+from agentrt_core.errors import InvalidArgument
+from agentrt_core.model import ComponentDraft, ComponentKind
 
 _PREFIX = "ERROR_CLASS_"
 _VECTORS = Path(__file__).resolve().parents[1] / "vectors"

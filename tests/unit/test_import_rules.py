@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,11 +36,15 @@ class Rule:
     allowed: tuple[str, ...] = ()
 
 
+#: What installs with the server or the command line (pyproject's ``server`` and ``cli``
+#: extras) and so may not be needed by a client: ``pip install agentrt`` has none of them.
+SERVER_PACKAGES = ("sqlalchemy", "alembic", "psycopg", "jwt", "cryptography", "rich")
+
 RULES = (
     Rule(
         ("agentrt_base", "agentrt_base.*"),
-        ("registry", "runtime_service"),
-        "the shared base sits under both services: runtime_service -> registry -> agentrt_base",
+        ("registry", "runtime_service", "agentrt_sdk"),
+        "the server's base sits under both services: runtime_service -> registry -> agentrt_base",
     ),
     Rule(
         ("registry", "registry.*"),
@@ -71,7 +77,7 @@ RULES = (
             "runtime_service.fence",
             "runtime_service.blob_rules",
             "runtime_service.records",
-            "runtime_service.completion",
+            "agentrt_core.completion",
         ),
         (
             "sqlalchemy",
@@ -94,26 +100,26 @@ RULES = (
         allowed=("sqlalchemy.orm", "sqlalchemy.orm.Session"),
     ),
     Rule(
-        ("agentrt_sdk", "agentrt_sdk.*"),
+        ("agentrt_core", "agentrt_core.*"),
         (
-            "sqlalchemy",
-            "agentrt_base.db",
-            "registry.store",
-            "registry.service",
-            "registry.servicer",
-            "runtime_service.store",
-            "runtime_service.services",
-            "runtime_service.servicers",
-            "runtime_service.server",
-            "runtime_service.step_",
-            "runtime_service.cli",
+            "agentrt_base",
+            "registry",
+            "runtime_service",
+            "agentrt_sdk",
+            *SERVER_PACKAGES,
         ),
-        "the SDK is a client: it calls the server over gRPC and may share only its pure rules "
-        "(resolution, bundle parsing), never its storage, services or transport",
+        "the core is the rules client and server share: it stands under both and needs none of "
+        "the server's packages",
+    ),
+    Rule(
+        ("agentrt_sdk", "agentrt_sdk.*"),
+        ("agentrt_base", "registry", "runtime_service", *SERVER_PACKAGES),
+        "the SDK is a client: it calls the server over gRPC and shares only the core's pure "
+        "rules (agentrt_core), never the server's packages, storage, services or transport",
     ),
 )
 
-PACKAGES = ("agentrt_base", "agentrt_sdk", "registry", "runtime_service")
+PACKAGES = ("agentrt_base", "agentrt_core", "agentrt_sdk", "registry", "runtime_service")
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -293,8 +299,57 @@ def test_a_prefix_is_not_a_lookalike(tmp_path: Path) -> None:
     """``agentrt.`` is the generated package: ``agentrt_base`` is not it."""
     _tree(
         tmp_path,
-        {"runtime_service/step_rules.py": "from agentrt_base.errors import InvalidArgument\n"},
+        {"runtime_service/step_rules.py": "from agentrt_core.errors import InvalidArgument\n"},
     )
     assert violations(tmp_path, ("runtime_service",), RULES) == []
     _tree(tmp_path, {"runtime_service/step_rules.py": "from agentrt.runtime.v1 import x\n"})
     assert len(violations(tmp_path, ("runtime_service",), RULES)) == 1
+
+
+#: Top-level packages ``import agentrt_sdk`` (every module of it) may load besides the
+#: standard library: the SDK, the core, the generated contract, gRPC and protobuf, and the
+#: core's own dependencies (pyproject's base ``dependencies``, and what those load).
+CLIENT_IMPORTS = frozenset(
+    {
+        "agentrt_sdk",
+        "agentrt_core",
+        "agentrt",
+        "grpc",
+        "google",
+        "rfc8785",
+        "jsonschema",
+        "jsonschema_specifications",
+        "referencing",
+        "rpds",
+        "attr",
+        "attrs",
+        "yaml",
+        "typing_extensions",
+        "idna",
+        # grpc's __init__ probes for these optional add-ons; a client-only install has none
+        # (tests/e2e/test_client_install.py shows they are not installed there).
+        "grpc_tools",
+        "grpc_health",
+        "grpc_reflection",
+        "cython_runtime",  # made by Cython's extension modules (grpc's cygrpc) as they load
+    }
+)
+
+
+def test_importing_the_sdk_loads_no_server_package() -> None:
+    """The rules above read each file; this is what an import actually loads, transitively,
+    in a fresh interpreter: every module of the SDK except the OpenAI adapter (behind the
+    ``openai`` extra, imported on first use)."""
+    script = (
+        "import importlib, pkgutil, sys\n"
+        "import agentrt_sdk\n"
+        "for m in pkgutil.walk_packages(agentrt_sdk.__path__, 'agentrt_sdk.'):\n"
+        "    if not m.name.endswith('openai_compat'):\n"
+        "        importlib.import_module(m.name)\n"
+        "print(' '.join(sorted({n.split('.')[0] for n in sys.modules})))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    loaded = {name for name in out if not name.startswith("_")} - sys.stdlib_module_names
+    assert loaded <= CLIENT_IMPORTS, f"import agentrt_sdk loads {sorted(loaded - CLIENT_IMPORTS)}"

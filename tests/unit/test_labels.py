@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrt_base.errors import InvalidArgument, ViolationCollector
+from agentrt_core.errors import InvalidArgument, ViolationCollector
 from runtime_service import labels
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrt_base.errors import FailedPrecondition
-from registry import canonical
+from agentrt_core import canonical
+from agentrt_core.errors import FailedPrecondition
 from runtime_service import events, lifecycle
 from runtime_service.lifecycle import TERMINAL, Actor, RunStatus, Transition, Trigger
 

@@ -9,7 +9,6 @@ import pytest
 from google.rpc import error_details_pb2
 
 from agentrt.runtime.v1 import runtime_service_pb2, worker_service_pb2
-from agentrt_base import errors
 from agentrt_base.auth import AuthConfig, token_hash
 from agentrt_base.grpc_errors import to_status
 from agentrt_base.limits import (
@@ -23,6 +22,7 @@ from agentrt_base.limits import (
     peer_host,
 )
 from agentrt_base.settings import DEFAULT_MAX_STREAMS_PER_CONNECTION, ServerSettings
+from agentrt_core import errors
 
 
 class FakeClock:

@@ -6,8 +6,8 @@ import datetime as dt
 
 import pytest
 
-from agentrt_base.errors import InvalidArgument
-from agentrt_base.paging import cut_page, next_page_token, page_request
+from agentrt_core.errors import InvalidArgument
+from agentrt_core.paging import cut_page, next_page_token, page_request
 
 FILTERS = {"run_id": "run_1"}
 

@@ -1,4 +1,4 @@
-"""The one module of proto ⇄ JSON/enum/time rules (agentrt_base.proto_json)."""
+"""The one module of proto ⇄ JSON/enum/time rules (agentrt_core.proto_json)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
-from agentrt_base.errors import InvalidArgument
-from agentrt_base.proto_json import (
+from agentrt_core.canonical import CanonicalError, canonical_bytes, component_document
+from agentrt_core.errors import InvalidArgument
+from agentrt_core.proto_json import (
     MAX_SAFE_INTEGER,
     NonFiniteNumber,
     display_name,
@@ -30,7 +31,6 @@ from agentrt_base.proto_json import (
     time_or_none,
     to_timestamp,
 )
-from registry.canonical import CanonicalError, canonical_bytes, component_document
 
 VECTORS = Path(__file__).parents[1] / "vectors"
 

@@ -1,4 +1,4 @@
-"""Every ErrorInfo reason is a constant of agentrt_base.reasons used at its raise sites, and
+"""Every ErrorInfo reason is a constant of agentrt_core.reasons used at its raise sites, and
 documented where a caller looks: in the proto comment of each RPC it names, or in the
 "Errors" table of docs/api.md."""
 
@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from agentrt_base import reasons
+from agentrt_core import reasons
 from tests import proto_comments
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """A run's reference kind has one set of names wherever it appears (issue 17, item 11).
 
-The registry records it as ``registry.model.ReferenceKind`` and serves it as
+The registry records it as ``agentrt_core.model.ReferenceKind`` and serves it as
 ``agentrt.registry.v1.ReferenceKind``; a run stores that name and serves it as
 ``agentrt.runtime.v1.ReferenceKind``. The protos do not import each other, so the mapping
 goes by name and the names must be the same.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from agentrt.registry.v1 import enum_pb2 as registry_enum
 from agentrt.runtime.v1 import enum_pb2 as runtime_enum
-from registry.model import ReferenceKind
+from agentrt_core.model import ReferenceKind
 
 _PREFIX = "REFERENCE_KIND_"
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from registry.refs import (
+from agentrt_core.refs import (
     DigestRef,
     NameDigestRef,
     RangeRef,

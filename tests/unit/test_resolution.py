@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from agentrt_base.errors import FailedPrecondition
-from runtime_service import resolution
-from runtime_service.resolution import BoundDefinition, Pinned
+from agentrt_core import resolution
+from agentrt_core.errors import FailedPrecondition
+from agentrt_core.resolution import BoundDefinition, Pinned
 
 POLICY: dict[str, Any] = {
     "candidates": [

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from agentrt_base.errors import Unavailable
 from agentrt_base.settings import ServerSettings
+from agentrt_core.errors import Unavailable
 from runtime_service.notify import Notifier
 from runtime_service.step_process import BEGIN_STEP, FrameReader, StepProcess, _Zygote, frame
 from runtime_service.step_writer import FailureLog

@@ -12,16 +12,16 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentrt_base.errors import (
+from agentrt_core.errors import (
     FailedPrecondition,
     InvalidArgument,
     LeaseLost,
     NotFound,
     PermissionDenied,
 )
+from agentrt_core.resolution import BoundDefinition, Pinned
 from runtime_service.fence import FenceClaim, token_hash
 from runtime_service.records import BLANK_STEP, STEP_FIELDS, Step, new_step
-from runtime_service.resolution import BoundDefinition, Pinned
 from runtime_service.step_decide import decide_begin, decide_end
 from runtime_service.step_rules import (
     END_FIELDS,

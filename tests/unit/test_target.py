@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrt_base.settings import DEFAULT_PORT, TargetError, resolve_target, with_default_port
+from agentrt_core.connect import DEFAULT_PORT, TargetError, resolve_target, with_default_port
 from agentrt_sdk import AgentrtClient
 
 

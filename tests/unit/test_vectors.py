@@ -19,7 +19,7 @@ import rfc8785
 from google.protobuf import json_format
 
 from agentrt.runtime.v1 import event_pb2
-from registry.canonical import (
+from agentrt_core.canonical import (
     AgentClosure,
     ComponentKind,
     agent_digest,

@@ -17,7 +17,7 @@ from agentrt.runtime.v1 import message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_base import wire
-from agentrt_base.errors import FieldViolation, InvalidArgument
+from agentrt_core.errors import FieldViolation, InvalidArgument
 
 texts = st.one_of(st.text(max_size=8), st.sampled_from(["\0", "a\0", "ok", ""]))
 numbers = st.one_of(

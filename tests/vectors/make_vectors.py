@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from registry.canonical import (
+from agentrt_core.canonical import (
     AgentClosure,
     agent_document,
     canonical_bytes,
@@ -230,7 +230,7 @@ COMPONENTS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "struct_numbers": (
         "Numbers as a protobuf Struct carries them (every one a double), read by the number "
-        "rule (agentrt_base.proto_json.json_number; docs/digest.md §2.5): a finite whole double "
+        "rule (agentrt_core.proto_json.json_number; docs/digest.md §2.5): a finite whole double "
         "with |x| <= 2**53-1 becomes an integer (42.0 is 42, -0.0 is 0), any other double stays "
         "a double: 2**53 and 2**53+2 are written out as JCS writes those doubles, 1e300 is "
         "1e+300. Read as integers, 2**53 and 2**53+2 would be refused (integers beyond "

@@ -5,7 +5,7 @@ version label pinned, a digest), the tag and the tag event sequence. A run kept 
 the sequence but not the kind, so ``Run.agent`` could not say whether ``coding_agent@x`` was
 pinned by label or by digest without re-parsing the reference. The column is added, and filled
 for existing runs from what they recorded, in the order the registry reads a reference
-(``registry.refs``): a followed tag is TAG; a reference that is a digest, or names one after
+(``agentrt_core.refs``): a followed tag is TAG; a reference that is a digest, or names one after
 ``@``, is DIGEST; anything else that resolved is a version LABEL.
 
 Revision ID: 0013

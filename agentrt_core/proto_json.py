@@ -1,7 +1,7 @@
 """Protobuf well-known values ⇄ plain Python: Struct/Value ⇄ JSON, enum number ⇄ short name,
 Timestamp/Duration ⇄ datetime/timedelta. Each rule is written once, here, and used by the
 registry, the runtime and the SDK (so this module imports protobuf and
-:mod:`agentrt_base.errors` only: no SQLAlchemy, no gRPC server).
+:mod:`agentrt_core.errors` only: no SQLAlchemy, no gRPC server).
 
 **The number rule.** A ``Struct`` holds every number as an IEEE-754 double, so 42 written by a
 client reads back as 42.0. :func:`json_number` turns a finite double that is a whole number
@@ -9,7 +9,7 @@ with ``|x| <= 2**53 - 1`` into an ``int`` and leaves every other double a ``floa
 ±Infinity are refused (:class:`NonFiniteNumber`: JSON has no form for them). One rule serves
 every reader:
 
-* **Digests** need exactly this bound. :mod:`registry.canonical` writes 42 and 42.0 the same
+* **Digests** need exactly this bound. :mod:`agentrt_core.canonical` writes 42 and 42.0 the same
   (RFC 8785), but refuses *integers* beyond ±(2**53 - 1) while accepting a double there
   (``docs/digest.md`` §2.5). Turning 2.0**60 into the int 2**60 would make a definition that
   publishes today refused; turning nothing into ints would store ``42.0`` where the author
@@ -38,7 +38,7 @@ from typing import Any, Final
 
 from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
 
-from agentrt_base.errors import InvalidArgument
+from agentrt_core.errors import InvalidArgument
 
 #: The largest integer every double (so every JSON parser) holds exactly.
 MAX_SAFE_INTEGER: Final = 2**53 - 1

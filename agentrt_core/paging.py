@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from agentrt_base.errors import InvalidArgument
+from agentrt_core.errors import InvalidArgument
 
 T = TypeVar("T")
 

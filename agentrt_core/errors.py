@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrt_base import reasons
+from agentrt_core import reasons
 
 #: The ``google.rpc.ErrorInfo.domain`` of every error agentrt reports.
 ERROR_DOMAIN = "agentrt"

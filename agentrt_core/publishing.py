@@ -13,10 +13,10 @@ from typing import Any, Protocol
 
 import jsonschema
 
-from agentrt_base.errors import InvalidArgument, NotFound, ViolationCollector
-from registry import canonical, limits, refs
-from registry.canonical import CanonicalError, ComponentKind
-from registry.model import AgentDefinition, ClosureEntry, Component, ComponentDraft
+from agentrt_core import canonical, content_limits, refs
+from agentrt_core.canonical import CanonicalError, ComponentKind
+from agentrt_core.errors import InvalidArgument, NotFound, ViolationCollector
+from agentrt_core.model import AgentDefinition, ClosureEntry, Component, ComponentDraft
 
 
 @dataclass(frozen=True)
@@ -71,10 +71,10 @@ def digest_component(
             f"{field_prefix}.version",
             f"{draft.version!r} is not a version: use semver (2.1.0) or a positive integer (1)",
         )
-    if len(draft.description) > limits.MAX_DESCRIPTION_CHARS:
+    if len(draft.description) > content_limits.MAX_DESCRIPTION_CHARS:
         problems.add(
             f"{field_prefix}.description",
-            f"longer than the limit of {limits.MAX_DESCRIPTION_CHARS} characters",
+            f"longer than the limit of {content_limits.MAX_DESCRIPTION_CHARS} characters",
         )
     spec_prefix = f"{field_prefix}.spec.{_SPEC_CASE[draft.kind]}"
     spec = _normalise_spec(draft.kind, draft.spec, spec_prefix, problems)
@@ -89,11 +89,11 @@ def _finish_component(
         draft.kind, draft.name, draft.version, draft.description, spec
     )
     data = canonical.canonical_bytes(document)
-    if len(data) > limits.MAX_COMPONENT_BYTES:
+    if len(data) > content_limits.MAX_COMPONENT_BYTES:
         raise InvalidArgument.for_field(
             spec_prefix,
             f"the component is {len(data)} bytes in canonical form, over the limit of "
-            f"{limits.MAX_COMPONENT_BYTES}",
+            f"{content_limits.MAX_COMPONENT_BYTES}",
         )
     schema = None
     if draft.kind is ComponentKind.TOOL:
@@ -169,16 +169,16 @@ def _check_skill(spec: dict[str, Any], prefix: str, problems: ViolationCollector
     _require(spec, "description", prefix, problems)
     _require(spec, "instructions", prefix, problems)
     files = spec.get("files", [])
-    if len(files) > limits.MAX_SKILL_FILES:
-        problems.add(f"{prefix}.files", f"more than {limits.MAX_SKILL_FILES} files")
+    if len(files) > content_limits.MAX_SKILL_FILES:
+        problems.add(f"{prefix}.files", f"more than {content_limits.MAX_SKILL_FILES} files")
     for i, item in enumerate(files):
         path = item.get("path", "")
         where = f"{prefix}.files[{i}]"
         if not path or path.startswith("/") or "\\" in path or ".." in path.split("/"):
             problems.add(f"{where}.path", f"{path!r}: a relative path with '/', without '..'")
-        if len(item.get("content", "").encode()) > limits.MAX_SKILL_FILE_BYTES:
+        if len(item.get("content", "").encode()) > content_limits.MAX_SKILL_FILE_BYTES:
             problems.add(
-                f"{where}.content", f"over the limit of {limits.MAX_SKILL_FILE_BYTES} bytes"
+                f"{where}.content", f"over the limit of {content_limits.MAX_SKILL_FILE_BYTES} bytes"
             )
 
 
@@ -301,7 +301,7 @@ def check_definition(definition: AgentDefinition, *, prefix: str = "definition")
             if definition.version_label
             else "required",
         )
-    if len(definition.description) > limits.MAX_DESCRIPTION_CHARS:
+    if len(definition.description) > content_limits.MAX_DESCRIPTION_CHARS:
         problems.add(f"{prefix}.description", "too long")
     if definition.system_prompt_text is None and definition.system_prompt_ref is None:
         problems.add(f"{prefix}.system_prompt", "required: inline text or a reference")
@@ -311,12 +311,12 @@ def check_definition(definition: AgentDefinition, *, prefix: str = "definition")
         problems.add(f"{prefix}.model_policy", "required")
     if definition.tools and not definition.permission_policy:
         problems.add(f"{prefix}.permission_policy", "required when the agent has tools")
-    if len(definition.skills) > limits.MAX_AGENT_SKILLS:
-        problems.add(f"{prefix}.skills", f"more than {limits.MAX_AGENT_SKILLS}")
-    if len(definition.tools) > limits.MAX_AGENT_TOOLS:
-        problems.add(f"{prefix}.tools", f"more than {limits.MAX_AGENT_TOOLS}")
+    if len(definition.skills) > content_limits.MAX_AGENT_SKILLS:
+        problems.add(f"{prefix}.skills", f"more than {content_limits.MAX_AGENT_SKILLS}")
+    if len(definition.tools) > content_limits.MAX_AGENT_TOOLS:
+        problems.add(f"{prefix}.tools", f"more than {content_limits.MAX_AGENT_TOOLS}")
     for _family, field_path, ref in _references(definition, prefix):
-        if len(ref) > limits.MAX_REF_CHARS:
+        if len(ref) > content_limits.MAX_REF_CHARS:
             problems.add(field_path, "reference too long")
             continue
         try:

@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import rfc8785
 
-from registry.refs import DIGEST_RE, is_digest, is_valid_label, is_valid_name, is_valid_version
+from agentrt_core.refs import DIGEST_RE, is_digest, is_valid_label, is_valid_name, is_valid_version
 
 __all__ = [
     "AGENT_DOCUMENT_TYPE",
@@ -680,7 +680,7 @@ def component_document(
 
     Args:
         kind: A :class:`ComponentKind` value such as ``"TOOL"``.
-        name: The component name (name grammar of :mod:`registry.refs`), or ``""`` for an
+        name: The component name (name grammar of :mod:`agentrt_core.refs`), or ``""`` for an
             anonymous PROMPT.
         version: A component version (semver 2.0.0 or a positive integer), or ``""`` for an
             anonymous PROMPT.

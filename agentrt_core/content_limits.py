@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from agentrt_base import paging
+from agentrt_core import paging
 
 #: Canonical bytes of one component document (spec, description, names).
 MAX_COMPONENT_BYTES: Final = 2 * 1024 * 1024
@@ -27,6 +27,6 @@ MAX_REASON_CHARS: Final = 4096
 #: Provenance: characters per field and number of labels.
 MAX_PROVENANCE_FIELD_CHARS: Final = 2048
 MAX_PROVENANCE_LABELS: Final = 64
-#: Page sizes of list calls: those of every service (agentrt_base.paging).
+#: Page sizes of list calls: those of every service (agentrt_core.paging).
 DEFAULT_PAGE_SIZE: Final = paging.DEFAULT_PAGE_SIZE
 MAX_PAGE_SIZE: Final = paging.MAX_PAGE_SIZE

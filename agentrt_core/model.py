@@ -1,6 +1,6 @@
 """Domain types of the registry (plain, immutable, no protobuf and no SQLAlchemy).
 
-Component specs are carried as the JSON-like mappings that :mod:`registry.canonical`
+Component specs are carried as the JSON-like mappings that :mod:`agentrt_core.canonical`
 normalises and digests; everything else is a small frozen dataclass.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from registry.canonical import ComponentKind
+from agentrt_core.canonical import ComponentKind
 
 __all__ = [
     "AgentDefinition",

@@ -15,11 +15,11 @@ from typing import Any
 
 import jsonschema
 
-from agentrt_base import reasons
-from agentrt_base.errors import FailedPrecondition
-from agentrt_base.lru import LruCache
-from agentrt_base.proto_json import json_numbers
-from runtime_service.completion import Check, checks_of
+from agentrt_core import reasons
+from agentrt_core.completion import Check, checks_of
+from agentrt_core.errors import FailedPrecondition
+from agentrt_core.lru import LruCache
+from agentrt_core.proto_json import json_numbers
 
 #: Strictness order: the stricter of two decisions wins.
 _STRICTNESS = {"ALLOW": 0, "REQUIRE_APPROVAL": 1, "DENY": 2}
@@ -228,7 +228,7 @@ def argument_errors(tool: Pinned, arguments: dict[str, Any]) -> list[ArgumentVio
 
 def bound_definition(document: dict[str, Any]) -> BoundDefinition:
     """Build the bound definition from the document AcquireRun hands to workers
-    (``registry.publishing.bound_agent_document``): each entry of the agent document, with
+    (``agentrt_core.publishing.bound_agent_document``): each entry of the agent document, with
     the spec of the component document stored under its digest."""
     agent: dict[str, Any] = document["agent"]
     components: dict[str, dict[str, Any]] = document["components"]

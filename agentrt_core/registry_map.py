@@ -1,9 +1,9 @@
 """Proto ⇄ domain mapping for the registry (transport only; no rules live here).
 
-Specs become the plain JSON-like dicts :mod:`registry.canonical` digests: enum values lose
+Specs become the plain JSON-like dicts :mod:`agentrt_core.canonical` digests: enum values lose
 their proto prefix (``ERROR_CLASS_RATE_LIMITED`` → ``RATE_LIMITED``), int64 fields stay
 integers (the proto JSON mapping would make them strings), and Struct values become plain
-JSON by the number rule of :mod:`agentrt_base.proto_json`. The CLI maps YAML through the same
+JSON by the number rule of :mod:`agentrt_core.proto_json`. The CLI maps YAML through the same
 proto messages, so a file and a gRPC call normalise identically.
 """
 
@@ -13,16 +13,9 @@ import datetime as dt
 from typing import Any
 
 from agentrt.registry.v1 import enum_pb2, message_pb2
-from agentrt_base.errors import InvalidArgument
-from agentrt_base.proto_json import (
-    enum_value,
-    json_to_struct,
-    short_name,
-    struct_to_json,
-    to_timestamp,
-)
-from registry.canonical import ComponentKind
-from registry.model import (
+from agentrt_core.canonical import ComponentKind
+from agentrt_core.errors import InvalidArgument
+from agentrt_core.model import (
     AgentDefinition,
     AgentVersion,
     ClosureEntry,
@@ -34,6 +27,13 @@ from registry.model import (
     Tag,
     TagEvent,
     VerifiedProvenance,
+)
+from agentrt_core.proto_json import (
+    enum_value,
+    json_to_struct,
+    short_name,
+    struct_to_json,
+    to_timestamp,
 )
 
 

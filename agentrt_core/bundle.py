@@ -19,12 +19,12 @@ message with their proto names and enum values without their proto prefix
       tools: [read_file@1]
 
 The file is mapped through the same proto messages (``ComponentDraft``, ``AgentDefinition``)
-that a gRPC client sends, then through :mod:`registry.proto_map`, so ``agentrt digest``
+that a gRPC client sends, then through :mod:`agentrt_core.registry_map`, so ``agentrt digest``
 normalises exactly as the server does and computes the same digest offline.
 
 Anything that stops a file from becoming protos raises :class:`BundleError` with one line
 naming the file and the place in it. Rule violations found afterwards (a bad JSON Schema, an
-unresolvable reference) are the registry's own errors from :mod:`registry.publishing`.
+unresolvable reference) are the registry's own errors from :mod:`agentrt_core.publishing`.
 """
 
 from __future__ import annotations
@@ -41,12 +41,12 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from agentrt.registry.v1 import enum_pb2, message_pb2
-from agentrt_base.errors import FieldViolation, InvalidArgument
-from agentrt_base.proto_json import enum_value
-from registry import proto_map
-from registry.canonical import ComponentKind
-from registry.model import AgentDefinition, Component, ComponentDraft, Provenance
-from registry.publishing import (
+from agentrt_core import registry_map
+from agentrt_core.canonical import ComponentKind
+from agentrt_core.errors import FieldViolation, InvalidArgument
+from agentrt_core.model import AgentDefinition, Component, ComponentDraft, Provenance
+from agentrt_core.proto_json import enum_value
+from agentrt_core.publishing import (
     ComponentSource,
     DigestedAgent,
     DigestedComponent,
@@ -217,7 +217,7 @@ def parse(data: object, source: str = "<bundle>") -> Bundle:
     definition: AgentDefinition | None = None
     if data.get("agent") is not None:
         agent = _message(data["agent"], message_pb2.AgentDefinition(), AGENT_PREFIX, f"{source}: ")
-        definition = proto_map.definition_from_proto(agent)
+        definition = registry_map.definition_from_proto(agent)
     return Bundle(source, components, agent, definition)
 
 
@@ -249,7 +249,7 @@ def _component(item: object, where: str, source: str) -> FileComponent:
     # An all-default spec message is not "set" in its oneof until touched.
     spec_message.SetInParent()
     try:
-        draft = proto_map.draft_from_proto(proto, where)
+        draft = registry_map.draft_from_proto(proto, where)
     except InvalidArgument as exc:
         raise BundleError(f"{context}{_first_violation(exc)}") from exc
     return FileComponent(where, proto, draft)
@@ -390,7 +390,7 @@ def _first_violation(error: InvalidArgument) -> str:
 
 
 class FileComponentSource:
-    """A :class:`registry.publishing.ComponentSource` over components declared in files.
+    """A :class:`agentrt_core.publishing.ComponentSource` over components declared in files.
 
     References resolve as they would on the server once the components are published;
     ``fallback`` (a server, say) is asked for whatever the files do not declare.

@@ -18,7 +18,7 @@ only when the caller says so (``allow_range=True``), because a range is resolved
 definition is published; everywhere else a range would make a reference mean different things
 on different days.
 
-This module is pure (no I/O) and is the lowest layer of the registry: :mod:`registry.canonical`
+This module is pure (no I/O) and is the lowest layer of the registry: :mod:`agentrt_core.canonical`
 builds on its name, version and digest grammar.
 """
 
@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from agentrt_base.tag_names import is_tag_spelling
+from agentrt_core.tag_names import is_tag_spelling
 
 __all__ = [
     "DIGEST_RE",
@@ -134,7 +134,7 @@ def is_valid_tag(s: str) -> bool:
 
 def is_settable_tag(s: str) -> bool:
     """Return whether a caller may set ``s`` as a tag: a valid tag, spelt as tags are set
-    (lower case: ``agentrt_base.tag_names``, the rule tag policies' patterns follow too, so a
+    (lower case: ``agentrt_core.tag_names``, the rule tag policies' patterns follow too, so a
     policy covers every tag that can be set). Tags that older servers stored with capitals
     still resolve, and can be deleted."""
     return is_valid_tag(s) and is_tag_spelling(s)
