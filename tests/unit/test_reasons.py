@@ -13,7 +13,7 @@ from agentrt_core import reasons
 from tests import proto_comments
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("agentrt_base", "registry", "runtime_service")
+SOURCES = ("agentrt_base", "agentrt_core", "registry", "runtime_service")
 UPPER_SNAKE = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*$")
 
 
