@@ -44,6 +44,11 @@ CLIENT = textwrap.dedent(
     installed = [name for name in SERVER_ONLY if importlib.util.find_spec(name) is not None]
     assert not installed, f"installed with the client: {installed}"
     assert "sqlalchemy" not in sys.modules
+    server_side = sorted(
+        name for name in sys.modules
+        if name.split(".")[0] in ("agentrt_base", "registry", "runtime_service")
+    )
+    assert not server_side, f"import agentrt_sdk loaded the server's modules: {server_side}"
     assert "/site-packages/agentrt_sdk/" in agentrt_sdk.__file__, agentrt_sdk.__file__
     assert (Path(agentrt_sdk.__file__).parent / "py.typed").is_file()
 
