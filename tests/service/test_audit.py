@@ -411,7 +411,7 @@ def test_exported_bundle_verifies_offline_in_both_formats(env: Env) -> None:
     info, data = _export(env.audit, h.run_a)
     assert info.run_id == h.run_a and info.size == len(data)
     assert info.media_type == "application/json" and info.format == apb.BUNDLE_FORMAT_JSON
-    from agentrt_core.canonical import digest_bytes
+    from agentrt_core.jcs import digest_bytes
 
     assert info.digest == digest_bytes(data)
     assert info.installation_id.startswith("ins_") and info.export_time.seconds > 0
