@@ -41,9 +41,9 @@ from agentrt_core.refs import is_digest, is_valid_label, is_valid_name, is_valid
 from agentrt_core.specs import ComponentKind, Struct, keyed_set, parse_kind, read_spec
 
 # canonical_bytes and digest_bytes (from agentrt_core.jcs) are listed for now only because
-# registry/service.py, runtime_service/services/bound.py and runtime_service/cli/audit.py, being
-# split in parallel (issue 28), still import them from here; once those import them from
-# agentrt_core.jcs, drop both from this list and from the import above.
+# runtime_service/services/bound.py and runtime_service/cli/audit.py, being split in parallel
+# (issue 28), still import them from here; once those import them from agentrt_core.jcs, drop
+# both from this list and from the import above.
 __all__ = [
     "AGENT_DOCUMENT_TYPE",
     "COMPONENT_DOCUMENT_TYPE",
