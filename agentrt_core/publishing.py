@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import jsonschema
 
-from agentrt_core import canonical, content_limits, jcs, refs, specs
+from agentrt_core import canonical, content_limits, jcs, refs, semver, specs
 from agentrt_core.canonical import CanonicalError, ComponentKind
 from agentrt_core.errors import InvalidArgument, NotFound, ViolationCollector
 from agentrt_core.model import AgentDefinition, ClosureEntry, Component, ComponentDraft
@@ -372,7 +372,7 @@ def resolve_reference(source: ComponentSource, ref_text: str) -> Component | Non
             return source.by_digest(digest)
         case refs.RangeRef(name=name, range=range_text):
             candidates = {c.version: c for c in source.versions(name)}
-            best = refs.max_satisfying(range_text, candidates)
+            best = semver.max_satisfying(range_text, candidates)
             return candidates[best] if best is not None else None
     return None
 
