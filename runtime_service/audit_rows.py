@@ -293,7 +293,7 @@ def compare(
             the proto3 JSON mapping of its API message; and ``usages``, the usage index rows
             as their columns (``USAGE_COLUMNS``; bundles do not carry them).
         events: The run's events in sequence order, as stored (whether their chain verifies
-            is :func:`audit_bundle.verify_chain`'s question).
+            is :func:`audit_chain.verify_chain`'s question).
         run_id, thread_id: The run's, as its chain records them.
     """
     derived = derive(events, run_id, thread_id)

@@ -18,7 +18,8 @@ from agentrt.audit.v1 import message_pb2 as amsg
 from agentrt.runtime.v1 import enum_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from runtime_service import audit_bundle
-from runtime_service.audit_bundle import BundleFormatError, Link, verify_chain
+from runtime_service.audit_bundle import BundleFormatError
+from runtime_service.audit_chain import Link, verify_chain
 from runtime_service.events import event_hash
 from runtime_service.services.audit import TagEvent, tags_at
 from tests.service.audit_history import PROVENANCE, Env, build_history
