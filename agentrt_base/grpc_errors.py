@@ -92,7 +92,8 @@ _Req = TypeVar("_Req")
 _Resp = TypeVar("_Resp")
 
 
-#: What every call to an agentrt service passes first (``auth.Authenticator``): raises to refuse.
+#: What every call to an agentrt service passes first (``auth_gate.Authenticator``): raises to
+#: refuse.
 #: Awaited, so verifying a JWT can wait for its issuer's keys without blocking the loop.
 Gate = Callable[[grpc.aio.ServicerContext[Any, Any]], Awaitable[None]]
 #: What every request of an agentrt call passes once it is read and checked (the permission
@@ -161,7 +162,7 @@ class _Checks:
 
 class ConfigChanges(Protocol):
     """Where the configuration that authenticates callers says it changed
-    (``auth.Authenticator``): its generation, and a wait for the next one."""
+    (``auth_gate.Authenticator``): its generation, and a wait for the next one."""
 
     generation: int
 
