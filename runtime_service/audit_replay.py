@@ -35,7 +35,7 @@ def usage_id(row: Mapping[str, Any]) -> str:
 
 
 class EventLike(Protocol):
-    """What the comparison reads of an event (``audit_bundle.Link`` has it)."""
+    """What the comparison reads of an event (``audit_chain.Link`` has it)."""
 
     @property
     def event_type(self) -> str: ...

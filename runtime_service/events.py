@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from agentrt_base import raw
 from agentrt_base.ids import new_id
-from agentrt_core import canonical
+from agentrt_core import jcs
 from agentrt_core.proto_json import message_json
 from runtime_service.store.tables import EventRow, ThreadRow
 
@@ -78,7 +78,7 @@ def event_hash(
 ) -> str:
     """The hash of an event: SHA-256 of the RFC 8785 (JCS) form of its document (above)."""
     return _document_hash(
-        canonical.canonical_bytes(attributes),
+        jcs.canonical_bytes(attributes),
         event_id=event_id,
         thread_id=thread_id,
         run_id=run_id,
@@ -108,10 +108,10 @@ def _document_hash(
     attributes are serialised once, and the same bytes are what the event stores. The other
     members are strings and a sequence number, written here directly: a string as the C
     encoder of :mod:`json` writes it with ``ensure_ascii=False`` is its JCS form (the escapes
-    of RFC 8785 section 3.2.2.2; ``agentrt_core.canonical`` relies on the same), and a sequence is
+    of RFC 8785 section 3.2.2.2; ``agentrt_core.jcs`` relies on the same), and a sequence is
     a small positive integer, plain digits.
     """
-    if not 0 <= sequence <= canonical.MAX_SAFE_INTEGER:
+    if not 0 <= sequence <= jcs.MAX_SAFE_INTEGER:
         raise ValueError(f"sequence {sequence} is out of JCS's exact integer range")
     text = (
         f',"event_time":{_jcs_string(event_time)},"event_type":{_jcs_string(event_type)}'
@@ -119,7 +119,7 @@ def _document_hash(
         f',"run_id":{_jcs_string(run_id)},"sequence":{int(sequence)}'
         f',"thread_id":{_jcs_string(thread_id)},"type":"agentrt.event.v1"}}'
     )
-    return canonical.digest_bytes(b'{"attributes":' + attributes_jcs + text.encode("utf-8"))
+    return jcs.digest_bytes(b'{"attributes":' + attributes_jcs + text.encode("utf-8"))
 
 
 #: A JSON string as JCS writes it (see _document_hash).
@@ -242,7 +242,7 @@ def _next_event(
         attrs = message_json(attributes)
     # Stored as the bytes the hash covers: their JCS form (a verifier that re-serialises them
     # gets the same bytes back).
-    attributes_jcs = canonical.canonical_bytes(attrs)
+    attributes_jcs = jcs.canonical_bytes(attrs)
     digest = _document_hash(
         attributes_jcs,
         event_id=event_id,

@@ -33,7 +33,7 @@ from agentrt.runtime.v1 import (
 )
 from agentrt_base import gc_policy, log_redaction
 from agentrt_base.access import Authorizer
-from agentrt_base.auth import Authenticator
+from agentrt_base.auth_gate import Authenticator
 from agentrt_base.db import Database
 from agentrt_base.db_engines import normalise_url, writer_lock_path
 from agentrt_base.grpc_errors import ErrorMappingInterceptor

@@ -13,7 +13,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from agentrt_core.canonical import digest_bytes
+from agentrt_core.jcs import digest_bytes
 from agentrt_core.proto_json import message_json
 from registry import store as registry_store
 from runtime_service import audit_bundle, audit_rows

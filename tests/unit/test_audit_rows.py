@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from agentrt.runtime.v1 import message_pb2
 from runtime_service import audit_bundle, audit_rows
-from runtime_service.audit_bundle import Link
+from runtime_service.audit_chain import Link
 from runtime_service.store.ledger import StepUsageRow
 
 T0 = "2026-11-29T12:00:00.000000Z"

@@ -1,6 +1,6 @@
 """``events.event_hash`` writes the event document's JCS bytes itself (the attributes' JCS
 bytes, then the other members in key order): it must be exactly SHA-256 of the document's
-JCS form as ``agentrt_core.canonical`` makes it, whatever the strings hold."""
+JCS form as ``agentrt_core.jcs`` makes it, whatever the strings hold."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentrt_core import canonical
+from agentrt_core import jcs
 from runtime_service import events
 
 # Any text JSON can carry (no lone surrogates), with quotes, backslashes and controls likely.
@@ -40,7 +40,7 @@ def reference(**members: Any) -> str:
         "thread_id": members["thread_id"],
         "type": "agentrt.event.v1",
     }
-    return canonical.digest_bytes(canonical.canonical_bytes(document))
+    return jcs.digest_bytes(jcs.canonical_bytes(document))
 
 
 @given(

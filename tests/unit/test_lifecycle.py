@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrt_core import canonical
+from agentrt_core import jcs
 from agentrt_core.errors import FailedPrecondition
 from runtime_service import events, lifecycle
 from runtime_service.lifecycle import TERMINAL, Actor, RunStatus, Transition, Trigger
@@ -147,7 +147,7 @@ def test_doc_worked_example_hashes_recompute() -> None:
     previous = ""
     for sequence, (line, digest) in enumerate(blocks, start=1):
         document = json.loads(line)
-        assert canonical.canonical_bytes(document) == line.encode(), "not the canonical form"
+        assert jcs.canonical_bytes(document) == line.encode(), "not the canonical form"
         assert "sha256:" + hashlib.sha256(line.encode()).hexdigest() == digest
         assert (document["sequence"], document["prev_hash"]) == (sequence, previous)
         assert document["type"] == "agentrt.event.v1"

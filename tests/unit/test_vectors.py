@@ -24,12 +24,11 @@ from agentrt_core.canonical import (
     ComponentKind,
     agent_digest,
     agent_document,
-    canonical_bytes,
     component_digest,
     component_document,
-    schema_digest,
     tool_digests,
 )
+from agentrt_core.jcs import canonical_bytes, schema_digest
 from runtime_service import events
 
 VECTORS_DIR = Path(__file__).resolve().parents[1] / "vectors"

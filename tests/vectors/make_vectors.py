@@ -19,14 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentrt_core.canonical import (
-    AgentClosure,
-    agent_document,
-    canonical_bytes,
-    component_document,
-    digest_bytes,
-    schema_digest,
-)
+from agentrt_core.canonical import AgentClosure, agent_document, component_document
+from agentrt_core.jcs import canonical_bytes, digest_bytes, schema_digest
 
 HERE = Path(__file__).parent
 
