@@ -6,10 +6,10 @@ resuming watches. Each command prints a table for people, or with ``--json`` one
 per line (proto field names) for scripts; a command that creates something prints the new id
 alone on stdout, so ``RUN=$(agentrt runs create …)`` works.
 
-Exit codes, as the registry commands (docs/api.md): 0 success; 1 the server refused (one
-``agentrt: CODE: message [REASON]`` line on stderr, then one line per field violation);
-2 a bad command line; 130 interrupted (Ctrl-C), 141 stdout closed by its reader, as every
-``agentrt`` command (:mod:`runtime_service.cli.entry`).
+Exit codes, as every client command (docs/api.md; the table is :mod:`runtime_service.cli.entry`):
+0 success; 1 the server refused (one ``agentrt: CODE: message [REASON]`` line on stderr, then
+one line per field violation: :mod:`runtime_service.cli.errors`); 2 a bad command line; 130
+interrupted (Ctrl-C), 141 stdout closed by its reader.
 """
 
 from __future__ import annotations
@@ -17,23 +17,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt_base.auth import display_actor
-from agentrt_core.connect import ClientTls
-from agentrt_sdk import AgentrtClient, AgentrtError
-from registry.cli import add_timeout_argument, default_identity, key_value
+from agentrt_sdk import AgentrtClient
 from runtime_service.cli import render
-from runtime_service.cli.entry import EXIT_FAILED, EXIT_USAGE
+from runtime_service.cli.client import (
+    Body,
+    Subparsers,
+    add_target_argument,
+    add_timeout_argument,
+    default_identity,
+    guarded,
+    key_value,
+)
+from runtime_service.cli.errors import CommandFailed
 from runtime_service.cli.render import Column
 
-__all__ = ["EXIT_FAILED", "EXIT_USAGE", "add_commands"]
-
-Handler = Callable[[argparse.Namespace], int]
-Body = Callable[[AgentrtClient, argparse.Namespace], Awaitable[int]]
-Subparsers = argparse._SubParsersAction  # argparse exports no public name for it
+__all__ = ["add_commands"]
 
 #: The run statuses ``runs list --status`` accepts (the enum's names without the prefix).
 RUN_STATUSES = render.enum_choices(enum_pb2.RunStatus)
@@ -44,16 +46,8 @@ CONCURRENCY_POLICIES = render.enum_choices(enum_pb2.ConcurrencyPolicy)
 # -- wiring ----------------------------------------------------------------------------------
 
 
-def add_commands(
-    commands: Subparsers[argparse.ArgumentParser],
-    add_target_argument: Callable[[argparse.ArgumentParser], None],
-) -> None:
-    """Add ``threads``, ``runs``, ``send``, ``approve`` and ``watch`` to the ``agentrt`` parser.
-
-    Args:
-        commands: The top-level subparsers of ``agentrt``.
-        add_target_argument: Adds the shared client flags (``--target``, ``--token``, TLS).
-    """
+def add_commands(commands: Subparsers[argparse.ArgumentParser]) -> None:
+    """Add ``threads``, ``runs``, ``send``, ``approve`` and ``watch`` to the ``agentrt`` parser."""
 
     def client(
         group: Subparsers[argparse.ArgumentParser], name: str, help_text: str, body: Body
@@ -62,7 +56,7 @@ def add_commands(
         add_target_argument(parser)
         add_timeout_argument(parser)
         parser.add_argument("--json", action="store_true", help="one JSON object per line")
-        parser.set_defaults(handler=_handler(body))
+        parser.set_defaults(handler=guarded(body))
         return parser
 
     threads = commands.add_parser("threads", help="conversations: create, list, show")
@@ -203,47 +197,6 @@ def _add_limit(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--limit", type=int, default=50, metavar="N", help="at most N (default 50; 0 = all)"
     )
-
-
-def _handler(body: Body) -> Handler:
-    """Run ``body`` with a client made from the flags; every expected failure becomes the
-    one-line report and its exit code, never a traceback."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            tls = ClientTls.resolve(args.tls_ca, args.tls_cert, args.tls_key)
-        except ValueError as exc:
-            return _fail(str(exc), EXIT_USAGE)
-
-        async def call() -> int:
-            async with AgentrtClient(
-                args.target, token=args.token, tls=tls, timeout=args.timeout
-            ) as client:
-                return await body(client, args)
-
-        try:
-            return asyncio.run(call())
-        except AgentrtError as error:
-            return report(error)
-        except BrokenPipeError:
-            raise  # stdout closed by its reader: entry.quiet_exits ends the command (141)
-        except OSError as exc:  # a TLS file named by a flag or the environment
-            return _fail(f"{exc.filename}: {exc.strerror}", EXIT_USAGE)
-
-    return run
-
-
-def report(error: AgentrtError) -> int:
-    """``agentrt: CODE: message [REASON]`` and one indented line per field violation."""
-    _fail(error.line(), EXIT_FAILED)
-    for violation in error.field_violations:
-        print(f"agentrt:   {violation.field}: {violation.description}", file=sys.stderr)
-    return EXIT_FAILED
-
-
-def _fail(message: str, code: int) -> int:
-    print(f"agentrt: {message}", file=sys.stderr)
-    return code
 
 
 def _limit(args: argparse.Namespace) -> int | None:
@@ -661,7 +614,7 @@ async def _approve(client: AgentrtClient, args: argparse.Namespace) -> int:
     try:
         step_id = args.step_id or await _waiting_step(client, args.run_id, args.wait)
     except _NoApproval as exc:
-        return _fail(str(exc), EXIT_FAILED)
+        raise CommandFailed(str(exc)) from exc
     answer = await client.runs.resolve_approval(
         args.run_id,
         step_id,
