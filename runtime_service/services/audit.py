@@ -28,11 +28,19 @@ from registry import service as registry_service
 from registry import store as registry_store
 from runtime_service import audit_bundle
 from runtime_service.audit_bundle import ChainReport, Link
-from runtime_service.records import Step, step_of
+from runtime_service.records import (
+    Artifact,
+    Attempt,
+    Checkpoint,
+    Input,
+    Run,
+    Step,
+    Thread,
+    step_of,
+)
 from runtime_service.services.context import Runtime
 from runtime_service.store import audit_blobs, audit_reads, blobs, step_reads
-from runtime_service.store.ledger import ArtifactRow, CheckpointRow, InputRow, StepRow
-from runtime_service.store.tables import AttemptRow, RunRow, ThreadRow
+from runtime_service.store.ledger import StepRow
 
 DEFAULT_MAX_STEPS = 1000
 MAX_MAX_STEPS = 10_000
@@ -58,17 +66,17 @@ class TagAtTime:
 class ProvenanceRecord:
     """The chain behind one run (and, when asked, one step or artifact of it)."""
 
-    run: RunRow
-    thread: ThreadRow
+    run: Run
+    thread: Thread
     agent_version: AgentVersion | None
     tags_at_run_creation: list[TagAtTime]
-    attempts: list[AttemptRow]
+    attempts: list[Attempt]
     #: The run's steps, the first ``max_steps`` of them.
     steps: Sequence[Step]
     steps_truncated: bool
-    artifact: ArtifactRow | None = None
+    artifact: Artifact | None = None
     step: Step | None = None
-    attempt: AttemptRow | None = None
+    attempt: Attempt | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,37 @@ class Provenance:
 
 
 @dataclass(frozen=True)
+class BundledAgent:
+    """The agent version a bundle records, as the registry stored it (its JSON parsed, never
+    rebuilt from the domain model: the bundle carries what was published)."""
+
+    agent_id: str
+    version_label: str
+    digest: str
+    description: str
+    definition: Any
+    closure: Any
+    publish_time: dt.datetime
+    provenance: Any
+    principal: str
+    #: The OIDC token's verified claims, for a version published with one.
+    verified_provenance: Any | None
+
+
+@dataclass(frozen=True)
+class BundledComponent:
+    """A component the bundled agent version pins, as the registry stored it."""
+
+    kind: str
+    name: str
+    version: str
+    description: str
+    spec: Any
+    digest: str
+    schema_digest: str | None
+
+
+@dataclass(frozen=True)
 class BundleContents:
     """Everything an audit bundle holds, read in one snapshot: the run, what happened in it,
     its event chain, and the agent version it was bound to with that version's components."""
@@ -96,18 +135,18 @@ class BundleContents:
     installation_id: str
     #: When the snapshot was read (the bundle's ``export_time``).
     export_time: dt.datetime
-    run: RunRow
-    thread: ThreadRow
-    attempts: list[AttemptRow]
+    run: Run
+    thread: Thread
+    attempts: list[Attempt]
     steps: list[Step]
-    artifacts: list[ArtifactRow]
-    checkpoints: list[CheckpointRow]
-    inputs: list[InputRow]
+    artifacts: list[Artifact]
+    checkpoints: list[Checkpoint]
+    inputs: list[Input]
     events: list[Link]
-    agent: registry_store.AgentVersionRow
+    agent: BundledAgent
     tags_at_run_creation: list[TagAtTime]
     #: The components the agent version pins, in its closure's slot order.
-    components: list[registry_store.ComponentRow]
+    components: list[BundledComponent]
 
 
 @dataclass(frozen=True)
@@ -117,12 +156,12 @@ class RunVerification:
     ``audit_rows.compare``, runs on the rows as served: the servicer maps them)."""
 
     chain: ChainReport
-    run: RunRow
-    attempts: list[AttemptRow]
+    run: Run
+    attempts: list[Attempt]
     steps: list[Step]
-    artifacts: list[ArtifactRow]
-    checkpoints: list[CheckpointRow]
-    inputs: list[InputRow]
+    artifacts: list[Artifact]
+    checkpoints: list[Checkpoint]
+    inputs: list[Input]
     events: list[Link]
     #: The usage index rows of the run's steps (``FindUsages``' and ``GetProvenance``'s
     #: index), as their columns.
@@ -214,7 +253,7 @@ class AuditService:
         max_steps: int,
         *,
         step: StepRow | None = None,
-        artifact: ArtifactRow | None = None,
+        artifact: Artifact | None = None,
     ) -> ProvenanceRecord:
         run = audit_reads.run(session, run_id)
         if run is None:  # a step or artifact whose run is gone: the ledger never deletes runs
@@ -224,7 +263,7 @@ class AuditService:
         attempt_id = step.attempt_id if step is not None else ""
         return ProvenanceRecord(
             run=run,
-            thread=audit_reads.thread_of(session, run),
+            thread=audit_reads.thread_of_run(session, run),
             agent_version=self._agent_version(session, run.agent_digest),
             tags_at_run_creation=_tags_at_creation(session, run),
             attempts=attempts,
@@ -339,7 +378,7 @@ class AuditService:
             run = audit_reads.run(session, run_id)
             if run is None:
                 raise NotFound("run", run_id)
-            thread = audit_reads.thread_of(session, run)
+            thread = audit_reads.thread_of_run(session, run)
             attempts = audit_reads.attempts_of_run(session, run.id)
             steps = audit_reads.steps_of_run(session, run.id)
             artifacts = audit_reads.artifacts_of_run(session, run.id)
@@ -363,9 +402,12 @@ class AuditService:
                 checkpoints=checkpoints,
                 inputs=inputs,
                 events=events,
-                agent=agent,
+                agent=_bundled_agent(agent),
                 tags_at_run_creation=tags,
-                components=audit_reads.closure_components(session, run.agent_digest),
+                components=[
+                    _bundled_component(c)
+                    for c in audit_reads.closure_components(session, run.agent_digest)
+                ],
             )
 
         return await self._rt.read(read)
@@ -374,9 +416,40 @@ class AuditService:
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _tags_at_creation(session: Session, run: RunRow) -> list[TagAtTime]:
+def _tags_at_creation(session: Session, run: Run) -> list[TagAtTime]:
     """The tags pointing at the run's agent version when the run resolved it: its agent's tag
     history replayed up to the run's resolution (``audit_reads.tag_events_before`` says
     which events that is)."""
     rows = audit_reads.tag_events_before(session, run)
     return tags_at((TagEvent(*r) for r in rows), run.agent_digest)
+
+
+def _bundled_agent(row: registry_store.AgentVersionRow) -> BundledAgent:
+    return BundledAgent(
+        agent_id=row.agent_id,
+        version_label=row.version_label,
+        digest=row.digest,
+        description=row.description,
+        definition=registry_store.loads(row.definition_json),
+        closure=registry_store.loads(row.closure_json),
+        publish_time=row.publish_time,
+        provenance=registry_store.loads(row.provenance_json),
+        principal=row.principal,
+        verified_provenance=(
+            registry_store.loads(row.verified_provenance_json)
+            if row.verified_provenance_json
+            else None
+        ),
+    )
+
+
+def _bundled_component(row: registry_store.ComponentRow) -> BundledComponent:
+    return BundledComponent(
+        kind=row.kind,
+        name=row.name,
+        version=row.version,
+        description=row.description,
+        spec=registry_store.loads(row.spec_json),
+        digest=row.digest,
+        schema_digest=row.schema_digest,
+    )

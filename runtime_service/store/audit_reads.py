@@ -2,7 +2,8 @@
 
 Provenance (``GetProvenance``), ``VerifyRun`` and ``ExportBundle`` read through these; the
 use cases are in ``runtime_service.services.audit``. Every function only reads, inside the
-caller's read transaction, which :func:`snapshot` makes one snapshot.
+caller's read transaction, which :func:`snapshot` makes one snapshot. Nothing read here is
+written back, so a run's rows are answered as records (``runtime_service.records``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,22 @@ from agentrt_base.installation import Installation
 from registry import store as registry_store
 from runtime_service.audit_bundle import Link
 from runtime_service.events import StoredEvent, format_time
-from runtime_service.records import Step, new_step
+from runtime_service.records import (
+    Artifact,
+    Attempt,
+    Checkpoint,
+    Input,
+    Run,
+    Step,
+    Thread,
+    artifact_of,
+    attempt_of,
+    checkpoint_of,
+    input_of,
+    new_step,
+    run_of,
+    thread_of,
+)
 from runtime_service.store.ledger import (
     ArtifactRow,
     CheckpointRow,
@@ -49,18 +65,20 @@ def snapshot(session: Session) -> None:
 # -- by id -----------------------------------------------------------------------------------
 
 
-def run(session: Session, run_id: str) -> RunRow | None:
-    return session.get(RunRow, run_id)
+def run(session: Session, run_id: str) -> Run | None:
+    row = session.get(RunRow, run_id)
+    return None if row is None else run_of(row)
 
 
-def thread_of(session: Session, run: RunRow) -> ThreadRow:
+def thread_of_run(session: Session, run: Run) -> Thread:
     thread = session.get(ThreadRow, run.thread_id)
     assert thread is not None  # runs reference their thread by foreign key
-    return thread
+    return thread_of(thread)
 
 
-def artifact(session: Session, artifact_id: str) -> ArtifactRow | None:
-    return session.get(ArtifactRow, artifact_id)
+def artifact(session: Session, artifact_id: str) -> Artifact | None:
+    row = session.get(ArtifactRow, artifact_id)
+    return None if row is None else artifact_of(row)
 
 
 def installation_id(session: Session) -> str:
@@ -70,13 +88,12 @@ def installation_id(session: Session) -> str:
 # -- a run's records -------------------------------------------------------------------------
 
 
-def attempts_of_run(session: Session, run_id: str) -> list[AttemptRow]:
+def attempts_of_run(session: Session, run_id: str) -> list[Attempt]:
     """The run's attempts, first to last."""
-    return list(
-        session.scalars(
-            sa.select(AttemptRow).where(AttemptRow.run_id == run_id).order_by(AttemptRow.number)
-        )
+    rows = session.scalars(
+        sa.select(AttemptRow).where(AttemptRow.run_id == run_id).order_by(AttemptRow.number)
     )
+    return [attempt_of(row) for row in rows]
 
 
 def steps_of_run(session: Session, run_id: str, limit: int | None = None) -> list[Step]:
@@ -91,28 +108,25 @@ def steps_of_run(session: Session, run_id: str, limit: int | None = None) -> lis
     return [new_step(dict(row._mapping)) for row in session.execute(stmt)]
 
 
-def artifacts_of_run(session: Session, run_id: str) -> list[ArtifactRow]:
-    return list(
-        session.scalars(
-            sa.select(ArtifactRow).where(ArtifactRow.run_id == run_id).order_by(ArtifactRow.id)
-        )
+def artifacts_of_run(session: Session, run_id: str) -> list[Artifact]:
+    rows = session.scalars(
+        sa.select(ArtifactRow).where(ArtifactRow.run_id == run_id).order_by(ArtifactRow.id)
     )
+    return [artifact_of(row) for row in rows]
 
 
-def checkpoints_of_run(session: Session, run_id: str) -> list[CheckpointRow]:
-    return list(
-        session.scalars(
-            sa.select(CheckpointRow)
-            .where(CheckpointRow.run_id == run_id)
-            .order_by(CheckpointRow.id)
-        )
+def checkpoints_of_run(session: Session, run_id: str) -> list[Checkpoint]:
+    rows = session.scalars(
+        sa.select(CheckpointRow).where(CheckpointRow.run_id == run_id).order_by(CheckpointRow.id)
     )
+    return [checkpoint_of(row) for row in rows]
 
 
-def inputs_of_run(session: Session, run_id: str) -> list[InputRow]:
-    return list(
-        session.scalars(sa.select(InputRow).where(InputRow.run_id == run_id).order_by(InputRow.id))
+def inputs_of_run(session: Session, run_id: str) -> list[Input]:
+    rows = session.scalars(
+        sa.select(InputRow).where(InputRow.run_id == run_id).order_by(InputRow.id)
     )
+    return [input_of(row) for row in rows]
 
 
 def usages_of_run(session: Session, run_id: str) -> list[dict[str, Any]]:
@@ -131,7 +145,7 @@ def usages_of_run(session: Session, run_id: str) -> list[dict[str, Any]]:
     return [dict(row._mapping) for row in rows]
 
 
-def chain_links(session: Session, run: RunRow) -> Iterator[Link]:
+def chain_links(session: Session, run: Run) -> Iterator[Link]:
     """The run's event chain in sequence order, as the hash covers each event, streamed (a
     long run's chain is read a few thousand rows at a time, not all at once)."""
     rows = session.execute(
@@ -179,7 +193,7 @@ def _link(row: Any) -> Link:
 
 
 def tag_events_before(
-    session: Session, run: RunRow
+    session: Session, run: Run
 ) -> Sequence[sa.Row[int, str, str, str, dt.datetime]]:
     """The run's agent's tag events up to the run's resolution, as
     ``(sequence, tag, type, to_digest, event_time)``.
