@@ -24,7 +24,6 @@ from agentrt_core import refs
 from agentrt_core.errors import InvalidArgument, NotFound
 from agentrt_core.lru import LruCache
 from agentrt_core.model import AgentVersion
-from registry import service as registry_service
 from registry import store as registry_store
 from runtime_service import audit_bundle
 from runtime_service.audit_bundle import ChainReport, Link
@@ -280,7 +279,7 @@ class AuditService:
             row = registry_store.agent_version_by_digest(session, digest)
             if row is None:
                 return None
-            version = registry_service.agent_version_from_row(session, row)
+            version = registry_store.agent_version_of(session, row)
             self._versions.put(digest, version)
         # AgentVersion.tags means "now"; the tags at the run's creation are reported apart.
         return dataclasses.replace(

@@ -23,7 +23,7 @@ from agentrt_core.errors import (
 from agentrt_core.lru import LruCache
 from agentrt_core.model import AgentVersion
 from agentrt_core.paging import cut_page, page_request
-from registry.service import resolve_agent
+from registry.service_lookup import resolve_agent
 from runtime_service import labels as label_rules
 from runtime_service import lifecycle
 from runtime_service.lifecycle import Actor, ClientAsk, RunStatus, Trigger
