@@ -64,3 +64,11 @@ def test_a_record_holds_its_rows_values(kind: type[Any], of: Any, table: type[An
     with pytest.raises(dataclasses.FrozenInstanceError):
         # A record is a value: nobody changes what a service answered.
         setattr(record, dataclasses.fields(kind)[0].name, "changed")
+
+
+def test_a_field_the_row_has_not_loaded_is_read_as_an_attribute() -> None:
+    """A new row's unset columns are not in its ``__dict__``: the record asks the row, as
+    reading the attribute would (None, for a column nobody set)."""
+    row = ThreadRow(id="thr_1", namespace="default", title="t", metadata_json="{}")
+    record = records.thread_of(row)
+    assert (record.id, record.concurrency_policy, record.create_time) == ("thr_1", None, None)
