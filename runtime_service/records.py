@@ -376,3 +376,37 @@ class Blob:
 
 
 blob_of = _reader(Blob)
+
+
+# -- what an audit bundle records of the registry ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class BundledAgent:
+    """The agent version a bundle records, as the registry stored it (its JSON parsed, never
+    rebuilt from the domain model: the bundle carries what was published)."""
+
+    agent_id: str
+    version_label: str
+    digest: str
+    description: str
+    definition: Any
+    closure: Any
+    publish_time: dt.datetime
+    provenance: Any
+    principal: str
+    #: The OIDC token's verified claims, for a version published with one.
+    verified_provenance: Any | None
+
+
+@dataclass(frozen=True)
+class BundledComponent:
+    """A component the bundled agent version pins, as the registry stored it."""
+
+    kind: str
+    name: str
+    version: str
+    description: str
+    spec: Any
+    digest: str
+    schema_digest: str | None

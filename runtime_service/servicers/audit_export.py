@@ -19,13 +19,8 @@ from runtime_service import audit_bundle, audit_rows
 from runtime_service import proto_map as pm
 from runtime_service.audit_bundle import Format
 from runtime_service.events import format_time
-from runtime_service.services.audit import (
-    BundleContents,
-    BundledAgent,
-    BundledComponent,
-    RunVerification,
-    TagAtTime,
-)
+from runtime_service.records import BundledAgent, BundledComponent
+from runtime_service.services.audit import BundleContents, RunVerification, TagAtTime
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ from runtime_service.audit_bundle import ChainReport, Link
 from runtime_service.records import (
     Artifact,
     Attempt,
+    BundledAgent,
+    BundledComponent,
     Checkpoint,
     Input,
     Run,
@@ -93,37 +95,6 @@ class BlobReference:
 class Provenance:
     records: list[ProvenanceRecord]
     blob_references: list[BlobReference] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class BundledAgent:
-    """The agent version a bundle records, as the registry stored it (its JSON parsed, never
-    rebuilt from the domain model: the bundle carries what was published)."""
-
-    agent_id: str
-    version_label: str
-    digest: str
-    description: str
-    definition: Any
-    closure: Any
-    publish_time: dt.datetime
-    provenance: Any
-    principal: str
-    #: The OIDC token's verified claims, for a version published with one.
-    verified_provenance: Any | None
-
-
-@dataclass(frozen=True)
-class BundledComponent:
-    """A component the bundled agent version pins, as the registry stored it."""
-
-    kind: str
-    name: str
-    version: str
-    description: str
-    spec: Any
-    digest: str
-    schema_digest: str | None
 
 
 @dataclass(frozen=True)
@@ -387,7 +358,7 @@ class AuditService:
             installation = audit_reads.installation_id(session)
             now = dt.datetime.now(dt.UTC)
             tags = _tags_at_creation(session, run)
-            agent = registry_store.agent_version_by_digest(session, run.agent_digest)
+            agent = audit_reads.agent_version_as_stored(session, run.agent_digest)
             if agent is None:
                 raise NotFound("agent version", run.agent_digest)
             return BundleContents(
@@ -401,12 +372,9 @@ class AuditService:
                 checkpoints=checkpoints,
                 inputs=inputs,
                 events=events,
-                agent=_bundled_agent(agent),
+                agent=agent,
                 tags_at_run_creation=tags,
-                components=[
-                    _bundled_component(c)
-                    for c in audit_reads.closure_components(session, run.agent_digest)
-                ],
+                components=audit_reads.closure_components(session, run.agent_digest),
             )
 
         return await self._rt.read(read)
@@ -421,34 +389,3 @@ def _tags_at_creation(session: Session, run: Run) -> list[TagAtTime]:
     which events that is)."""
     rows = audit_reads.tag_events_before(session, run)
     return tags_at((TagEvent(*r) for r in rows), run.agent_digest)
-
-
-def _bundled_agent(row: registry_store.AgentVersionRow) -> BundledAgent:
-    return BundledAgent(
-        agent_id=row.agent_id,
-        version_label=row.version_label,
-        digest=row.digest,
-        description=row.description,
-        definition=registry_store.loads(row.definition_json),
-        closure=registry_store.loads(row.closure_json),
-        publish_time=row.publish_time,
-        provenance=registry_store.loads(row.provenance_json),
-        principal=row.principal,
-        verified_provenance=(
-            registry_store.loads(row.verified_provenance_json)
-            if row.verified_provenance_json
-            else None
-        ),
-    )
-
-
-def _bundled_component(row: registry_store.ComponentRow) -> BundledComponent:
-    return BundledComponent(
-        kind=row.kind,
-        name=row.name,
-        version=row.version,
-        description=row.description,
-        spec=registry_store.loads(row.spec_json),
-        digest=row.digest,
-        schema_digest=row.schema_digest,
-    )

@@ -23,6 +23,8 @@ from runtime_service.events import StoredEvent, format_time
 from runtime_service.records import (
     Artifact,
     Attempt,
+    BundledAgent,
+    BundledComponent,
     Checkpoint,
     Input,
     Run,
@@ -214,15 +216,48 @@ def tag_events_before(
     ).all()
 
 
-def closure_components(session: Session, agent_digest: str) -> list[registry_store.ComponentRow]:
-    """The components an agent version pins, in its closure's slot order."""
+def agent_version_as_stored(session: Session, digest: str) -> BundledAgent | None:
+    """The agent version of ``digest`` as the registry stored it (its JSON parsed)."""
+    row = registry_store.agent_version_by_digest(session, digest)
+    if row is None:
+        return None
+    return BundledAgent(
+        agent_id=row.agent_id,
+        version_label=row.version_label,
+        digest=row.digest,
+        description=row.description,
+        definition=registry_store.loads(row.definition_json),
+        closure=registry_store.loads(row.closure_json),
+        publish_time=row.publish_time,
+        provenance=registry_store.loads(row.provenance_json),
+        principal=row.principal,
+        verified_provenance=(
+            registry_store.loads(row.verified_provenance_json)
+            if row.verified_provenance_json
+            else None
+        ),
+    )
+
+
+def closure_components(session: Session, agent_digest: str) -> list[BundledComponent]:
+    """The components an agent version pins, in its closure's slot order, as stored."""
     c = registry_store.ComponentRow
     entries = registry_store.ClosureEntryRow
-    return list(
-        session.scalars(
-            sa.select(c)
-            .join(entries, entries.component_digest == c.digest)
-            .where(entries.agent_digest == agent_digest)
-            .order_by(entries.slot)
-        )
+    rows = session.scalars(
+        sa.select(c)
+        .join(entries, entries.component_digest == c.digest)
+        .where(entries.agent_digest == agent_digest)
+        .order_by(entries.slot)
     )
+    return [
+        BundledComponent(
+            kind=row.kind,
+            name=row.name,
+            version=row.version,
+            description=row.description,
+            spec=registry_store.loads(row.spec_json),
+            digest=row.digest,
+            schema_digest=row.schema_digest,
+        )
+        for row in rows
+    ]
