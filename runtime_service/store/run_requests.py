@@ -22,6 +22,7 @@ from agentrt_core.proto_json import enum_value
 # budget and amendment: the same mapping GetRun answers with.
 from runtime_service import __version__, audit_rows, events, notify, proto_map
 from runtime_service.lifecycle import RunStatus
+from runtime_service.records import run_of
 from runtime_service.step_rules import dumps
 from runtime_service.store import transitions
 from runtime_service.store.tables import EventRow, RunRow
@@ -117,13 +118,14 @@ def create(session: Session, new: NewRun, now: dt.datetime) -> RunRow:
     )
     session.add(run)
     session.flush()
+    record = run_of(run)
     transitions.append_run_event(
         session,
         run,
         event_pb2.RunCreatedAttributes(
-            agent=proto_map.binding(run),
-            goal=proto_map.goal(run),
-            budget=proto_map.budget(run),
+            agent=proto_map.binding(record),
+            goal=proto_map.goal(record),
+            budget=proto_map.budget(record),
             deadline_time=proto_map.timestamp(run.deadline_time),
             priority=run.priority,
             max_attempts=run.max_attempts,

@@ -102,6 +102,24 @@ RULES = (
         allowed=("sqlalchemy.orm", "sqlalchemy.orm.Session"),
     ),
     Rule(
+        ("registry.service", "registry.service_*"),
+        ("sqlalchemy", "agentrt.", "grpc", "agentrt_core.registry_map"),
+        "the registry's use cases hold no SQL and build no protobuf, as the runtime's: "
+        "registry/store.py holds the SQL, the servicer the mapping",
+        allowed=("sqlalchemy.orm", "sqlalchemy.orm.Session"),
+    ),
+    Rule(
+        ("runtime_service.proto_map",),
+        ("sqlalchemy", "runtime_service.store", "runtime_service.services", "registry.store"),
+        "the runtime's mapping to messages reads records (runtime_service.records), never rows",
+    ),
+    Rule(
+        ("runtime_service.servicers", "runtime_service.servicers.*", "registry.servicer"),
+        ("sqlalchemy", "runtime_service.store", "registry.store"),
+        "servicers map requests to use cases and their answers to messages: they call services "
+        "and never reach the storage underneath",
+    ),
+    Rule(
         ("agentrt_core", "agentrt_core.*"),
         (
             "agentrt_base",
