@@ -30,7 +30,6 @@ from typing import Any, Final
 from agentrt_core.jcs import (
     JSON_ENCODER,
     CanonicalError,
-    canonical_bytes,
     check_text,
     digest_bytes,
     digest_document,
@@ -40,10 +39,6 @@ from agentrt_core.jcs import (
 from agentrt_core.refs import is_digest, is_valid_label, is_valid_name, is_valid_version
 from agentrt_core.specs import ComponentKind, Struct, keyed_set, parse_kind, read_spec
 
-# canonical_bytes and digest_bytes (from agentrt_core.jcs) are listed for now only because
-# runtime_service/services/bound.py and runtime_service/cli/audit.py, being split in parallel
-# (issue 28), still import them from here; once those import them from agentrt_core.jcs, drop
-# both from this list and from the import above.
 __all__ = [
     "AGENT_DOCUMENT_TYPE",
     "COMPONENT_DOCUMENT_TYPE",
@@ -53,10 +48,8 @@ __all__ = [
     "ResolvedEntry",
     "agent_digest",
     "agent_document",
-    "canonical_bytes",  # pending, see above
     "component_digest",
     "component_document",
-    "digest_bytes",  # pending, see above
     "tool_digests",
 ]
 

@@ -24,24 +24,18 @@ from agentrt_core.canonical import CanonicalError, ComponentKind
 from agentrt_core.model import ClosureEntry
 from agentrt_core.publishing import to_agent_closure
 from runtime_service import audit_rows
-from runtime_service.audit_chain import ChainReport, Link, verify_chain
+from runtime_service.audit_chain import Link, verify_chain
 
-# ChainReport and verify_chain (from runtime_service.audit_chain) are listed for now only
-# because runtime_service/services/audit.py, being split in parallel (issue 28), still imports
-# them from here; once it imports them from runtime_service.audit_chain, drop both from this
-# list (verify_chain stays imported: verify_bundle uses it).
 __all__ = [
     "BUNDLE_TYPE",
     "BundleFormatError",
     "BundleReport",
-    "ChainReport",  # pending, see above
     "Link",
     "build_document",
     "decode",
     "encode",
     "media_type",
     "verify_bundle",
-    "verify_chain",  # pending, see above
 ]
 
 BUNDLE_TYPE = "agentrt.audit.bundle.v1"

@@ -32,7 +32,7 @@ from agentrt.runtime.v1 import message_pb2 as mpb
 from agentrt_base.auth import display_actor
 from agentrt_base.ids import has_prefix
 from agentrt_core import proto_json
-from agentrt_core.canonical import digest_bytes
+from agentrt_core.jcs import digest_bytes
 from agentrt_sdk import AgentrtClient
 from runtime_service import audit_bundle
 from runtime_service.cli import render

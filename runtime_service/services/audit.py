@@ -25,8 +25,8 @@ from agentrt_core.errors import InvalidArgument, NotFound
 from agentrt_core.lru import LruCache
 from agentrt_core.model import AgentVersion
 from registry import store as registry_store
-from runtime_service import audit_bundle
-from runtime_service.audit_bundle import ChainReport, Link
+from runtime_service.audit_bundle import Link
+from runtime_service.audit_chain import ChainReport, verify_chain
 from runtime_service.records import (
     Artifact,
     Attempt,
@@ -318,7 +318,7 @@ class AuditService:
                 raise NotFound("run", run_id)
             events = list(audit_reads.chain_links(session, run))
             return RunVerification(
-                chain=audit_bundle.verify_chain(
+                chain=verify_chain(
                     events,
                     head=(run.last_event_sequence, run.last_event_hash),
                     chain=(run.thread_id, run.id),

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from agentrt_core import publishing
-from agentrt_core.canonical import canonical_bytes
+from agentrt_core.jcs import canonical_bytes
 from agentrt_core.lru import LruCache
 from agentrt_core.model import ComponentDraft, ComponentKind
 from agentrt_core.resolution import BoundDefinition, bound_definition

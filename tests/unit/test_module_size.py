@@ -13,8 +13,7 @@ why, in its module docstring, on a line that starts with the marker :data:`MARKE
 
 The marker counts only inside the docstring (read with ``ast``, nothing is imported), not in
 a comment, and only with a reason after it. Migrations are exempt: each is a frozen record of
-one schema change, not a module anyone extends. :data:`PENDING` lists the modules other
-changes of issue 28 are splitting right now.
+one schema change, not a module anyone extends.
 """
 
 from __future__ import annotations
@@ -32,15 +31,6 @@ LIMIT = 600
 MARKER = "Kept whole:"
 #: The shortest reason accepted after the marker: a few words, not a placeholder.
 MIN_REASON = 20
-
-# PENDING (issue 28, item 6): being split by other engineers in parallel, and exempt until
-# those changes are merged. The lead removes this set (and its use below) after merging;
-# do not add to it: a new long module needs a split or a "Kept whole:" reason.
-PENDING = frozenset(
-    {
-        "registry/service.py",
-    }
-)
 
 
 def modules(root: Path, packages: Collection[str]) -> Iterator[Path]:
@@ -79,17 +69,11 @@ def too_long(
 
 
 def test_no_module_is_too_long_without_a_reason() -> None:
-    found = too_long(ROOT, PACKAGES, exempt=PENDING)
+    found = too_long(ROOT, PACKAGES)
     assert not found, (
         f"modules over {LIMIT} lines: split them by concern, or say why one stays whole on "
         f"a line of its docstring starting {MARKER!r}:\n  " + "\n  ".join(found)
     )
-
-
-def test_every_pending_module_exists() -> None:
-    # A misspelt or moved path would exempt nothing and hide that the set is stale.
-    missing = sorted(p for p in PENDING if not (ROOT / p).is_file())
-    assert not missing, f"PENDING names modules that do not exist: {missing}"
 
 
 # -- the checker itself, on a tree of its own --------------------------------------------------
