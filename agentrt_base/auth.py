@@ -63,13 +63,13 @@ from typing import Any
 
 from agentrt_base import oidc
 from agentrt_base.limits import LimitOverrides
+from agentrt_base.roles import ROLES
 from agentrt_core.tag_names import is_tag_spelling, tag_spelling
 
 #: A token's prefix: says what it is when one turns up in a log or a paste.
 TOKEN_PREFIX = "agentrt_"
 #: A scope: a pattern over agent ids and component names (lower case, like the names).
 _SCOPE = re.compile(r"[a-z0-9_.*-]{1,128}")
-ROLES = ("publisher", "tag-admin", "client", "approver", "worker", "auditor", "admin")
 
 
 @dataclass(frozen=True)
@@ -108,18 +108,6 @@ def caller_name() -> str:
     authenticates nobody."""
     principal = CALLER.get()
     return principal.name if principal is not None else ANONYMOUS
-
-
-def display_actor(principal: str, label: str) -> str:
-    """How a recorded actor reads in a message or a listing: the principal, with the label
-    the caller gave beside it when the label says something else (a label is never taken
-    for the identity). A record from before principals were recorded has only its label,
-    and says so."""
-    if not principal:
-        return f"{label or '-'} (label only, no principal recorded)"
-    if label and label != principal:
-        return f"{principal} (label {label!r})"
-    return principal
 
 
 def token_hash(token: str) -> str:

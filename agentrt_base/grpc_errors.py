@@ -39,10 +39,10 @@ from agentrt_base.access import VISIBLE
 from agentrt_base.auth import CALLER
 from agentrt_base.db_failures import database_failure
 from agentrt_base.error_status import internal_status, to_status
-from agentrt_base.ids import new_id
 from agentrt_base.limits import METHOD_KINDS, Limiter, Slot, anonymous_key
 from agentrt_base.wire import Undecodable, check_request, guard_deserializer
 from agentrt_core import errors, reasons
+from agentrt_core.ids import new_id
 
 log = logging.getLogger("agentrt.errors")
 

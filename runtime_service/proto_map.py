@@ -10,10 +10,10 @@ from typing import Any
 from google.protobuf import json_format, timestamp_pb2
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
+from agentrt_core.event_chain import StoredEvent
 from agentrt_core.lru import LruCache
 from agentrt_core.proto_json import enum_value, to_timestamp
 from agentrt_core.resolution import BoundDefinition
-from runtime_service.events import StoredEvent
 from runtime_service.records import (
     Artifact,
     Attempt,

@@ -29,12 +29,11 @@ from agentrt.audit.v1 import message_pb2 as apb
 from agentrt.registry.v1 import message_pb2 as rpb
 from agentrt.runtime.v1 import enum_pb2
 from agentrt.runtime.v1 import message_pb2 as mpb
-from agentrt_base.auth import display_actor
-from agentrt_base.ids import has_prefix
-from agentrt_core import proto_json
+from agentrt_core import audit_bundle, proto_json
+from agentrt_core.actors import display_actor
+from agentrt_core.ids import has_prefix
 from agentrt_core.jcs import digest_bytes
 from agentrt_sdk import AgentrtClient
-from runtime_service import audit_bundle
 from runtime_service.cli import render
 from runtime_service.cli.client import (
     Body,

@@ -38,7 +38,7 @@ from rich.text import Text
 from agentrt.registry.v1 import message_pb2 as registry_pb2
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
 from agentrt_core import proto_json
-from runtime_service.events import event_type_name
+from agentrt_core.event_chain import event_type_name
 
 __all__ = [
     "Column",

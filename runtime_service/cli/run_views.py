@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 
 from agentrt.runtime.v1 import enum_pb2, message_pb2
-from agentrt_base.auth import display_actor
+from agentrt_core.actors import display_actor
 from runtime_service.cli import render
 from runtime_service.cli.render import Column
 

@@ -16,10 +16,9 @@ import os
 import signal
 import sys
 
-from agentrt_base import auth, tls
-from agentrt_base.db import Database
-from agentrt_base.db_failures import DatabaseUnavailable
+from agentrt_base import tls
 from agentrt_base.limits import Limits
+from agentrt_base.roles import ROLES
 from agentrt_base.settings import (
     DEFAULT_DATABASE_URL,
     DEFAULT_LISTEN,
@@ -42,11 +41,10 @@ from agentrt_base.settings import (
     MAX_CONNECTIONS_CEILING,
     ServerSettings,
 )
-from runtime_service.cli import database_url
 from runtime_service.cli.client import Subparsers
 from runtime_service.cli.entry import EXIT_CANNOT_START, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from runtime_service.cli.errors import fail
-from runtime_service.services.context import RuntimeSettings
+from runtime_service.runtime_settings import RuntimeSettings
 
 __all__ = ["add_commands"]
 
@@ -140,7 +138,7 @@ def add_commands(commands: Subparsers[argparse.ArgumentParser]) -> None:
         help="make a token for a principal: print it once, append its hash to the auth config",
     )
     create.add_argument("principal", metavar="NAME")
-    create.add_argument("--role", action="append", default=[], choices=auth.ROLES)
+    create.add_argument("--role", action="append", default=[], choices=ROLES)
     create.add_argument("--scope", action="append", default=[], metavar="AGENT_PATTERN")
     create.add_argument("--namespace", action="append", default=[], metavar="NAMESPACE")
     create.add_argument(
@@ -166,6 +164,8 @@ def _settings(args: argparse.Namespace, listen: str | None) -> ServerSettings:
         DatabaseUnavailable: the password file cannot be used (one line).
         ValueError: a malformed setting (one line).
     """
+    from runtime_service.cli import database_url
+
     database_url.warn_if_password_in_arguments(args.database_url)
     settings = ServerSettings.resolve(
         listen=listen,
@@ -194,7 +194,13 @@ def _settings(args: argparse.Namespace, listen: str | None) -> ServerSettings:
     return dataclasses.replace(settings, database_url=url)
 
 
+# The server's packages are imported by the handlers that need them, not at the top: the
+# parser is built for every command, and a client-only install (no server extra) must be
+# able to build it and run its client commands.
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from agentrt_base.db_failures import DatabaseUnavailable
     from runtime_service.server import StartupError, serve
 
     _configure_logging()
@@ -207,6 +213,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from agentrt_base.db import Database
+    from agentrt_base.db_failures import DatabaseUnavailable
     from runtime_service import migrate
 
     _configure_logging()
@@ -228,6 +236,8 @@ def _cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 
 def _cmd_token_create(args: argparse.Namespace) -> int:
+    from agentrt_base import auth
+
     path = args.config or os.environ.get(ENV_AUTH_CONFIG)
     if not path:
         return fail(f"token create: --config PATH (or {ENV_AUTH_CONFIG}) is required", EXIT_USAGE)

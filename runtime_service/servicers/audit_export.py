@@ -3,7 +3,7 @@
 Transport: the run, its thread, attempts, steps, artifacts and checkpoints appear in the
 bundle as the API shows them (their protobuf messages in JSON form, field names as in the
 proto), so the mapping to messages lives here, beside the servicer, not in the use case.
-The document's layout and its encodings are :mod:`runtime_service.audit_bundle`'s, shared
+The document's layout and its encodings are :mod:`agentrt_core.audit_bundle`'s, shared
 with the offline verifier (``agentrt audit verify BUNDLE``).
 """
 
@@ -13,12 +13,12 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from agentrt_core import audit_bundle, audit_rows
+from agentrt_core.audit_bundle import Format
+from agentrt_core.event_chain import format_time
 from agentrt_core.jcs import digest_bytes
 from agentrt_core.proto_json import message_json
-from runtime_service import audit_bundle, audit_rows
 from runtime_service import proto_map as pm
-from runtime_service.audit_bundle import Format
-from runtime_service.events import format_time
 from runtime_service.records import BundledAgent, BundledComponent
 from runtime_service.services.audit import BundleContents, RunVerification, TagAtTime
 

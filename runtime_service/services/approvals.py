@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from agentrt_base.auth import caller_name, display_actor
+from agentrt_base.auth import caller_name
 from agentrt_base.db import utcnow
 from agentrt_core import reasons
+from agentrt_core.actors import display_actor
 from agentrt_core.errors import FailedPrecondition, InvalidArgument, NotFound, ViolationCollector
 from runtime_service import lifecycle
 from runtime_service.lifecycle import Actor, RunStatus, Trigger

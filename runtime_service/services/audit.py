@@ -21,12 +21,12 @@ from sqlalchemy.orm import Session
 
 from agentrt_base.access import Visibility
 from agentrt_core import refs
+from agentrt_core.audit_bundle import Link
+from agentrt_core.audit_chain import ChainReport, verify_chain
 from agentrt_core.errors import InvalidArgument, NotFound
 from agentrt_core.lru import LruCache
 from agentrt_core.model import AgentVersion
 from registry import store as registry_store
-from runtime_service.audit_bundle import Link
-from runtime_service.audit_chain import ChainReport, verify_chain
 from runtime_service.records import (
     Artifact,
     Attempt,

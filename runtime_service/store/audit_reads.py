@@ -17,9 +17,9 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from agentrt_base.installation import Installation
+from agentrt_core.audit_bundle import Link
+from agentrt_core.event_chain import StoredEvent, format_time
 from registry import store as registry_store
-from runtime_service.audit_bundle import Link
-from runtime_service.events import StoredEvent, format_time
 from runtime_service.records import (
     Artifact,
     Attempt,

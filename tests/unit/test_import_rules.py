@@ -392,3 +392,45 @@ def test_importing_the_sdk_loads_no_server_package() -> None:
     ).stdout.split()
     loaded = {name for name in out if not name.startswith("_")} - sys.stdlib_module_names
     assert loaded <= CLIENT_IMPORTS, f"import agentrt_sdk loads {sorted(loaded - CLIENT_IMPORTS)}"
+
+
+#: What the command line may load for a client command besides the client's packages: the
+#: ``cli`` extra (rich, and what it loads) and the light parts of the server's base the parser
+#: shows defaults from.
+CLI_IMPORTS = CLIENT_IMPORTS | {
+    "rich",
+    "markdown_it",
+    "mdurl",
+    "pygments",
+    "runtime_service",
+    "agentrt_base",
+}
+
+
+def test_a_client_command_runs_without_the_server_packages() -> None:
+    """``pip install 'agentrt[cli]'`` has no SQLAlchemy, PyJWT, cryptography or psycopg: the
+    parser (which lists serve, db and token too) must build and a client command must run
+    with those packages absent. Run in a fresh interpreter where importing any of them fails,
+    as it would there; the command talks to a port nobody listens on and must fail as a
+    client does (exit 1, "cannot reach"), not on an import (exit 3)."""
+    script = (
+        "import importlib.abc, sys\n"
+        f"BLOCKED = {tuple(p for p in SERVER_PACKAGES if p != 'rich')!r}\n"
+        "class Absent(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in BLOCKED:\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Absent())\n"
+        "from runtime_service.cli.entry import main\n"
+        "code = main(['runs', 'list', '--target', '127.0.0.1:9', '--timeout', '2'])\n"
+        "print('EXIT', code)\n"
+        "print(' '.join(sorted({n.split('.')[0] for n in sys.modules})))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    lines = result.stdout.splitlines()
+    assert len(lines) >= 2 and lines[-2] == "EXIT 1", result.stdout + result.stderr
+    assert "cannot reach 127.0.0.1:9" in result.stderr, result.stderr
+    loaded = {n for n in lines[-1].split() if not n.startswith("_")} - sys.stdlib_module_names
+    assert loaded <= CLI_IMPORTS, f"a client command loads {sorted(loaded - CLI_IMPORTS)}"

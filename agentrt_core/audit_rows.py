@@ -11,7 +11,7 @@ mapping of their API messages (field names as in the protos), which is what a cl
 and what a bundle holds. The usage index rows have no message of their own (``FindUsages``
 serves them joined with their step and run): they are given as their columns
 (``USAGE_COLUMNS``), and re-derived from each step's committed versions by the very functions
-the step path writes them with (``step_rules.usage_rows`` and ``reported_usage_rows``), so the
+the step path writes them with (``agentrt_core.usage_rows``), so the
 rule of which rows a step gets is stated once.
 
 Why re-derive rather than store a digest of each row in its event: a row changes after its
@@ -37,10 +37,10 @@ from typing import Any
 from agentrt_core import jcs
 
 # KINDS, EventLike and usage_id are part of what this module's callers use: re-exported.
-from runtime_service.audit_replay import KINDS as KINDS
-from runtime_service.audit_replay import EventLike as EventLike
-from runtime_service.audit_replay import derive
-from runtime_service.audit_replay import usage_id as usage_id
+from agentrt_core.audit_replay import KINDS as KINDS
+from agentrt_core.audit_replay import EventLike as EventLike
+from agentrt_core.audit_replay import derive
+from agentrt_core.audit_replay import usage_id as usage_id
 
 #: The record format new runs' events are written in (``RunCreatedAttributes.record_format``).
 RECORD_FORMAT = 1

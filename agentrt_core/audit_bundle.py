@@ -2,13 +2,13 @@
 
 The server uses :func:`build_document` / :func:`encode` for ``ExportBundle``; ``agentrt audit
 verify BUNDLE`` uses :func:`decode` and :func:`verify_bundle` on a file alone. The event chain
-is checked by :func:`runtime_service.audit_chain.verify_chain`, the function ``VerifyRun``
+is checked by :func:`agentrt_core.audit_chain.verify_chain`, the function ``VerifyRun``
 uses, and the digests are recomputed with the registry's own canonical form
 (:mod:`agentrt_core.canonical`) and the event hash of :mod:`runtime_service.events`, so
 "verifies offline" means "recomputes exactly what the server computed when it wrote the data".
 ``docs/audit.md`` describes the format.
 
-:class:`~runtime_service.audit_chain.Link` is part of this module's API: a bundle's events are
+:class:`~agentrt_core.audit_chain.Link` is part of this module's API: a bundle's events are
 links (:func:`build_document` takes them).
 """
 
@@ -19,12 +19,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentrt_core import canonical
+from agentrt_core import audit_rows, canonical
+from agentrt_core.audit_chain import Link, verify_chain
 from agentrt_core.canonical import CanonicalError, ComponentKind
 from agentrt_core.model import ClosureEntry
 from agentrt_core.publishing import to_agent_closure
-from runtime_service import audit_rows
-from runtime_service.audit_chain import Link, verify_chain
 
 __all__ = [
     "BUNDLE_TYPE",

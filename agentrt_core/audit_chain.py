@@ -3,7 +3,7 @@
 Every event's hash covers the previous event's hash (:func:`runtime_service.events.event_hash`),
 so a chain verifies when each link recomputes, follows its predecessor and the last one is
 the head its owner (the run or thread row) records. ``VerifyRun`` calls :func:`verify_chain`
-on the stored events, and the offline bundle verifier (:mod:`runtime_service.audit_bundle`)
+on the stored events, and the offline bundle verifier (:mod:`agentrt_core.audit_bundle`)
 on a bundle's, so both answer with the same code. ``docs/audit.md`` describes the checks.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from runtime_service.events import StoredEvent, event_hash, format_time
+from agentrt_core.event_chain import StoredEvent, event_hash, format_time
 
 __all__ = ["ChainBreak", "ChainReport", "Link", "verify_chain"]
 
