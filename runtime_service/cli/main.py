@@ -36,6 +36,7 @@ from agentrt_base.settings import (
     ENV_MAX_LONG_POLLS,
     ENV_MAX_STREAMS_PER_CONNECTION,
     ENV_MAX_WATCHES,
+    ENV_METRICS_LISTEN,
     ENV_NAMESPACE_BLOB_QUOTA_BYTES,
     ENV_RATE_BURST,
     ENV_RATE_LIMIT,
@@ -108,6 +109,7 @@ def _settings(args: argparse.Namespace, listen: str | None) -> ServerSettings:
         max_long_polls=getattr(args, "max_long_polls", None),
         max_streams_per_connection=getattr(args, "max_streams_per_connection", None),
         max_connections=getattr(args, "max_connections", None),
+        metrics_listen=getattr(args, "metrics_listen", None),
     )
     path = database_url.password_file(args.database_password_file)
     if path is None:
@@ -218,6 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--database-url", metavar="URL", help=database_help)
     serve.add_argument("--database-password-file", metavar="PATH", help=password_help)
+    serve.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help=f"serve Prometheus metrics at http://HOST:PORT/metrics (env {ENV_METRICS_LISTEN};"
+        " off by default; loopback only unless mTLS or --insecure; docs/operations.md)",
+    )
     serve.add_argument(
         "--max-blob-bytes",
         type=int,
