@@ -20,8 +20,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
 import grpc
+from google.rpc import error_details_pb2, status_pb2
 
-from agentrt_base.metrics import GRPC_HANDLED, GRPC_HANDLING_SECONDS, GRPC_IN_FLIGHT, Metrics
+from agentrt_base.metrics import (
+    GRPC_HANDLED,
+    GRPC_HANDLING_SECONDS,
+    GRPC_IN_FLIGHT,
+    GRPC_REFUSED,
+    Metrics,
+)
 
 Handler = Callable[..., Any]
 
@@ -41,17 +48,18 @@ class _MethodMetrics:
     """One method's label children, resolved once (a ``labels()`` lookup per call costs a
     lock and a dict lookup more than an ``inc()``)."""
 
-    __slots__ = ("_codes", "_handled", "_labels", "in_flight", "seconds")
+    __slots__ = ("_codes", "_handled", "_labels", "_refused", "in_flight", "seconds")
 
     def __init__(self, metrics: Metrics, method: str, kind: str) -> None:
         service, name = split_method(method)
         self._labels = (service, name, kind)
         self._handled = metrics.counter(GRPC_HANDLED)
+        self._refused = metrics.counter(GRPC_REFUSED)
         self.seconds = metrics.histogram(GRPC_HANDLING_SECONDS).labels(*self._labels)
         self.in_flight = metrics.gauge(GRPC_IN_FLIGHT).labels(*self._labels)
         self._codes: dict[grpc.StatusCode, Any] = {}
 
-    def ended(self, started: float, code: grpc.StatusCode) -> None:
+    def ended(self, started: float, context: grpc.aio.ServicerContext[Any, Any], code: Any) -> None:
         self.seconds.observe(time.perf_counter() - started)
         self.in_flight.dec()
         child = self._codes.get(code)
@@ -59,6 +67,25 @@ class _MethodMetrics:
             child = self._handled.labels(*self._labels, code.name)
             self._codes[code] = child
         child.inc()
+        if code is not grpc.StatusCode.OK:
+            service, method, _ = self._labels
+            self._refused.labels(service, method, code.name, refusal_reason(context)).inc()
+
+
+def refusal_reason(context: grpc.aio.ServicerContext[Any, Any]) -> str:
+    """The ErrorInfo reason of a refused call (every agentrt refusal carries one: it is in
+    ``agentrt_core.reasons``, a closed set), or ``""`` when it has none (gRPC's own refusals,
+    health's). Read from the status details the error mapping put in the trailers."""
+    for key, value in context.trailing_metadata() or ():
+        if key != "grpc-status-details-bin":
+            continue
+        status = status_pb2.Status.FromString(value)
+        for detail in status.details:
+            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                return str(info.reason)
+    return ""
 
 
 def final_code(
@@ -153,7 +180,7 @@ def _timed(counted: _MethodMetrics, behavior: Handler) -> Handler:
             error = exc
             raise
         finally:
-            counted.ended(started, final_code(context, error))
+            counted.ended(started, context, final_code(context, error))
 
     return wrapper
 
@@ -176,6 +203,6 @@ def _timed_stream(counted: _MethodMetrics, behavior: Handler) -> Handler:
             error = exc
             raise
         finally:
-            counted.ended(started, final_code(context, error))
+            counted.ended(started, context, final_code(context, error))
 
     return generator

@@ -17,11 +17,13 @@ its own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 Kind = Literal["counter", "gauge", "histogram"]
 
@@ -55,6 +57,9 @@ class Spec:
     help: str
     labels: tuple[str, ...] = ()
     buckets: Sequence[float] = LATENCY_BUCKETS
+    #: Read when scraped (from a count the server keeps anyway, or from the database) rather
+    #: than counted as it happens: :meth:`Metrics.collect`.
+    collected: bool = False
 
     @property
     def exposed_name(self) -> str:
@@ -75,6 +80,13 @@ GRPC_HANDLING_SECONDS = Spec(
     " whole life.",
     ("grpc_service", "grpc_method", "grpc_type"),
 )
+GRPC_REFUSED = Spec(
+    "agentrt_grpc_server_refused",
+    "counter",
+    "RPCs refused, by method, code and google.rpc ErrorInfo reason: authentication,"
+    " permission, rate-limit and database refusals each have their reasons (docs/api.md).",
+    ("grpc_service", "grpc_method", "grpc_code", "reason"),
+)
 GRPC_IN_FLIGHT = Spec(
     "agentrt_grpc_server_in_flight",
     "gauge",
@@ -82,8 +94,21 @@ GRPC_IN_FLIGHT = Spec(
     ("grpc_service", "grpc_method", "grpc_type"),
 )
 
+STEP_WRITER_RESTARTS = Spec(
+    "agentrt_step_writer_restarts",
+    "counter",
+    "Times the step writer process was restarted after it died.",
+    collected=True,
+)
+
 #: Every metric, in the order docs/operations.md lists them.
-SPECS: Final = (GRPC_HANDLED, GRPC_HANDLING_SECONDS, GRPC_IN_FLIGHT)
+SPECS: Final = (
+    GRPC_HANDLED,
+    GRPC_HANDLING_SECONDS,
+    GRPC_IN_FLIGHT,
+    GRPC_REFUSED,
+    STEP_WRITER_RESTARTS,
+)
 
 
 class Metrics:
@@ -93,8 +118,15 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._by_name: dict[str, Counter | Gauge | Histogram] = {
-            spec.name: _build(spec, self.registry) for spec in SPECS
+            spec.name: _build(spec, self.registry) for spec in SPECS if not spec.collected
         }
+        self._scraped = _Scraped()
+        self.registry.register(self._scraped)
+
+    def collect(self, spec: Spec, read: Read) -> None:
+        """Have ``read`` give ``spec``'s samples at each scrape: label values → value."""
+        assert spec.collected and spec.kind in ("counter", "gauge"), spec
+        self._scraped.reads[spec.name] = (spec, read)
 
     def counter(self, spec: Spec) -> Counter:
         metric = self._by_name[spec.name]
@@ -110,6 +142,31 @@ class Metrics:
         metric = self._by_name[spec.name]
         assert isinstance(metric, Histogram), spec
         return metric
+
+
+#: What a collected metric reads when scraped: its samples, label values → value.
+Read = Callable[[], Mapping[tuple[str, ...], float]]
+
+
+class _Scraped(Collector):
+    """The collected metrics (``Spec.collected``), read at each scrape."""
+
+    def __init__(self) -> None:
+        self.reads: dict[str, tuple[Spec, Read]] = {}
+
+    def describe(self) -> list[Metric]:
+        return []  # read when collected: nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        for spec, read in list(self.reads.values()):
+            family: CounterMetricFamily | GaugeMetricFamily
+            if spec.kind == "counter":
+                family = CounterMetricFamily(spec.name, spec.help, labels=spec.labels)
+            else:
+                family = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+            for values, value in read().items():
+                family.add_metric(list(values), value)
+            yield family
 
 
 def _build(spec: Spec, registry: CollectorRegistry) -> Counter | Gauge | Histogram:

@@ -39,7 +39,7 @@ from agentrt_base.db_engines import normalise_url, writer_lock_path
 from agentrt_base.grpc_errors import ErrorMappingInterceptor
 from agentrt_base.grpc_metrics import MetricsInterceptor
 from agentrt_base.limits import Limiter
-from agentrt_base.metrics import Metrics
+from agentrt_base.metrics import STEP_WRITER_RESTARTS, Metrics
 from agentrt_base.metrics_http import MetricsEndpoint, MetricsExposureError, metrics_exposure
 from agentrt_base.settings import (
     ENV_SHUTDOWN_DEADLINE,
@@ -269,6 +269,11 @@ class AgentrtServer:
             raise
         self.database = database
         self._step_process = step_process
+        if self.metrics is not None:
+            self.metrics.collect(
+                STEP_WRITER_RESTARTS,
+                lambda: {(): float(step_process.restarts if step_process is not None else 0)},
+            )
 
         runtime = Runtime(database, notifier, self.runtime_settings)
         authenticator = self.authenticator

@@ -82,6 +82,7 @@ def test_every_rpc_is_counted_with_the_code_its_caller_received(metered: ServerT
     assert handled(after, check, "OK") - handled(before, check, "OK") == 3
     assert handled(after, get_run, code) - handled(before, get_run, code) == 2
     assert "MadeUp" not in after
+    assert samples(after, "agentrt_step_writer_restarts_total") == {(): 0.0}
     latency = samples(after, "agentrt_grpc_server_handling_seconds_count")
     assert (
         latency[
@@ -93,6 +94,14 @@ def test_every_rpc_is_counted_with_the_code_its_caller_received(metered: ServerT
         ]
         >= 2
     )
+    refused = samples(after, "agentrt_grpc_server_refused_total")
+    key = (
+        ("grpc_code", code),
+        ("grpc_method", "GetRun"),
+        ("grpc_service", "agentrt.runtime.v1.RuntimeService"),
+        ("reason", "NOT_FOUND"),
+    )
+    assert refused.get(key, 0) >= 2, refused
     in_flight = samples(after, "agentrt_grpc_server_in_flight")
     assert in_flight and all(value == 0 for value in in_flight.values()), in_flight
 
