@@ -34,6 +34,7 @@ from agentrt.runtime.v1 import (
 from agentrt_base import gc_policy, log_redaction
 from agentrt_base.access import Authorizer
 from agentrt_base.auth import Authenticator
+from agentrt_base.call_context import CallContextInterceptor
 from agentrt_base.db import Database
 from agentrt_base.db_engines import normalise_url, writer_lock_path
 from agentrt_base.grpc_errors import ErrorMappingInterceptor
@@ -296,8 +297,11 @@ class AgentrtServer:
         )
         # The metrics interceptor goes first (outermost): it counts the code the caller got.
         metering = [MetricsInterceptor(self.metrics)] if self.metrics is not None else []
+        # The call's method and ids, for JSON log lines (outside the error mapping, so its
+        # log line of an INTERNAL error carries them).
+        context = [CallContextInterceptor()] if self.settings.log_format == "json" else []
         server = grpc.aio.server(
-            interceptors=[*metering, error_mapping],
+            interceptors=[*metering, *context, error_mapping],
             options=transport_options(self.settings),
         )
         registry_service_pb2_grpc.add_RegistryServiceServicer_to_server(

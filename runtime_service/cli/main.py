@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import logging
 import os
 import signal
 import sys
@@ -17,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentrt_base import auth, tls
+from agentrt_base import log_format as log_format_module
 from agentrt_base.db import Database
 from agentrt_base.db_failures import DatabaseUnavailable
 from agentrt_base.limits import Limits
@@ -31,6 +31,7 @@ from agentrt_base.settings import (
     ENV_DATABASE_URL,
     ENV_INSECURE,
     ENV_LISTEN,
+    ENV_LOG_FORMAT,
     ENV_MAX_BLOB_BYTES,
     ENV_MAX_CONNECTIONS,
     ENV_MAX_LONG_POLLS,
@@ -40,6 +41,7 @@ from agentrt_base.settings import (
     ENV_NAMESPACE_BLOB_QUOTA_BYTES,
     ENV_RATE_BURST,
     ENV_RATE_LIMIT,
+    LOG_FORMATS,
     MAX_CONNECTIONS_CEILING,
     ServerSettings,
 )
@@ -67,14 +69,8 @@ EXIT_CANNOT_START = entry.EXIT_CANNOT_START
 Command = Callable[[argparse.Namespace], int]
 
 
-def _configure_logging() -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    # Alembic narrates every step at INFO; the server's own ready line is what operators need.
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+def _configure_logging(log_format: str = "text") -> None:
+    log_format_module.configure(log_format, sys.stderr)
 
 
 def _fail(message: str, code: int) -> int:
@@ -110,6 +106,7 @@ def _settings(args: argparse.Namespace, listen: str | None) -> ServerSettings:
         max_streams_per_connection=getattr(args, "max_streams_per_connection", None),
         max_connections=getattr(args, "max_connections", None),
         metrics_listen=getattr(args, "metrics_listen", None),
+        log_format=getattr(args, "log_format", None),
     )
     path = database_url.password_file(args.database_password_file)
     if path is None:
@@ -121,9 +118,9 @@ def _settings(args: argparse.Namespace, listen: str | None) -> ServerSettings:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from runtime_service.server import StartupError, serve
 
-    _configure_logging()
     try:
         settings = _settings(args, args.listen)
+        _configure_logging(settings.log_format)
         stopped_by = asyncio.run(serve(settings))
     except (DatabaseUnavailable, StartupError, ValueError) as exc:
         return _fail(str(exc), EXIT_CANNOT_START)
@@ -220,6 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--database-url", metavar="URL", help=database_help)
     serve.add_argument("--database-password-file", metavar="PATH", help=password_help)
+    serve.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        help=f"text (the default) or json, one object a line (env {ENV_LOG_FORMAT};"
+        " docs/operations.md)",
+    )
     serve.add_argument(
         "--metrics-listen",
         metavar="HOST:PORT",
