@@ -27,7 +27,8 @@ from enum import Enum
 from functools import lru_cache
 from typing import Any
 
-from agentrt_base.auth import CALLER, ROLES, Principal
+from agentrt_base.auth import CALLER, Principal
+from agentrt_base.roles import ROLES
 from agentrt_core import reasons
 from agentrt_core.errors import InvalidArgument, PermissionDenied
 

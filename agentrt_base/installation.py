@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from agentrt_base.db import Base, utcnow
-from agentrt_base.ids import new_id
+from agentrt_core.ids import new_id
 
 
 class Installation(Base):

@@ -2,7 +2,7 @@
 
 Domain and storage code raise these; they never import gRPC. The transport maps each class to a
 canonical status code with ``google.rpc`` details in exactly one place
-(:mod:`agentrt_base.grpc_errors`), so what a caller sees for a given failure is the same for
+(:mod:`agentrt_base.error_status`), so what a caller sees for a given failure is the same for
 every RPC.
 """
 

@@ -9,7 +9,7 @@ with ``|x| <= 2**53 - 1`` into an ``int`` and leaves every other double a ``floa
 ±Infinity are refused (:class:`NonFiniteNumber`: JSON has no form for them). One rule serves
 every reader:
 
-* **Digests** need exactly this bound. :mod:`agentrt_core.canonical` writes 42 and 42.0 the same
+* **Digests** need exactly this bound. :mod:`agentrt_core.jcs` writes 42 and 42.0 the same
   (RFC 8785), but refuses *integers* beyond ±(2**53 - 1) while accepting a double there
   (``docs/digest.md`` §2.5). Turning 2.0**60 into the int 2**60 would make a definition that
   publishes today refused; turning nothing into ints would store ``42.0`` where the author

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import jsonschema
 
-from agentrt_core import canonical, content_limits, refs
+from agentrt_core import canonical, content_limits, jcs, refs, semver, specs
 from agentrt_core.canonical import CanonicalError, ComponentKind
 from agentrt_core.errors import InvalidArgument, NotFound, ViolationCollector
 from agentrt_core.model import AgentDefinition, ClosureEntry, Component, ComponentDraft
@@ -88,7 +88,7 @@ def _finish_component(
     document = canonical.component_document(
         draft.kind, draft.name, draft.version, draft.description, spec
     )
-    data = canonical.canonical_bytes(document)
+    data = jcs.canonical_bytes(document)
     if len(data) > content_limits.MAX_COMPONENT_BYTES:
         raise InvalidArgument.for_field(
             spec_prefix,
@@ -97,8 +97,8 @@ def _finish_component(
         )
     schema = None
     if draft.kind is ComponentKind.TOOL:
-        schema = canonical.schema_digest(spec["input_schema"])
-    return DigestedComponent(draft, spec, data, canonical.digest_bytes(data), schema)
+        schema = jcs.schema_digest(spec["input_schema"])
+    return DigestedComponent(draft, spec, data, jcs.digest_bytes(data), schema)
 
 
 _SPEC_CASE = {
@@ -134,7 +134,7 @@ def _normalise_spec(
     kind: ComponentKind, spec: dict[str, Any], prefix: str, problems: ViolationCollector
 ) -> dict[str, Any]:
     try:
-        normalised = canonical.normalise_spec(kind, spec)
+        normalised = specs.normalise_spec(kind, spec)
     except CanonicalError as exc:
         problems.add(_join(prefix, exc.field.removeprefix("spec")), exc.reason)
         return {}
@@ -230,12 +230,12 @@ def _check_model_policy(spec: dict[str, Any], prefix: str, problems: ViolationCo
 def _check_permission_policy(
     spec: dict[str, Any], prefix: str, problems: ViolationCollector
 ) -> None:
-    if spec.get("default_decision") not in canonical.DECISIONS:
+    if spec.get("default_decision") not in specs.DECISIONS:
         problems.add(f"{prefix}.default_decision", "required: ALLOW, REQUIRE_APPROVAL or DENY")
     for i, rule in enumerate(spec.get("rules", [])):
         if not refs.is_valid_name(rule.get("tool", "")):
             problems.add(f"{prefix}.rules[{i}].tool", _name_rule(rule.get("tool", "")))
-        if rule.get("decision") not in canonical.DECISIONS:
+        if rule.get("decision") not in specs.DECISIONS:
             problems.add(
                 f"{prefix}.rules[{i}].decision", "required: ALLOW, REQUIRE_APPROVAL or DENY"
             )
@@ -372,7 +372,7 @@ def resolve_reference(source: ComponentSource, ref_text: str) -> Component | Non
             return source.by_digest(digest)
         case refs.RangeRef(name=name, range=range_text):
             candidates = {c.version: c for c in source.versions(name)}
-            best = refs.max_satisfying(range_text, candidates)
+            best = semver.max_satisfying(range_text, candidates)
             return candidates[best] if best is not None else None
     return None
 
@@ -442,8 +442,8 @@ def digest_agent(
         definition.description,
         to_agent_closure(closure),
     )
-    data = canonical.canonical_bytes(document)
-    return DigestedAgent(definition, closure, data, canonical.digest_bytes(data), inline)
+    data = jcs.canonical_bytes(document)
+    return DigestedAgent(definition, closure, data, jcs.digest_bytes(data), inline)
 
 
 def digest_inline_prompt(text: str, *, prefix: str = "definition") -> DigestedComponent:

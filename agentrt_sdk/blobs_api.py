@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agentrt.runtime.v1 import message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
-from agentrt_core.canonical import digest_bytes
+from agentrt_core.jcs import digest_bytes
 from agentrt_sdk.transport import Connection
 
 #: The largest chunk the server takes (runtime_service.proto, PutBlob).

@@ -44,34 +44,51 @@ class Registry:
         agent, _ = bundle.require_agent()
         components = []
         for component in bundle.components:
-            response = await self._c.unary(
-                "registry",
-                "PublishComponent",
-                rpb.PublishComponentRequest(component=component.proto, provenance=provenance),
-                rpb.PublishComponentResponse,
-            )
+            response = await self.publish_component(component.proto, provenance=provenance)
             components.append((response.component, response.created))
-        answer = await self._c.unary(
-            "registry",
-            "PublishAgentVersion",
-            rpb.PublishAgentVersionRequest(definition=agent, provenance=provenance),
-            rpb.PublishAgentVersionResponse,
-        )
+        answer = await self.publish_agent(agent, provenance=provenance)
         version = answer.agent_version
         moved = None
         if tag:
             moved = await self.set_tag(version.agent_id, tag, version.digest, provenance=provenance)
         return Published(version, answer.created, components, moved)
 
+    async def publish_component(
+        self, component: rmsg.ComponentDraft, *, provenance: rmsg.Provenance | None = None
+    ) -> rpb.PublishComponentResponse:
+        """Publish one component (``created`` is false when identical content was there)."""
+        return await self._c.unary(
+            "registry",
+            "PublishComponent",
+            rpb.PublishComponentRequest(component=component, provenance=provenance),
+            rpb.PublishComponentResponse,
+        )
+
+    async def publish_agent(
+        self, definition: rmsg.AgentDefinition, *, provenance: rmsg.Provenance | None = None
+    ) -> rpb.PublishAgentVersionResponse:
+        """Publish an agent version whose components are published already; an identical
+        re-publish answers ``created`` false and keeps the first publish's provenance."""
+        return await self._c.unary(
+            "registry",
+            "PublishAgentVersion",
+            rpb.PublishAgentVersionRequest(definition=definition, provenance=provenance),
+            rpb.PublishAgentVersionResponse,
+        )
+
     async def get(self, ref: str) -> rmsg.AgentVersion:
         """An agent version by ``agent:tag``, ``agent@label`` or digest."""
-        response = await self._c.unary(
+        return (await self.resolve(ref)).agent_version
+
+    async def resolve(self, ref: str) -> rpb.GetAgentVersionResponse:
+        """An agent version and how ``ref`` resolved to it (``resolution``: by tag, label or
+        digest, the tag's event, when)."""
+        return await self._c.unary(
             "registry",
             "GetAgentVersion",
             rpb.GetAgentVersionRequest(ref=ref),
             rpb.GetAgentVersionResponse,
         )
-        return response.agent_version
 
     async def get_component(self, ref: str) -> rmsg.Component:
         response = await self._c.unary(
@@ -81,6 +98,16 @@ class Registry:
             rpb.GetComponentResponse,
         )
         return response.component
+
+    async def components(self, name: str) -> list[rmsg.Component]:
+        """Every published version of the component ``name``."""
+        return await collect(
+            self._c,
+            "registry",
+            "ListComponents",
+            rpb.ListComponentsRequest(name=name),
+            "components",
+        )
 
     async def versions(self, agent_id: str) -> list[rmsg.AgentVersion]:
         return await collect(
@@ -104,15 +131,45 @@ class Registry:
     ) -> rmsg.Tag:
         """Point ``tag`` at ``digest``; with an expectation, only if the tag still points where
         the caller last saw it (ABORTED otherwise: :class:`AbortedError`)."""
+        moved = await self.move_tag(
+            agent_id,
+            tag,
+            digest,
+            expected_digest=expected_digest,
+            expect_absent=expect_absent,
+            reason=reason,
+            provenance=provenance,
+        )
+        return moved.tag
+
+    async def move_tag(
+        self,
+        agent_id: str,
+        tag: str,
+        digest: str,
+        *,
+        expected_digest: str | None = None,
+        expect_absent: bool = False,
+        actor: str = "",
+        reason: str = "",
+        provenance: rmsg.Provenance | None = None,
+    ) -> rpb.SetTagResponse:
+        """:meth:`set_tag`, answering the whole response: ``event`` is unset when nothing was
+        written (the tag already pointed at ``digest``, so a retried call succeeds), and
+        ``actor`` is a display label recorded beside the authenticated principal."""
         request = rpb.SetTagRequest(
-            agent_id=agent_id, tag=tag, digest=digest, reason=reason, provenance=provenance
+            agent_id=agent_id,
+            tag=tag,
+            digest=digest,
+            actor=actor,
+            reason=reason,
+            provenance=provenance,
         )
         if expected_digest is not None:
             request.expected_digest = expected_digest
         elif expect_absent:
             request.expect_absent = True
-        response = await self._c.unary("registry", "SetTag", request, rpb.SetTagResponse)
-        return response.tag
+        return await self._c.unary("registry", "SetTag", request, rpb.SetTagResponse)
 
     async def delete_tag(
         self, agent_id: str, tag: str, *, expected_digest: str = "", reason: str = ""

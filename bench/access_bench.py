@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agentrt.runtime.v1 import message_pb2
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_base.access import Authorizer, Resource
-from agentrt_base.auth import Authenticator, new_token, token_entry
+from agentrt_base.auth import new_token, token_entry
+from agentrt_base.auth_gate import Authenticator
 from agentrt_base.grpc_errors import ErrorMappingInterceptor
 from agentrt_base.limits import Limiter, Limits
 from bench.common import closed_loop

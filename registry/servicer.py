@@ -15,6 +15,7 @@ from agentrt_core.errors import InvalidArgument
 from agentrt_core.lru import LruCache
 from agentrt_core.model import AgentVersion
 from registry.service import RegistryService
+from registry.service_tags import TagsService
 
 Context = Any  # grpc.aio.ServicerContext; the handlers never touch it (errors are raised)
 
@@ -25,7 +26,8 @@ class RegistryServicer(registry_service_pb2_grpc.RegistryServiceServicer):
     def __init__(
         self, database: Database, tag_policies: Callable[[], Sequence[TagPolicy]] = lambda: ()
     ) -> None:
-        self._service = RegistryService(database, tag_policies)
+        self._service = RegistryService(database)
+        self._tags = TagsService(database, tag_policies)
         # Serialised AgentVersion messages without their (mutable) tags, by digest: the
         # version itself never changes, and rebuilding ~60 closure entries per call was most
         # of GetAgentVersion's cost.
@@ -128,7 +130,7 @@ class RegistryServicer(registry_service_pb2_grpc.RegistryServiceServicer):
 
     async def SetTag(self, request: pb.SetTagRequest, context: Context) -> pb.SetTagResponse:
         expectation = request.WhichOneof("expectation")
-        tag, event = await self._service.set_tag(
+        tag, event = await self._tags.set_tag(
             request.agent_id,
             request.tag,
             request.digest,
@@ -146,7 +148,7 @@ class RegistryServicer(registry_service_pb2_grpc.RegistryServiceServicer):
     async def DeleteTag(
         self, request: pb.DeleteTagRequest, context: Context
     ) -> pb.DeleteTagResponse:
-        event = await self._service.delete_tag(
+        event = await self._tags.delete_tag(
             request.agent_id,
             request.tag,
             expected_digest=request.expected_digest,
@@ -157,9 +159,7 @@ class RegistryServicer(registry_service_pb2_grpc.RegistryServiceServicer):
         return pb.DeleteTagResponse(event=pm.tag_event_to_proto(event))
 
     async def ListTags(self, request: pb.ListTagsRequest, context: Context) -> pb.ListTagsResponse:
-        page = await self._service.list_tags(
-            request.agent_id, request.page_size, request.page_token
-        )
+        page = await self._tags.list_tags(request.agent_id, request.page_size, request.page_token)
         return pb.ListTagsResponse(
             tags=[pm.tag_to_proto(t) for t in page.items], next_page_token=page.next_page_token
         )
@@ -167,7 +167,7 @@ class RegistryServicer(registry_service_pb2_grpc.RegistryServiceServicer):
     async def ListTagHistory(
         self, request: pb.ListTagHistoryRequest, context: Context
     ) -> pb.ListTagHistoryResponse:
-        page = await self._service.list_tag_history(
+        page = await self._tags.list_tag_history(
             request.agent_id, request.tag, request.page_size, request.page_token
         )
         return pb.ListTagHistoryResponse(

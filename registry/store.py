@@ -1,5 +1,9 @@
 """The registry's tables and queries (SQLAlchemy 2.x, one schema for SQLite and PostgreSQL).
 
+Every statement the registry runs is here, as a named function; the use cases
+(``registry/service*.py``) call them and hold the rules, with no SQL of their own. The domain
+values (``agentrt_core.model``) are built from rows here too, one function per kind.
+
 Rows are only ever inserted, except a tag's current target and the per-agent tag sequence:
 nothing with a digest is updated or deleted. Content (specs, definitions, closures) is stored
 as the normalised JSON that was digested, so what is served is exactly what was hashed.
@@ -16,6 +20,22 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from agentrt_base.db import Base
+from agentrt_core.canonical import ComponentKind
+from agentrt_core.model import (
+    AgentDefinition,
+    AgentVersion,
+    ClosureEntry,
+    Component,
+    Provenance,
+    Tag,
+    TagEvent,
+    VerifiedProvenance,
+)
+from agentrt_core.publishing import DigestedComponent
+
+#: What a write that lost a unique-key race raises (at its flush or its commit): two replicas
+#: inserting the same key at once on PostgreSQL. The loser's retry sees the winner's row.
+KeyRace = sa.exc.IntegrityError
 
 
 def dumps(value: Any) -> str:
@@ -277,3 +297,291 @@ def lock_agent(session: Session, agent_id: str) -> AgentRow | None:
     return session.scalar(
         sa.select(AgentRow).where(AgentRow.agent_id == agent_id).with_for_update()
     )
+
+
+# -- rows -> domain values -------------------------------------------------------------------
+
+
+def verified(text: str | None) -> VerifiedProvenance | None:
+    """A stored ``verified_provenance_json`` (NULL: published without an OIDC token)."""
+    return VerifiedProvenance.from_json(loads(text)) if text else None
+
+
+def verified_json(value: VerifiedProvenance | None) -> str | None:
+    return dumps(value.to_json()) if value is not None else None
+
+
+def component_of(row: ComponentRow) -> Component:
+    return Component(
+        kind=ComponentKind(row.kind),
+        name=row.name,
+        version=row.version,
+        digest=row.digest,
+        description=row.description,
+        spec=loads(row.spec_json),
+        schema_digest=row.schema_digest,
+        publish_time=row.publish_time,
+        provenance=Provenance.from_json(loads(row.provenance_json)),
+        anonymous=row.anonymous,
+        principal=row.principal,
+        verified=verified(row.verified_provenance_json),
+    )
+
+
+def agent_version_of(session: Session, row: AgentVersionRow) -> AgentVersion:
+    """The version of ``row``, with the tags pointing at it now (read in ``session``)."""
+    return AgentVersion(
+        agent_id=row.agent_id,
+        version_label=row.version_label,
+        digest=row.digest,
+        definition=AgentDefinition.from_json(loads(row.definition_json)),
+        closure=tuple(ClosureEntry.from_json(e) for e in loads(row.closure_json)),
+        publish_time=row.publish_time,
+        provenance=Provenance.from_json(loads(row.provenance_json)),
+        tags=tuple(tags_pointing_at(session, row.digest)),
+        principal=row.principal,
+        verified=verified(row.verified_provenance_json),
+    )
+
+
+def tag_of(row: TagRow) -> Tag:
+    return Tag(
+        row.agent_id,
+        row.name,
+        row.digest,
+        row.update_time,
+        row.updated_by_principal,
+        row.event_sequence,
+        updated_by_label=row.updated_by,
+    )
+
+
+def tag_event_of(row: TagEventRow) -> TagEvent:
+    return TagEvent(
+        sequence=row.sequence,
+        agent_id=row.agent_id,
+        tag=row.tag,
+        type=row.type,
+        from_digest=row.from_digest,
+        to_digest=row.to_digest,
+        actor=row.principal,
+        reason=row.reason,
+        provenance=Provenance.from_json(loads(row.provenance_json)),
+        event_time=row.event_time,
+        actor_label=row.actor,
+    )
+
+
+# -- pages (keyset: each takes the last row's key of the page before) ------------------------
+
+
+def components_page(
+    session: Session,
+    kind: str,
+    name: str,
+    after: tuple[str, dt.datetime, str] | None,
+    limit: int,
+) -> Sequence[ComponentRow]:
+    """Published components (``kind`` and ``name`` filter when not empty), by name, then
+    newest first."""
+    c = ComponentRow
+    stmt = sa.select(c).where(~c.anonymous)
+    if kind:
+        stmt = stmt.where(c.kind == kind)
+    if name:
+        stmt = stmt.where(c.name == name)
+    if after is not None:
+        after_name, t, after_digest = after
+        stmt = stmt.where(
+            sa.or_(
+                c.name > after_name,
+                sa.and_(c.name == after_name, c.publish_time < t),
+                sa.and_(c.name == after_name, c.publish_time == t, c.digest < after_digest),
+            )
+        )
+    stmt = stmt.order_by(c.name, c.publish_time.desc(), c.digest.desc()).limit(limit)
+    return session.scalars(stmt).all()
+
+
+def agent_versions_page(
+    session: Session, agent_id: str, after: tuple[dt.datetime, str] | None, limit: int
+) -> Sequence[AgentVersionRow]:
+    """Agent versions (of ``agent_id`` when not empty), newest first."""
+    v = AgentVersionRow
+    stmt = sa.select(v)
+    if agent_id:
+        stmt = stmt.where(v.agent_id == agent_id)
+    if after is not None:
+        t, after_digest = after
+        stmt = stmt.where(
+            sa.or_(v.publish_time < t, sa.and_(v.publish_time == t, v.digest < after_digest))
+        )
+    stmt = stmt.order_by(v.publish_time.desc(), v.digest.desc()).limit(limit)
+    return session.scalars(stmt).all()
+
+
+def tags_page(
+    session: Session, agent_id: str, after: tuple[str, str] | None, limit: int
+) -> Sequence[TagRow]:
+    """Tags (of ``agent_id`` when not empty), by agent, then name."""
+    t = TagRow
+    stmt = sa.select(t)
+    if agent_id:
+        stmt = stmt.where(t.agent_id == agent_id)
+    if after is not None:
+        stmt = stmt.where(
+            sa.or_(t.agent_id > after[0], sa.and_(t.agent_id == after[0], t.name > after[1]))
+        )
+    return session.scalars(stmt.order_by(t.agent_id, t.name).limit(limit)).all()
+
+
+def tag_events_page(
+    session: Session, agent_id: str, tag_name: str, before: int | None, limit: int
+) -> Sequence[TagEventRow]:
+    """The agent's tag history (of ``tag_name`` when not empty), newest first."""
+    e = TagEventRow
+    stmt = sa.select(e).where(e.agent_id == agent_id)
+    if tag_name:
+        stmt = stmt.where(e.tag == tag_name)
+    if before is not None:
+        stmt = stmt.where(e.sequence < before)
+    return session.scalars(stmt.order_by(e.sequence.desc()).limit(limit)).all()
+
+
+def agent_exists(session: Session, agent_id: str) -> bool:
+    return session.get(AgentRow, agent_id) is not None
+
+
+# -- writes (inserts, and a tag's move) ------------------------------------------------------
+
+
+def add_component(
+    session: Session,
+    digested: DigestedComponent,
+    provenance: Provenance,
+    principal: str,
+    verified_provenance: VerifiedProvenance | None,
+    now: dt.datetime,
+) -> ComponentRow:
+    """Insert the component (written now: its row is in the database for what follows)."""
+    draft = digested.draft
+    row = ComponentRow(
+        digest=digested.digest,
+        kind=draft.kind.value,
+        name=draft.name,
+        version=draft.version,
+        anonymous=not draft.name,
+        description=draft.description,
+        spec_json=dumps(digested.spec),
+        schema_digest=digested.schema_digest,
+        publish_time=now,
+        provenance_json=dumps(provenance.to_json()),
+        principal=principal,
+        verified_provenance_json=verified_json(verified_provenance),
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def add_agent_if_new(session: Session, agent_id: str, now: dt.datetime) -> None:
+    if session.get(AgentRow, agent_id) is None:
+        session.add(AgentRow(agent_id=agent_id, create_time=now, last_tag_sequence=0))
+
+
+def add_agent_version(session: Session, version: AgentVersion) -> None:
+    """Insert the version and its closure entries (one row per pinned component)."""
+    session.add(
+        AgentVersionRow(
+            digest=version.digest,
+            agent_id=version.agent_id,
+            version_label=version.version_label,
+            description=version.definition.description,
+            definition_json=dumps(version.definition.to_json()),
+            closure_json=dumps([e.to_json() for e in version.closure]),
+            publish_time=version.publish_time,
+            provenance_json=dumps(version.provenance.to_json()),
+            principal=version.principal,
+            verified_provenance_json=verified_json(version.verified),
+        )
+    )
+    session.flush()
+    # Core executemany: one statement for the whole closure.
+    session.execute(
+        sa.insert(ClosureEntryRow),
+        [
+            {
+                "agent_digest": version.digest,
+                "slot": e.slot,
+                "kind": e.kind.value,
+                "name": e.name,
+                "version": e.version,
+                "component_digest": e.digest,
+                "schema_digest": e.schema_digest,
+                "requested_ref": e.requested_ref,
+            }
+            for e in version.closure
+        ],
+    )
+
+
+def append_tag_event(
+    session: Session,
+    agent: AgentRow,
+    tag_name: str,
+    kind: str,
+    from_digest: str,
+    to_digest: str,
+    *,
+    principal: str,
+    actor: str,
+    reason: str,
+    provenance: Provenance,
+    now: dt.datetime,
+) -> TagEvent:
+    """The next entry of the agent's tag history (``agent`` locked by the caller)."""
+    agent.last_tag_sequence += 1
+    row = TagEventRow(
+        agent_id=agent.agent_id,
+        sequence=agent.last_tag_sequence,
+        tag=tag_name,
+        type=kind,
+        from_digest=from_digest,
+        to_digest=to_digest,
+        principal=principal,
+        actor=actor,
+        reason=reason,
+        provenance_json=dumps(provenance.to_json()),
+        event_time=now,
+    )
+    session.add(row)
+    return tag_event_of(row)
+
+
+def point_tag(
+    session: Session,
+    current: TagRow | None,
+    agent_id: str,
+    tag_name: str,
+    event: TagEvent,
+    *,
+    actor: str,
+    principal: str,
+) -> Tag:
+    """Point the tag (``current``, its row read for update, or None for a new tag) where
+    ``event`` moved it."""
+    if current is None:
+        current = TagRow(agent_id=agent_id, name=tag_name)
+        session.add(current)
+    current.digest = event.to_digest
+    current.update_time = event.event_time
+    current.updated_by = actor
+    current.updated_by_principal = principal
+    current.event_sequence = event.sequence
+    session.flush()
+    return tag_of(current)
+
+
+def delete_tag(session: Session, current: TagRow) -> None:
+    session.delete(current)
+    session.flush()

@@ -1,4 +1,4 @@
-"""Runtime rows → protos (transport only)."""
+"""Runtime records → protos (transport only: it reads records, never the store's rows)."""
 
 from __future__ import annotations
 
@@ -10,26 +10,29 @@ from typing import Any
 from google.protobuf import json_format, timestamp_pb2
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
+from agentrt_core.event_chain import StoredEvent
 from agentrt_core.lru import LruCache
 from agentrt_core.proto_json import enum_value, to_timestamp
 from agentrt_core.resolution import BoundDefinition
-from runtime_service.events import StoredEvent
-from runtime_service.records import Input, Step
-from runtime_service.store.ledger import (
-    ArtifactRow,
-    BlobRow,
-    CheckpointRow,
-    InputRow,
-    TurnRow,
+from runtime_service.records import (
+    Artifact,
+    Attempt,
+    Blob,
+    Checkpoint,
+    Input,
+    Message,
+    Run,
+    Step,
+    Thread,
+    Turn,
 )
-from runtime_service.store.tables import AttemptRow, MessageRow, RunRow, ThreadRow
 
 
 def timestamp(value: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
     return None if value is None else to_timestamp(value)
 
 
-def thread(row: ThreadRow) -> message_pb2.Thread:
+def thread(row: Thread) -> message_pb2.Thread:
     return message_pb2.Thread(
         id=row.id,
         title=row.title,
@@ -42,7 +45,7 @@ def thread(row: ThreadRow) -> message_pb2.Thread:
     )
 
 
-def message(row: MessageRow) -> message_pb2.Message:
+def message(row: Message) -> message_pb2.Message:
     out = message_pb2.Message(
         id=row.id,
         thread_id=row.thread_id,
@@ -57,7 +60,7 @@ def message(row: MessageRow) -> message_pb2.Message:
     return out
 
 
-def binding(run: RunRow) -> message_pb2.AgentBinding:
+def binding(run: Run) -> message_pb2.AgentBinding:
     return message_pb2.AgentBinding(
         requested_ref=run.agent_requested_ref,
         agent_digest=run.agent_digest,
@@ -74,11 +77,11 @@ def binding(run: RunRow) -> message_pb2.AgentBinding:
     )
 
 
-def goal(run: RunRow) -> message_pb2.Goal:
+def goal(run: Run) -> message_pb2.Goal:
     return json_format.ParseDict(json.loads(run.goal_json), message_pb2.Goal())
 
 
-def budget(run: RunRow) -> message_pb2.Budget:
+def budget(run: Run) -> message_pb2.Budget:
     return message_pb2.Budget(
         max_steps=run.max_steps,
         max_model_tokens=run.max_model_tokens,
@@ -90,7 +93,7 @@ def amendment(record: dict[str, Any]) -> message_pb2.Amendment:
     return json_format.ParseDict(record, message_pb2.Amendment(), ignore_unknown_fields=True)
 
 
-def run(row: RunRow) -> message_pb2.Run:
+def run(row: Run) -> message_pb2.Run:
     return message_pb2.Run(
         id=row.id,
         thread_id=row.thread_id,
@@ -138,7 +141,7 @@ def run(row: RunRow) -> message_pb2.Run:
     )
 
 
-def attempt(row: AttemptRow) -> message_pb2.Attempt:
+def attempt(row: Attempt) -> message_pb2.Attempt:
     out = message_pb2.Attempt(
         id=row.id,
         run_id=row.run_id,
@@ -426,7 +429,7 @@ def _build_resolved(bound: BoundDefinition, record: Step) -> message_pb2.Resolve
     return out
 
 
-def turn(row: TurnRow, consumed: list[str] | None = None) -> message_pb2.Turn:
+def turn(row: Turn, consumed: list[str] | None = None) -> message_pb2.Turn:
     return message_pb2.Turn(
         id=row.id,
         run_id=row.run_id,
@@ -439,7 +442,7 @@ def turn(row: TurnRow, consumed: list[str] | None = None) -> message_pb2.Turn:
     )
 
 
-def input_(row: InputRow | Input) -> message_pb2.Input:
+def input_(row: Input) -> message_pb2.Input:
     out = message_pb2.Input(
         id=row.id,
         run_id=row.run_id,
@@ -459,7 +462,7 @@ def input_(row: InputRow | Input) -> message_pb2.Input:
     return out
 
 
-def checkpoint(row: CheckpointRow) -> message_pb2.Checkpoint:
+def checkpoint(row: Checkpoint) -> message_pb2.Checkpoint:
     return message_pb2.Checkpoint(
         id=row.id,
         run_id=row.run_id,
@@ -471,7 +474,7 @@ def checkpoint(row: CheckpointRow) -> message_pb2.Checkpoint:
     )
 
 
-def artifact(row: ArtifactRow) -> message_pb2.Artifact:
+def artifact(row: Artifact) -> message_pb2.Artifact:
     return message_pb2.Artifact(
         id=row.id,
         run_id=row.run_id,
@@ -487,7 +490,7 @@ def artifact(row: ArtifactRow) -> message_pb2.Artifact:
     )
 
 
-def blob(row: BlobRow) -> message_pb2.Blob:
+def blob(row: Blob) -> message_pb2.Blob:
     return message_pb2.Blob(
         digest=row.digest,
         size=row.size,

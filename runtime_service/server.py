@@ -33,7 +33,7 @@ from agentrt.runtime.v1 import (
 )
 from agentrt_base import gc_policy, log_redaction
 from agentrt_base.access import Authorizer
-from agentrt_base.auth import Authenticator
+from agentrt_base.auth_gate import Authenticator
 from agentrt_base.call_context import CallContextInterceptor
 from agentrt_base.db import Database
 from agentrt_base.db_engines import normalise_url, writer_lock_path
@@ -54,11 +54,12 @@ from runtime_service import migrate
 from runtime_service.health import DatabaseHealth, HealthServicer
 from runtime_service.notify import Notifier
 from runtime_service.reflection import enable_reflection
+from runtime_service.runtime_settings import RuntimeSettings
 from runtime_service.servicers.audit import AuditServicer
 from runtime_service.servicers.runtime import RuntimeServicer
 from runtime_service.servicers.worker import WorkerServicer
 from runtime_service.services.bound import BoundAgents
-from runtime_service.services.context import Runtime, RuntimeSettings
+from runtime_service.services.context import Runtime
 from runtime_service.services.resources import ResourceLookup
 from runtime_service.step_process import StepProcess, child_database_url
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from agentrt_base.auth import display_actor
 from agentrt_core import reasons, resolution
+from agentrt_core.actors import display_actor
 from agentrt_core.errors import (
     AgentrtError,
     FailedPrecondition,

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrt_base.db import utcnow
-from agentrt_base.ids import new_id
 from agentrt_base.raw import RawTx
 from agentrt_core.errors import AgentrtError
+from agentrt_core.ids import new_id
 from agentrt_core.resolution import BoundDefinition
 from runtime_service.fence import FenceClaim
 from runtime_service.records import Input, Step

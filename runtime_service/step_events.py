@@ -15,9 +15,10 @@ import math
 from typing import Any
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
+from agentrt_core import audit_rows
 from agentrt_core.lru import LruCache
 from agentrt_core.proto_json import enum_value, message_json
-from runtime_service import audit_rows, proto_map
+from runtime_service import proto_map
 from runtime_service.events import EventDocument
 from runtime_service.records import Step
 

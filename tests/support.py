@@ -16,8 +16,8 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from agentrt_base.settings import ServerSettings
+from runtime_service.runtime_settings import RuntimeSettings
 from runtime_service.server import AgentrtServer
-from runtime_service.services.context import RuntimeSettings
 
 
 class ServerThread:

@@ -4,62 +4,57 @@
 (verified by the server) or the path of an exported bundle, which is verified offline with
 nothing but the file: a path that exists is a bundle, anything else must be a run id.
 
-Exit codes, as the registry commands: 0 success; 1 the server refused or a verification
-failed, reported as one ``agentrt: <reason>`` line on stderr naming what failed; 2 the
-command line or a file is wrong (missing, unreadable, unwritable).
+They call the server through the SDK's audit API (:mod:`agentrt_sdk.audit_api`). Exit codes,
+as every client command (:mod:`runtime_service.cli.entry`): 0 success; 1 the server refused
+or a verification failed, reported as one ``agentrt: <reason>`` line on stderr naming what
+failed (:mod:`runtime_service.cli.errors`); 2 the command line or a file is wrong (missing,
+unreadable, unwritable).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from agentrt.audit.v1 import audit_service_pb2 as pb
-from agentrt.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from agentrt.audit.v1 import message_pb2 as apb
 from agentrt.registry.v1 import message_pb2 as rpb
 from agentrt.runtime.v1 import enum_pb2
 from agentrt.runtime.v1 import message_pb2 as mpb
-from agentrt_base.auth import display_actor
-from agentrt_base.ids import has_prefix
-from agentrt_core import proto_json
-from agentrt_core.canonical import digest_bytes
-from agentrt_core.connect import cannot_reach, client_channel, resolve_target
-from registry.cli import published_by, verified_text
-from runtime_service import audit_bundle
+from agentrt_core import audit_bundle, proto_json
+from agentrt_core.actors import display_actor
+from agentrt_core.ids import has_prefix
+from agentrt_core.jcs import digest_bytes
+from agentrt_sdk import AgentrtClient
 from runtime_service.cli import render
-from runtime_service.cli.entry import EXIT_FAILED, EXIT_USAGE
-from runtime_service.cli.render import enum_label, when
+from runtime_service.cli.client import (
+    Body,
+    Subparsers,
+    add_target_argument,
+    add_timeout_argument,
+    guarded,
+    run_reported,
+)
+from runtime_service.cli.entry import EXIT_USAGE
+from runtime_service.cli.errors import CommandFailed
+from runtime_service.cli.render import enum_label, published_by, verified_text, when
 
-__all__ = ["EXIT_FAILED", "EXIT_USAGE", "add_commands", "normalise_argv"]
+__all__ = ["add_commands", "normalise_argv"]
 
-DEFAULT_TIMEOUT = 30.0
-
-Handler = Callable[[argparse.Namespace], int]
-Subparsers = argparse._SubParsersAction  # argparse exports no public name for it
+#: A provenance record of a long run is larger than gRPC's default 4 MiB message limit.
+_RECEIVE_OPTIONS = (("grpc.max_receive_message_length", 8 * 1024 * 1024),)
 
 _SUBCOMMANDS = ("run", "step", "artifact", "blob", "usages", "verify", "export")
 #: Options of the audit commands that take a value (to find the first positional).
 _VALUED = ("--target", "--timeout", "--max-steps", "-o", "--output")
-
-
-class CommandFailed(Exception):
-    """A failure to report as one line; ``code`` is the exit status."""
-
-    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 # -- wiring ----------------------------------------------------------------------------------
@@ -85,10 +80,7 @@ def normalise_argv(argv: Sequence[str]) -> list[str]:
     return args
 
 
-def add_commands(
-    commands: Subparsers[argparse.ArgumentParser],
-    add_target_argument: Callable[[argparse.ArgumentParser], None],
-) -> None:
+def add_commands(commands: Subparsers[argparse.ArgumentParser]) -> None:
     """Add ``agentrt audit …`` to the ``agentrt`` parser."""
     audit = commands.add_parser(
         "audit",
@@ -98,18 +90,12 @@ def add_commands(
     )
     sub = audit.add_subparsers(dest="audit_command", required=True, metavar="COMMAND")
 
-    def client(name: str, help_text: str, handler: Handler) -> argparse.ArgumentParser:
+    def client(name: str, help_text: str, body: Body) -> argparse.ArgumentParser:
         parser = sub.add_parser(name, help=help_text, description=help_text)
         add_target_argument(parser)
-        parser.add_argument(
-            "--timeout",
-            type=float,
-            default=DEFAULT_TIMEOUT,
-            metavar="SECONDS",
-            help=f"per call (default {DEFAULT_TIMEOUT:g})",
-        )
+        add_timeout_argument(parser)
         parser.add_argument("--json", action="store_true", help="machine-readable output")
-        parser.set_defaults(handler=_guarded(handler))
+        parser.set_defaults(handler=guarded(body, _RECEIVE_OPTIONS))
         return parser
 
     for name, what, field in (
@@ -148,9 +134,10 @@ def add_commands(
     verify = client(
         "verify",
         "verify a run's event chain (server) or an exported bundle (offline, no server)",
-        _verify,
+        _verify_run,
     )
     verify.add_argument("subject", metavar="RUN_ID|BUNDLE")
+    verify.set_defaults(handler=_verify)
 
     export = client("export", "export a run as a self-contained, verifiable bundle", _export)
     export.add_argument("run_id", metavar="RUN_ID")
@@ -166,39 +153,6 @@ def _time(text: str) -> dt.datetime:
     return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
 
 
-def _guarded(handler: Handler) -> Handler:
-    """Every expected failure becomes one stderr line and an exit code, never a traceback."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return handler(args)
-        except CommandFailed as exc:
-            return _fail(str(exc), exc.code)
-        except grpc.RpcError as exc:
-            call: Any = exc  # a failed call is both an RpcError and a grpc.Call
-            code, details = call.code(), call.details() or ""
-            if code == grpc.StatusCode.UNAVAILABLE:
-                details = cannot_reach(args, resolve_target(args.target), details)
-            return _fail(f"{code.name}: {details}", EXIT_FAILED)
-
-    return run
-
-
-def _fail(message: str, code: int) -> int:
-    print(f"agentrt: {' '.join(message.split())}", file=sys.stderr)
-    return code
-
-
-@contextlib.contextmanager
-def _audit(args: argparse.Namespace) -> Iterator[pb_grpc.AuditServiceStub]:
-    with client_channel(
-        args,
-        resolve_target(args.target),
-        options=[("grpc.max_receive_message_length", 8 * 1024 * 1024)],
-    ) as channel:
-        yield pb_grpc.AuditServiceStub(channel)
-
-
 def _print_json(message: Message) -> None:
     print(json_format.MessageToJson(message, preserving_proto_field_name=True))
 
@@ -206,13 +160,12 @@ def _print_json(message: Message) -> None:
 # -- provenance ------------------------------------------------------------------------------
 
 
-def _provenance(args: argparse.Namespace) -> int:
+async def _provenance(client: AgentrtClient, args: argparse.Namespace) -> int:
     if args.max_steps < 0:
         raise CommandFailed("--max-steps must not be negative", EXIT_USAGE)
-    request = pb.GetProvenanceRequest(max_steps=args.max_steps)
-    setattr(request, args.field, args.target_id)
-    with _audit(args) as stub:
-        response = stub.GetProvenance(request, timeout=args.timeout)
+    response = await client.audit.provenance(
+        max_steps=args.max_steps, **{args.field: args.target_id}
+    )
     if args.json:
         _print_json(response)
         return 0
@@ -431,7 +384,7 @@ def chain_lines(record: apb.ProvenanceRecord) -> list[str]:
 # -- usages ----------------------------------------------------------------------------------
 
 
-def _usages(args: argparse.Namespace) -> int:
+async def _usages(client: AgentrtClient, args: argparse.Namespace) -> int:
     given = [x for x in (args.ref, args.schema, args.agent, args.model) if x]
     if len(given) != 1:
         raise CommandFailed(
@@ -442,14 +395,15 @@ def _usages(args: argparse.Namespace) -> int:
         raise CommandFailed("--requested and --reported go with --model", EXIT_USAGE)
     if args.limit < 1:
         raise CommandFailed("--limit must be at least 1", EXIT_USAGE)
-    request = pb.FindUsagesRequest()
+    query: dict[str, str] = {}
+    match = apb.MODEL_MATCH_UNSPECIFIED
     if args.schema:
-        request.tool_schema_digest = args.schema
+        query["tool_schema_digest"] = args.schema
     elif args.agent:
-        request.agent_digest = args.agent
+        query["agent_digest"] = args.agent
     elif args.model:
-        request.model_id = args.model
-        request.model_match = (
+        query["model_id"] = args.model
+        match = (
             apb.MODEL_MATCH_REQUESTED
             if args.requested
             else apb.MODEL_MATCH_REPORTED
@@ -457,22 +411,22 @@ def _usages(args: argparse.Namespace) -> int:
             else apb.MODEL_MATCH_ANY
         )
     else:
-        request.component_ref = args.ref
-    if args.since:
-        request.start_time.FromDatetime(args.since)
-    if args.until:
-        request.end_time.FromDatetime(args.until)
+        query["component_ref"] = args.ref
     found = pb.FindUsagesResponse()
     token = args.page_token
-    with _audit(args) as stub:
-        while len(found.usages) < args.limit:
-            request.page_size = min(1000, args.limit - len(found.usages))
-            request.page_token = token
-            page = stub.FindUsages(request, timeout=args.timeout)
-            found.usages.extend(page.usages)
-            token = page.next_page_token
-            if not token:
-                break
+    while len(found.usages) < args.limit:
+        page = await client.audit.find_usages_page(
+            **query,
+            model_match=match,
+            start_time=args.since,
+            end_time=args.until,
+            page_size=min(1000, args.limit - len(found.usages)),
+            page_token=token,
+        )
+        found.usages.extend(page.usages)
+        token = page.next_page_token
+        if not token:
+            break
     found.next_page_token = token
     if args.json:
         _print_json(found)
@@ -495,14 +449,19 @@ def _usages(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    subject: str = args.subject
-    path = Path(subject)
+    """A path that exists is a bundle, verified with nothing but the file (no client, no
+    server); anything else is a run the server verifies."""
+    path = Path(args.subject)
     if path.exists():
-        return _verify_bundle(path, args.json)
+        return run_reported(lambda: _verify_bundle(path, args.json), lambda: "")
+    return guarded(_verify_run, _RECEIVE_OPTIONS)(args)
+
+
+async def _verify_run(client: AgentrtClient, args: argparse.Namespace) -> int:
+    subject: str = args.subject
     if not has_prefix(subject, "run"):
         raise CommandFailed(f"{subject}: no such file, and not a run id (run_…)", EXIT_USAGE)
-    with _audit(args) as stub:
-        response = stub.VerifyRun(pb.VerifyRunRequest(run_id=subject), timeout=args.timeout)
+    response = await client.audit.verify(subject)
     if args.json:
         _print_json(response)
     if response.HasField("first_break"):
@@ -582,17 +541,19 @@ def _verify_bundle(path: Path, as_json: bool) -> int:
 # -- export ----------------------------------------------------------------------------------
 
 
-def _export(args: argparse.Namespace) -> int:
+async def _export(client: AgentrtClient, args: argparse.Namespace) -> int:
     to_stdout = not args.output or args.output == "-"
     if args.json and to_stdout:
         raise CommandFailed("--json describes a bundle written with -o FILE", EXIT_USAGE)
-    request = pb.ExportBundleRequest(
-        run_id=args.run_id, format=pb.BUNDLE_FORMAT_JSONL if args.jsonl else pb.BUNDLE_FORMAT_JSON
-    )
     info: pb.BundleInfo | None = None
     chunks: list[bytes] = []
-    with _audit(args) as stub, render.Transfer(f"exporting {args.run_id}") as shown:
-        for part in stub.ExportBundle(request, timeout=args.timeout):
+    parts = client.audit.export_parts(
+        args.run_id,
+        format=pb.BUNDLE_FORMAT_JSONL if args.jsonl else pb.BUNDLE_FORMAT_JSON,
+        timeout=args.timeout,
+    )
+    with render.Transfer(f"exporting {args.run_id}") as shown:
+        async for part in parts:
             if part.WhichOneof("part") == "info":
                 info = part.info
                 shown.sized(info.size)

@@ -6,10 +6,10 @@ resuming watches. Each command prints a table for people, or with ``--json`` one
 per line (proto field names) for scripts; a command that creates something prints the new id
 alone on stdout, so ``RUN=$(agentrt runs create …)`` works.
 
-Exit codes, as the registry commands (docs/api.md): 0 success; 1 the server refused (one
-``agentrt: CODE: message [REASON]`` line on stderr, then one line per field violation);
-2 a bad command line; 130 interrupted (Ctrl-C), 141 stdout closed by its reader, as every
-``agentrt`` command (:mod:`runtime_service.cli.entry`).
+Exit codes, as every client command (docs/api.md; the table is :mod:`runtime_service.cli.entry`):
+0 success; 1 the server refused (one ``agentrt: CODE: message [REASON]`` line on stderr, then
+one line per field violation: :mod:`runtime_service.cli.errors`); 2 a bad command line; 130
+interrupted (Ctrl-C), 141 stdout closed by its reader.
 """
 
 from __future__ import annotations
@@ -17,23 +17,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 from agentrt.runtime.v1 import enum_pb2, message_pb2
-from agentrt_base.auth import display_actor
-from agentrt_core.connect import ClientTls
-from agentrt_sdk import AgentrtClient, AgentrtError
-from registry.cli import add_timeout_argument, default_identity, key_value
+from agentrt_sdk import AgentrtClient
 from runtime_service.cli import render
-from runtime_service.cli.entry import EXIT_FAILED, EXIT_USAGE
+from runtime_service.cli.client import (
+    Body,
+    Subparsers,
+    add_target_argument,
+    add_timeout_argument,
+    default_identity,
+    guarded,
+    key_value,
+)
+from runtime_service.cli.errors import CommandFailed
 from runtime_service.cli.render import Column
+from runtime_service.cli.run_views import agent_text, print_run, runs_table, status_text
 
-__all__ = ["EXIT_FAILED", "EXIT_USAGE", "add_commands"]
-
-Handler = Callable[[argparse.Namespace], int]
-Body = Callable[[AgentrtClient, argparse.Namespace], Awaitable[int]]
-Subparsers = argparse._SubParsersAction  # argparse exports no public name for it
+__all__ = ["add_commands"]
 
 #: The run statuses ``runs list --status`` accepts (the enum's names without the prefix).
 RUN_STATUSES = render.enum_choices(enum_pb2.RunStatus)
@@ -44,16 +45,8 @@ CONCURRENCY_POLICIES = render.enum_choices(enum_pb2.ConcurrencyPolicy)
 # -- wiring ----------------------------------------------------------------------------------
 
 
-def add_commands(
-    commands: Subparsers[argparse.ArgumentParser],
-    add_target_argument: Callable[[argparse.ArgumentParser], None],
-) -> None:
-    """Add ``threads``, ``runs``, ``send``, ``approve`` and ``watch`` to the ``agentrt`` parser.
-
-    Args:
-        commands: The top-level subparsers of ``agentrt``.
-        add_target_argument: Adds the shared client flags (``--target``, ``--token``, TLS).
-    """
+def add_commands(commands: Subparsers[argparse.ArgumentParser]) -> None:
+    """Add ``threads``, ``runs``, ``send``, ``approve`` and ``watch`` to the ``agentrt`` parser."""
 
     def client(
         group: Subparsers[argparse.ArgumentParser], name: str, help_text: str, body: Body
@@ -62,7 +55,7 @@ def add_commands(
         add_target_argument(parser)
         add_timeout_argument(parser)
         parser.add_argument("--json", action="store_true", help="one JSON object per line")
-        parser.set_defaults(handler=_handler(body))
+        parser.set_defaults(handler=guarded(body))
         return parser
 
     threads = commands.add_parser("threads", help="conversations: create, list, show")
@@ -205,47 +198,6 @@ def _add_limit(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _handler(body: Body) -> Handler:
-    """Run ``body`` with a client made from the flags; every expected failure becomes the
-    one-line report and its exit code, never a traceback."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            tls = ClientTls.resolve(args.tls_ca, args.tls_cert, args.tls_key)
-        except ValueError as exc:
-            return _fail(str(exc), EXIT_USAGE)
-
-        async def call() -> int:
-            async with AgentrtClient(
-                args.target, token=args.token, tls=tls, timeout=args.timeout
-            ) as client:
-                return await body(client, args)
-
-        try:
-            return asyncio.run(call())
-        except AgentrtError as error:
-            return report(error)
-        except BrokenPipeError:
-            raise  # stdout closed by its reader: entry.quiet_exits ends the command (141)
-        except OSError as exc:  # a TLS file named by a flag or the environment
-            return _fail(f"{exc.filename}: {exc.strerror}", EXIT_USAGE)
-
-    return run
-
-
-def report(error: AgentrtError) -> int:
-    """``agentrt: CODE: message [REASON]`` and one indented line per field violation."""
-    _fail(error.line(), EXIT_FAILED)
-    for violation in error.field_violations:
-        print(f"agentrt:   {violation.field}: {violation.description}", file=sys.stderr)
-    return EXIT_FAILED
-
-
-def _fail(message: str, code: int) -> int:
-    print(f"agentrt: {message}", file=sys.stderr)
-    return code
-
-
 def _limit(args: argparse.Namespace) -> int | None:
     return args.limit if args.limit > 0 else None
 
@@ -369,64 +321,11 @@ async def _thread_show(client: AgentrtClient, args: argparse.Namespace) -> int:
             ),
         )
     )
-    out.print(_runs_table("runs", runs))
+    out.print(runs_table("runs", runs))
     return 0
 
 
 # -- runs ------------------------------------------------------------------------------------
-
-
-def _agent_text(run: message_pb2.Run) -> str:
-    agent = run.agent
-    text = f"{agent.agent_id}@{agent.version_label}"
-    if agent.resolved_via_tag:
-        text += f" (via :{agent.resolved_via_tag})"
-    return text
-
-
-def _status_text(run: message_pb2.Run) -> str:
-    status = render.enum_label(enum_pb2.RunStatus, run.status)
-    if run.terminal_reason:
-        status += f" ({render.enum_label(enum_pb2.TerminalReason, run.terminal_reason)})"
-    requested = [
-        name
-        for name, flag in (("cancel", run.cancel_requested), ("pause", run.pause_requested))
-        if flag
-    ]
-    if requested:
-        status += f" [{', '.join(requested)} requested]"
-    return status
-
-
-def _runs_table(title: str, runs: list[message_pb2.Run]) -> Any:
-    return render.table(
-        title,
-        # At 120 columns the run and thread ids, status and objective fit; at 80 the thread's
-        # id is left out before the objective is.
-        (
-            Column("RUN"),
-            Column("THREAD", hide=3),
-            Column("AGENT", text=True, hide=5),
-            Column("STATUS", text=True),
-            Column("ATTEMPTS", hide=7),
-            Column("STEPS", hide=6),
-            Column("CREATED", hide=4),
-            Column("OBJECTIVE", text=True, hide=2),
-        ),
-        (
-            (
-                r.id,
-                r.thread_id,
-                _agent_text(r),
-                _status_text(r),
-                str(r.attempt_count),
-                str(r.step_count),
-                render.when(r.create_time),
-                r.goal.objective,
-            )
-            for r in runs
-        ),
-    )
 
 
 async def _run_create(client: AgentrtClient, args: argparse.Namespace) -> int:
@@ -449,7 +348,10 @@ async def _run_create(client: AgentrtClient, args: argparse.Namespace) -> int:
         render.print_json([run])
         return 0
     print(run.id, flush=True)
-    print(f"created run {run.id}: {_agent_text(run)} {_status_text(run)}", file=sys.stderr)
+    print(
+        f"created run {run.id}: {agent_text(run)} {status_text(run)}",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -464,7 +366,7 @@ async def _run_list(client: AgentrtClient, args: argparse.Namespace) -> int:
     if args.json:
         render.print_json(runs)
         return 0
-    render.console().print(_runs_table("", runs))
+    render.console().print(runs_table("", runs))
     _note_limit(args, len(runs))
     return 0
 
@@ -484,125 +386,8 @@ async def _run_show(client: AgentrtClient, args: argparse.Namespace) -> int:
             ]
         )
         return 0
-    usage = run.usage
-    budget = run.budget
-    limits = ", ".join(
-        f"{name} {value}"
-        for name, value in (
-            ("steps", budget.max_steps),
-            ("tokens", budget.max_model_tokens),
-            ("usd", budget.max_cost_usd),
-        )
-        if value
-    )
-    out = render.console()
-    out.print(
-        render.key_values(
-            [
-                ("run", run.id),
-                ("thread", run.thread_id),
-                ("status", _status_text(run)),
-                ("agent", f"{_agent_text(run)} {run.agent.agent_digest}"),
-                ("requested", run.agent.requested_ref),
-                ("objective", run.goal.objective),
-                ("scope", ", ".join(run.goal.scope)),
-                ("criteria", "; ".join(run.goal.acceptance_criteria)),
-                ("input revision", str(run.input_revision)),
-                ("budget", limits or "unlimited"),
-                (
-                    "usage",
-                    f"{run.step_count} steps, {usage.input_tokens} in + {usage.output_tokens} out"
-                    f" tokens, ${usage.cost_usd:.4f}",
-                ),
-                ("created", f"{render.when(run.create_time)} by {run.creator_principal or '-'}"),
-                ("started", render.when(run.start_time)),
-                ("ended", render.when(run.end_time) if run.end_time.seconds else ""),
-                ("message", run.terminal_message),
-                ("result", run.result_summary),
-                ("checkpoint", run.latest_checkpoint_id),
-            ]
-        )
-    )
-    number = {a.id: str(a.number) for a in attempts}
-    out.print(
-        render.table(
-            "attempts",
-            (
-                Column("#"),
-                Column("ATTEMPT"),
-                Column("REASON", hide=5),
-                Column("WORKER", text=True, hide=3),
-                Column("STATUS", text=True),
-                Column("STARTED", hide=4),
-                Column("ENDED", hide=6),
-                Column("RESUMED FROM", hide=7),
-                Column("ERROR", text=True, hide=2),
-            ),
-            (
-                (
-                    str(a.number),
-                    a.id,
-                    render.enum_label(enum_pb2.AttemptReason, a.reason),
-                    display_actor(a.worker_principal, a.worker_id),
-                    render.enum_label(enum_pb2.AttemptStatus, a.status),
-                    render.when(a.start_time),
-                    render.when(a.end_time),
-                    a.resume_from_checkpoint_id or "-",
-                    a.error.message,
-                )
-                for a in attempts
-            ),
-        )
-    )
-    out.print(
-        render.table(
-            "steps",
-            # The step's id stays longest: `agentrt approve RUN STEP` needs it.
-            (
-                Column("SEQ"),
-                Column("ATTEMPT", hide=6),
-                Column("TYPE"),
-                Column("OPERATION", text=True, hide=4),
-                Column("STATUS", text=True),
-                Column("MODEL", text=True, hide=5),
-                Column("STEP", hide=1),
-                Column("DETAIL", text=True, hide=2),
-            ),
-            (
-                (
-                    str(s.sequence),
-                    number.get(s.attempt_id, "?"),
-                    render.enum_label(enum_pb2.StepType, s.type),
-                    s.tool_name or s.completion_check or s.operation or "-",
-                    _step_status(s),
-                    render.model_text(s.versions.model),
-                    s.id,
-                    _step_detail(s),
-                )
-                for s in steps
-            ),
-        )
-    )
+    print_run(render.console(), run, attempts, steps)
     return 0
-
-
-def _step_status(step: message_pb2.Step) -> str:
-    status = render.enum_label(enum_pb2.StepStatus, step.status)
-    if step.error_class:
-        status += f" ({render.enum_label(enum_pb2.ErrorClass, step.error_class)})"
-    return status
-
-
-def _step_detail(step: message_pb2.Step) -> str:
-    if step.approval.decision:
-        decision = render.enum_label(enum_pb2.ApprovalDecision, step.approval.decision)
-        by = display_actor(step.approval.approver_principal, step.approval.approver)
-        return f"{decision} by {by}" + (
-            f": {step.approval.comment}" if step.approval.comment else ""
-        )
-    if step.approval_step_id:
-        return f"approved by step {step.approval_step_id}"
-    return " ".join((step.error_message or step.summary).split())
 
 
 async def _run_control(client: AgentrtClient, args: argparse.Namespace) -> int:
@@ -611,7 +396,7 @@ async def _run_control(client: AgentrtClient, args: argparse.Namespace) -> int:
     if args.json:
         render.print_json([run])
         return 0
-    print(f"run {run.id}: {_status_text(run)}")
+    print(f"run {run.id}: {status_text(run)}")
     return 0
 
 
@@ -653,7 +438,7 @@ async def _waiting_step(client: AgentrtClient, run_id: str, wait: float) -> str:
                 f" ({', '.join(waiting)})"
             )
         if run.HasField("end_time") or asyncio.get_running_loop().time() >= deadline:
-            raise _NoApproval(f"run {run_id} is {_status_text(run)}: no step waits for approval")
+            raise _NoApproval(f"run {run_id} is {status_text(run)}: no step waits for approval")
         await asyncio.sleep(0.2)
 
 
@@ -661,7 +446,7 @@ async def _approve(client: AgentrtClient, args: argparse.Namespace) -> int:
     try:
         step_id = args.step_id or await _waiting_step(client, args.run_id, args.wait)
     except _NoApproval as exc:
-        return _fail(str(exc), EXIT_FAILED)
+        raise CommandFailed(str(exc)) from exc
     answer = await client.runs.resolve_approval(
         args.run_id,
         step_id,
@@ -675,7 +460,7 @@ async def _approve(client: AgentrtClient, args: argparse.Namespace) -> int:
     step, run = answer.step, answer.run
     print(
         f"step {step.id} {render.enum_label(enum_pb2.StepStatus, step.status)}; "
-        f"run {run.id}: {_status_text(run)}"
+        f"run {run.id}: {status_text(run)}"
     )
     return 0
 

@@ -18,8 +18,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from registry.cli import add_timeout_argument
-from runtime_service.cli.main import add_target_argument, build_parser
+from runtime_service.cli.client import add_target_argument, add_timeout_argument
+from runtime_service.cli.main import build_parser
 
 __all__ = ["BEGIN", "END", "Command", "client_flags", "commands", "generate", "replace_in"]
 

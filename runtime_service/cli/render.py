@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TextIO
 
+from google.protobuf import timestamp_pb2
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from rich.cells import cell_len
@@ -34,10 +35,10 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from agentrt.registry.v1 import message_pb2 as registry_pb2
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2
 from agentrt_core import proto_json
-from registry.cli import timestamp_text
-from runtime_service.events import event_type_name
+from agentrt_core.event_chain import event_type_name
 
 __all__ = [
     "Column",
@@ -53,7 +54,10 @@ __all__ = [
     "key_values",
     "model_text",
     "print_json",
+    "published_by",
     "table",
+    "timestamp_text",
+    "verified_text",
     "when",
 ]
 
@@ -106,8 +110,41 @@ def enum_choices(enum: Any) -> list[str]:
     return [enum_label(enum, value) for value in enum.values() if value]
 
 
-#: A timestamp as every command prints one (the registry commands' rule, shared).
+def timestamp_text(stamp: timestamp_pb2.Timestamp, *, precise: bool = False) -> str:
+    """A timestamp as every command prints one: ISO 8601 UTC (``2026-12-02T07:01:02Z``, with
+    milliseconds when ``precise``); ``-`` when unset."""
+    if not stamp.seconds and not stamp.nanos:
+        return "-"
+    moment = proto_json.from_timestamp(stamp)
+    text = moment.isoformat(timespec="milliseconds" if precise else "seconds")
+    return text.replace("+00:00", "Z")
+
+
+#: The short name the operator and audit commands use.
 when = timestamp_text
+
+
+def published_by(publish: registry_pb2.PublishRecord) -> str:
+    """``principal`` and, when it differs, the name the publisher gave: ``ci@acme (says
+    "alice")``. The principal is who the server authenticated; the name is a label."""
+    principal = publish.principal or "(not recorded)"
+    said = publish.provenance.publisher
+    return f"{principal} (says {json.dumps(said)})" if said and said != principal else principal
+
+
+def verified_text(verified: registry_pb2.VerifiedProvenance) -> str:
+    """One line for a publish's verified provenance (an OIDC token's claims), or says it has
+    none: the source, commit and pipeline rows beside it are what the publisher stated."""
+    if not verified.verified:
+        return "no (self-declared provenance only)"
+    parts = [verified.repository or verified.subject]
+    if verified.ref:
+        parts.append(f"ref {verified.ref}")
+    if verified.commit_sha:
+        parts.append(f"commit {verified.commit_sha}")
+    if verified.workflow:
+        parts.append(f"workflow {verified.workflow}")
+    return f"yes: {', '.join(parts)} (issuer {verified.issuer})"
 
 
 @dataclass(frozen=True)

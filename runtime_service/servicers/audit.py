@@ -16,10 +16,11 @@ from agentrt.audit.v1 import message_pb2 as apb
 from agentrt.runtime.v1 import enum_pb2
 from agentrt_base.access import VISIBLE
 from agentrt_core import registry_map
+from agentrt_core.audit_bundle import Format
+from agentrt_core.audit_chain import ChainReport
+from agentrt_core.audit_rows import RowReport
 from agentrt_core.proto_json import enum_name, enum_value, time_or_none
 from runtime_service import proto_map as pm
-from runtime_service.audit_bundle import ChainReport, Format
-from runtime_service.audit_rows import RowReport
 from runtime_service.servicers import audit_export
 from runtime_service.services.audit import AuditService, ProvenanceRecord, TargetKind
 from runtime_service.services.context import Runtime

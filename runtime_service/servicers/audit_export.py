@@ -3,7 +3,7 @@
 Transport: the run, its thread, attempts, steps, artifacts and checkpoints appear in the
 bundle as the API shows them (their protobuf messages in JSON form, field names as in the
 proto), so the mapping to messages lives here, beside the servicer, not in the use case.
-The document's layout and its encodings are :mod:`runtime_service.audit_bundle`'s, shared
+The document's layout and its encodings are :mod:`agentrt_core.audit_bundle`'s, shared
 with the offline verifier (``agentrt audit verify BUNDLE``).
 """
 
@@ -13,13 +13,13 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from agentrt_core.canonical import digest_bytes
+from agentrt_core import audit_bundle, audit_rows
+from agentrt_core.audit_bundle import Format
+from agentrt_core.event_chain import format_time
+from agentrt_core.jcs import digest_bytes
 from agentrt_core.proto_json import message_json
-from registry import store as registry_store
-from runtime_service import audit_bundle, audit_rows
 from runtime_service import proto_map as pm
-from runtime_service.audit_bundle import Format
-from runtime_service.events import format_time
+from runtime_service.records import BundledAgent, BundledComponent
 from runtime_service.services.audit import BundleContents, RunVerification, TagAtTime
 
 
@@ -90,24 +90,20 @@ def compare_rows(verification: RunVerification) -> audit_rows.RowReport:
     return audit_rows.compare(rows, verification.events, run_id=run.id, thread_id=run.thread_id)
 
 
-def _agent_json(row: registry_store.AgentVersionRow, tags: list[TagAtTime]) -> dict[str, Any]:
+def _agent_json(agent: BundledAgent, tags: list[TagAtTime]) -> dict[str, Any]:
     return {
-        "agent_id": row.agent_id,
-        "version_label": row.version_label,
-        "digest": row.digest,
-        "description": row.description,
-        "definition": registry_store.loads(row.definition_json),
-        "closure": registry_store.loads(row.closure_json),
-        "publish_time": format_time(row.publish_time),
-        "provenance": registry_store.loads(row.provenance_json),
+        "agent_id": agent.agent_id,
+        "version_label": agent.version_label,
+        "digest": agent.digest,
+        "description": agent.description,
+        "definition": agent.definition,
+        "closure": agent.closure,
+        "publish_time": format_time(agent.publish_time),
+        "provenance": agent.provenance,
         # Who published (the authenticated principal) and, for a publish made with an OIDC
         # token, its verified claims: beside the self-declared provenance, never digested.
-        "principal": row.principal,
-        "verified_provenance": (
-            registry_store.loads(row.verified_provenance_json)
-            if row.verified_provenance_json
-            else None
-        ),
+        "principal": agent.principal,
+        "verified_provenance": agent.verified_provenance,
         "tags_at_run_creation": [
             {
                 "tag": t.tag,
@@ -119,13 +115,13 @@ def _agent_json(row: registry_store.AgentVersionRow, tags: list[TagAtTime]) -> d
     }
 
 
-def _component_json(row: registry_store.ComponentRow) -> dict[str, Any]:
+def _component_json(component: BundledComponent) -> dict[str, Any]:
     return {
-        "kind": row.kind,
-        "name": row.name,
-        "version": row.version,
-        "description": row.description,
-        "spec": registry_store.loads(row.spec_json),
-        "digest": row.digest,
-        "schema_digest": row.schema_digest,
+        "kind": component.kind,
+        "name": component.name,
+        "version": component.version,
+        "description": component.description,
+        "spec": component.spec,
+        "digest": component.digest,
+        "schema_digest": component.schema_digest,
     }

@@ -9,10 +9,10 @@ from agentrt.runtime.v1 import enum_pb2, runtime_service_pb2_grpc
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt_base.access import VISIBLE, check_namespace
 from agentrt_core.errors import InvalidArgument
+from agentrt_core.event_chain import StoredEvent
 from agentrt_core.lru import LruCache
 from agentrt_core.proto_json import enum_name, message_json, struct_to_json, time_or_none
 from runtime_service import proto_map as pm
-from runtime_service.events import StoredEvent
 from runtime_service.services.approvals import ApprovalsService
 from runtime_service.services.blobs import BlobHeader, BlobService
 from runtime_service.services.bound import BoundAgents

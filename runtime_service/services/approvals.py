@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from agentrt_base.auth import caller_name, display_actor
+from agentrt_base.auth import caller_name
 from agentrt_base.db import utcnow
 from agentrt_core import reasons
+from agentrt_core.actors import display_actor
 from agentrt_core.errors import FailedPrecondition, InvalidArgument, NotFound, ViolationCollector
 from runtime_service import lifecycle
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
-from runtime_service.records import Step, step_of
+from runtime_service.records import Run, Step, run_of, step_of
 from runtime_service.services.context import Runtime
 from runtime_service.step_rules import MAX_TEXT
 from runtime_service.store import approvals, step_reads, transitions
@@ -25,7 +26,7 @@ class ApprovalsService:
 
     async def resolve_approval(
         self, run_id: str, step_id: str, decision: str, approver: str, comment: str
-    ) -> tuple[Step, RunRow]:
+    ) -> tuple[Step, Run]:
         problems = ViolationCollector()
         if decision not in ("APPROVE", "DENY"):
             problems.add("decision", "required: APPROVE or DENY")
@@ -77,4 +78,4 @@ class ApprovalsService:
             return step, run
 
         step, run = await self._rt.write(write)
-        return step_of(step), run
+        return step_of(step), run_of(run)

@@ -21,18 +21,27 @@ from sqlalchemy.orm import Session
 
 from agentrt_base.access import Visibility
 from agentrt_core import refs
+from agentrt_core.audit_bundle import Link
+from agentrt_core.audit_chain import ChainReport, verify_chain
 from agentrt_core.errors import InvalidArgument, NotFound
 from agentrt_core.lru import LruCache
 from agentrt_core.model import AgentVersion
-from registry import service as registry_service
 from registry import store as registry_store
-from runtime_service import audit_bundle
-from runtime_service.audit_bundle import ChainReport, Link
-from runtime_service.records import Step, step_of
+from runtime_service.records import (
+    Artifact,
+    Attempt,
+    BundledAgent,
+    BundledComponent,
+    Checkpoint,
+    Input,
+    Run,
+    Step,
+    Thread,
+    step_of,
+)
 from runtime_service.services.context import Runtime
 from runtime_service.store import audit_blobs, audit_reads, blobs, step_reads
-from runtime_service.store.ledger import ArtifactRow, CheckpointRow, InputRow, StepRow
-from runtime_service.store.tables import AttemptRow, RunRow, ThreadRow
+from runtime_service.store.ledger import StepRow
 
 DEFAULT_MAX_STEPS = 1000
 MAX_MAX_STEPS = 10_000
@@ -58,17 +67,17 @@ class TagAtTime:
 class ProvenanceRecord:
     """The chain behind one run (and, when asked, one step or artifact of it)."""
 
-    run: RunRow
-    thread: ThreadRow
+    run: Run
+    thread: Thread
     agent_version: AgentVersion | None
     tags_at_run_creation: list[TagAtTime]
-    attempts: list[AttemptRow]
+    attempts: list[Attempt]
     #: The run's steps, the first ``max_steps`` of them.
     steps: Sequence[Step]
     steps_truncated: bool
-    artifact: ArtifactRow | None = None
+    artifact: Artifact | None = None
     step: Step | None = None
-    attempt: AttemptRow | None = None
+    attempt: Attempt | None = None
 
 
 @dataclass(frozen=True)
@@ -96,18 +105,18 @@ class BundleContents:
     installation_id: str
     #: When the snapshot was read (the bundle's ``export_time``).
     export_time: dt.datetime
-    run: RunRow
-    thread: ThreadRow
-    attempts: list[AttemptRow]
+    run: Run
+    thread: Thread
+    attempts: list[Attempt]
     steps: list[Step]
-    artifacts: list[ArtifactRow]
-    checkpoints: list[CheckpointRow]
-    inputs: list[InputRow]
+    artifacts: list[Artifact]
+    checkpoints: list[Checkpoint]
+    inputs: list[Input]
     events: list[Link]
-    agent: registry_store.AgentVersionRow
+    agent: BundledAgent
     tags_at_run_creation: list[TagAtTime]
     #: The components the agent version pins, in its closure's slot order.
-    components: list[registry_store.ComponentRow]
+    components: list[BundledComponent]
 
 
 @dataclass(frozen=True)
@@ -117,12 +126,12 @@ class RunVerification:
     ``audit_rows.compare``, runs on the rows as served: the servicer maps them)."""
 
     chain: ChainReport
-    run: RunRow
-    attempts: list[AttemptRow]
+    run: Run
+    attempts: list[Attempt]
     steps: list[Step]
-    artifacts: list[ArtifactRow]
-    checkpoints: list[CheckpointRow]
-    inputs: list[InputRow]
+    artifacts: list[Artifact]
+    checkpoints: list[Checkpoint]
+    inputs: list[Input]
     events: list[Link]
     #: The usage index rows of the run's steps (``FindUsages``' and ``GetProvenance``'s
     #: index), as their columns.
@@ -214,7 +223,7 @@ class AuditService:
         max_steps: int,
         *,
         step: StepRow | None = None,
-        artifact: ArtifactRow | None = None,
+        artifact: Artifact | None = None,
     ) -> ProvenanceRecord:
         run = audit_reads.run(session, run_id)
         if run is None:  # a step or artifact whose run is gone: the ledger never deletes runs
@@ -224,7 +233,7 @@ class AuditService:
         attempt_id = step.attempt_id if step is not None else ""
         return ProvenanceRecord(
             run=run,
-            thread=audit_reads.thread_of(session, run),
+            thread=audit_reads.thread_of_run(session, run),
             agent_version=self._agent_version(session, run.agent_digest),
             tags_at_run_creation=_tags_at_creation(session, run),
             attempts=attempts,
@@ -241,7 +250,7 @@ class AuditService:
             row = registry_store.agent_version_by_digest(session, digest)
             if row is None:
                 return None
-            version = registry_service.agent_version_from_row(session, row)
+            version = registry_store.agent_version_of(session, row)
             self._versions.put(digest, version)
         # AgentVersion.tags means "now"; the tags at the run's creation are reported apart.
         return dataclasses.replace(
@@ -309,7 +318,7 @@ class AuditService:
                 raise NotFound("run", run_id)
             events = list(audit_reads.chain_links(session, run))
             return RunVerification(
-                chain=audit_bundle.verify_chain(
+                chain=verify_chain(
                     events,
                     head=(run.last_event_sequence, run.last_event_hash),
                     chain=(run.thread_id, run.id),
@@ -339,7 +348,7 @@ class AuditService:
             run = audit_reads.run(session, run_id)
             if run is None:
                 raise NotFound("run", run_id)
-            thread = audit_reads.thread_of(session, run)
+            thread = audit_reads.thread_of_run(session, run)
             attempts = audit_reads.attempts_of_run(session, run.id)
             steps = audit_reads.steps_of_run(session, run.id)
             artifacts = audit_reads.artifacts_of_run(session, run.id)
@@ -349,7 +358,7 @@ class AuditService:
             installation = audit_reads.installation_id(session)
             now = dt.datetime.now(dt.UTC)
             tags = _tags_at_creation(session, run)
-            agent = registry_store.agent_version_by_digest(session, run.agent_digest)
+            agent = audit_reads.agent_version_as_stored(session, run.agent_digest)
             if agent is None:
                 raise NotFound("agent version", run.agent_digest)
             return BundleContents(
@@ -374,7 +383,7 @@ class AuditService:
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _tags_at_creation(session: Session, run: RunRow) -> list[TagAtTime]:
+def _tags_at_creation(session: Session, run: Run) -> list[TagAtTime]:
     """The tags pointing at the run's agent version when the run resolved it: its agent's tag
     history replayed up to the run's resolution (``audit_reads.tag_events_before`` says
     which events that is)."""

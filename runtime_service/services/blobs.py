@@ -33,6 +33,7 @@ from runtime_service.blob_rules import (
     check_namespace_quota,
     check_quota,
 )
+from runtime_service.records import Blob, blob_of
 from runtime_service.services.context import Runtime
 from runtime_service.store import blobs
 from runtime_service.store.blobs import BlobStore, Upload, default_store, in_upload_thread
@@ -99,7 +100,7 @@ class BlobService:
 
     async def put(
         self, header: BlobHeader | None, chunks: AsyncIterable[bytes]
-    ) -> tuple[BlobRow, bool]:
+    ) -> tuple[Blob, bool]:
         """Receive a blob; verify size and digest; store it unless it exists already."""
         settings = self._rt.settings
         if header is None:
@@ -165,12 +166,13 @@ class BlobService:
                 # staged file must go whatever happens (closing and unlinking are quick).
                 upload.discard()
 
-    async def _keep(self, header: BlobHeader, digest: str, upload: Upload) -> tuple[BlobRow, bool]:
+    async def _keep(self, header: BlobHeader, digest: str, upload: Upload) -> tuple[Blob, bool]:
         lock, users = self._keeping.get(digest, (asyncio.Lock(), 0))
         self._keeping[digest] = (lock, users + 1)
         try:
             async with lock:
-                return await self._place_and_commit(header, digest, upload)
+                row, created = await self._place_and_commit(header, digest, upload)
+                return blob_of(row), created
         finally:
             upload.discard()
             lock, users = self._keeping[digest]
@@ -252,7 +254,7 @@ class BlobService:
             quota=self._rt.settings.namespace_blob_quota_bytes,
         )
 
-    async def get(self, namespace: str, digest: str) -> tuple[BlobRow, AsyncIterator[bytes]]:
+    async def get(self, namespace: str, digest: str) -> tuple[Blob, AsyncIterator[bytes]]:
         """The blob as ``namespace`` holds it: NOT_FOUND if it was never uploaded there, even
         if another namespace stores the same content."""
         if not refs.is_digest(digest):
@@ -264,7 +266,7 @@ class BlobService:
                 raise NotFound("blob", digest)
             return row
 
-        row = await self._rt.read(meta)
+        row = blob_of(await self._rt.read(meta))
         store = self._store
 
         async def stream() -> AsyncIterator[bytes]:

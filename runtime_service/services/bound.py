@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from agentrt_core import publishing
-from agentrt_core.canonical import canonical_bytes
+from agentrt_core.jcs import canonical_bytes
 from agentrt_core.lru import LruCache
 from agentrt_core.model import ComponentDraft, ComponentKind
 from agentrt_core.resolution import BoundDefinition, bound_definition
-from registry import service as registry_service
+from registry import service_lookup
 from registry import store as registry_store
 
 
@@ -40,7 +40,7 @@ class BoundAgents:
         cached = self._cache.get(digest)
         if cached is not None:
             return cached
-        version, _ = registry_service.resolve_agent(session, digest)
+        version, _ = service_lookup.resolve_agent(session, digest)
         drafts: dict[str, ComponentDraft] = {}
         for entry in version.closure:
             row = registry_store.component_by_digest(session, entry.digest)

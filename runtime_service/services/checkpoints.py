@@ -9,6 +9,7 @@ from agentrt_core.errors import InvalidArgument, NotFound, ViolationCollector
 from agentrt_core.paging import cut_page, page_request
 from runtime_service import labels as label_rules
 from runtime_service.fence import FenceClaim
+from runtime_service.records import Artifact, Checkpoint, artifact_of, checkpoint_of
 from runtime_service.services.context import Runtime, scoped_request_id
 from runtime_service.store import (
     artifacts,
@@ -33,7 +34,7 @@ class CheckpointsService:
         state_ref: str,
         after_sequence: int,
         request_id: str,
-    ) -> CheckpointRow:
+    ) -> Checkpoint:
         if after_sequence < 0:
             raise InvalidArgument.for_field("after_sequence", "must not be negative")
 
@@ -56,7 +57,7 @@ class CheckpointsService:
                 session, run, attempt, turn, state_ref, after_sequence, key, now
             )
 
-        return await self._rt.write(write)
+        return checkpoint_of(await self._rt.write(write))
 
     async def create_artifact(
         self,
@@ -67,7 +68,7 @@ class CheckpointsService:
         media_type: str,
         labels: dict[str, str],
         request_id: str,
-    ) -> ArtifactRow:
+    ) -> Artifact:
         problems = ViolationCollector()
         if not name or len(name) > 512:
             problems.add("name", "required, at most 512 characters")
@@ -103,11 +104,11 @@ class CheckpointsService:
                 utcnow(),
             )
 
-        return await self._rt.write(write)
+        return artifact_of(await self._rt.write(write))
 
     async def list_artifacts(
         self, run_id: str, thread_id: str, page_size: int, page_token: str
-    ) -> tuple[list[ArtifactRow], str]:
+    ) -> tuple[list[Artifact], str]:
         if bool(run_id) == bool(thread_id):
             raise InvalidArgument.for_field("run_id", "exactly one of run_id and thread_id")
         filters = {"run_id": run_id, "thread_id": thread_id}
@@ -123,4 +124,5 @@ class CheckpointsService:
             rows = artifacts.page(session, run_id, thread_id, page)
             return cut_page(rows, page.size, filters, lambda r: [r.id])
 
-        return await self._rt.read(read)
+        rows, token = await self._rt.read(read)
+        return [artifact_of(r) for r in rows], token

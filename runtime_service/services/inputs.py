@@ -11,6 +11,7 @@ from agentrt_base.db import utcnow
 from agentrt_core.errors import ViolationCollector
 from runtime_service import lifecycle
 from runtime_service.lifecycle import RunStatus
+from runtime_service.records import Input, input_of
 from runtime_service.services.context import Runtime, scoped_request_id
 from runtime_service.step_rules import dumps, input_too_large
 from runtime_service.store import inputs
@@ -30,7 +31,7 @@ class InputsService:
         data: dict[str, Any],
         sender: str,
         request_id: str,
-    ) -> InputRow:
+    ) -> Input:
         problems = ViolationCollector()
         if kind not in ("STEER", "FOLLOW_UP"):
             problems.add("kind", "required: STEER or FOLLOW_UP")
@@ -59,4 +60,4 @@ class InputsService:
                 session, run, kind, content, data_json, sender, principal, key, utcnow()
             )
 
-        return await self._rt.write(write)
+        return input_of(await self._rt.write(write))

@@ -28,12 +28,12 @@ from agentrt_core.errors import FailedPrecondition, InvalidArgument
 from runtime_service import lifecycle, notify
 from runtime_service.fence import FenceClaim, new_lease_token, token_holds
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
+from runtime_service.records import Attempt, Checkpoint, Run, attempt_of, checkpoint_of, run_of
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime
 from runtime_service.store import attempts, blobs, leases, run_requests, transitions
 from runtime_service.store import completion as completion_store
 from runtime_service.store.fencing import fenced
-from runtime_service.store.ledger import CheckpointRow
 from runtime_service.store.runs import active_attempt
 from runtime_service.store.tables import AttemptRow, RunRow
 
@@ -71,8 +71,8 @@ _OUTCOME_STATUS = {
 
 @dataclass(frozen=True)
 class Acquired:
-    run: RunRow
-    attempt: AttemptRow
+    run: Run
+    attempt: Attempt
     agent_json: bytes
     tool_names: list[str]
     skill_names: list[str]
@@ -80,7 +80,7 @@ class Acquired:
     #: The checks among them the runtime evaluates itself.
     runtime_checks: list[str]
     #: The checkpoint the attempt resumes from (the run's latest), if any.
-    checkpoint: CheckpointRow | None = None
+    checkpoint: Checkpoint | None = None
     #: The attempt's secret lease token, for the worker alone (kept nowhere but its hash).
     lease_token: str = field(default="", repr=False)
 
@@ -177,14 +177,14 @@ class LeasesService:
         bound = self._bound.get(session, run.agent_digest)
         checkpoint = attempts.resume_checkpoint(session, run)
         return Acquired(
-            run,
-            attempt,
+            run_of(run),
+            attempt_of(attempt),
             bound.json,
             bound.tool_names,
             bound.skill_names,
             bound.definition.completion_checks,
             bound.definition.runtime_checks,
-            checkpoint,
+            checkpoint_of(checkpoint) if checkpoint is not None else None,
             token,
         )
 
@@ -210,7 +210,7 @@ class LeasesService:
         error_message: str = "",
         result_summary: str = "",
         output_ref: str = "",
-    ) -> tuple[RunRow, AttemptRow]:
+    ) -> tuple[Run, Attempt]:
         if outcome not in OUTCOMES:
             raise InvalidArgument.for_field("outcome", "required: one of " + ", ".join(OUTCOMES))
         if len(result_summary.encode()) > 64 * 1024:
@@ -289,7 +289,8 @@ class LeasesService:
             )
             return run, attempt
 
-        return await self._rt.write(write)
+        run, attempt = await self._rt.write(write)
+        return run_of(run), attempt_of(attempt)
 
     def _trigger_for(
         self, session: Session, run: RunRow, attempt: AttemptRow, outcome: str

@@ -23,10 +23,20 @@ from agentrt_core.errors import (
 from agentrt_core.lru import LruCache
 from agentrt_core.model import AgentVersion
 from agentrt_core.paging import cut_page, page_request
-from registry.service import resolve_agent
+from registry.service_lookup import resolve_agent
 from runtime_service import labels as label_rules
 from runtime_service import lifecycle
 from runtime_service.lifecycle import Actor, ClientAsk, RunStatus, Trigger
+from runtime_service.records import (
+    Attempt,
+    Message,
+    Run,
+    Thread,
+    attempt_of,
+    message_of,
+    run_of,
+    thread_of,
+)
 from runtime_service.services.context import Runtime, scoped_request_id
 from runtime_service.step_rules import dumps, input_too_large
 from runtime_service.store import messages, run_requests, runs, threads, transitions
@@ -132,7 +142,7 @@ class RunsService:
 
     async def create_thread(
         self, namespace: str, title: str, metadata: dict[str, str], policy: str, request_id: str
-    ) -> ThreadRow:
+    ) -> Thread:
         """``namespace`` as :func:`access.check_namespace` left it (the permission check
         read it first)."""
         problems = ViolationCollector()
@@ -167,14 +177,14 @@ class RunsService:
             )
 
         try:
-            return await self._rt.write(write)
+            return thread_of(await self._rt.write(write))
         except threads.RequestIdTaken:
             # Fix: a concurrent create with the same request_id committed first (the unique
             # index refused ours); the retry finds and returns its thread.
-            return await self._rt.write(write)
+            return thread_of(await self._rt.write(write))
 
-    async def get_thread(self, thread_id: str) -> ThreadRow:
-        return await self._rt.read(lambda session: threads.get(session, thread_id))
+    async def get_thread(self, thread_id: str) -> Thread:
+        return thread_of(await self._rt.read(lambda session: threads.get(session, thread_id)))
 
     async def list_threads(
         self,
@@ -183,7 +193,7 @@ class RunsService:
         visible: Visibility,
         page_size: int,
         page_token: str,
-    ) -> tuple[list[ThreadRow], str]:
+    ) -> tuple[list[Thread], str]:
         """The threads matching the filters that ``visible`` admits."""
         filters = {"metadata": metadata, "namespace": namespace}
         page = page_request(page_size, page_token, filters, key=(str,))
@@ -194,7 +204,8 @@ class RunsService:
             found = threads.page(session, metadata, namespaces, after, page.size + 1)
             return cut_page(found, page.size, filters, lambda r: [r.id])
 
-        return await self._rt.read(read)
+        rows, token = await self._rt.read(read)
+        return [thread_of(r) for r in rows], token
 
     # -- messages --------------------------------------------------------------------------
 
@@ -206,7 +217,7 @@ class RunsService:
         data: dict[str, Any],
         run_id: str,
         request_id: str = "",
-    ) -> MessageRow:
+    ) -> Message:
         problems = ViolationCollector()
         if role not in ROLES:
             problems.add("role", "required: USER, ASSISTANT, SYSTEM or TOOL")
@@ -243,11 +254,11 @@ class RunsService:
                 now=utcnow(),
             )
 
-        return await self._rt.write(write)
+        return message_of(await self._rt.write(write))
 
     async def list_messages(
         self, thread_id: str, run_id: str, newest_first: bool, page_size: int, page_token: str
-    ) -> tuple[list[MessageRow], str]:
+    ) -> tuple[list[Message], str]:
         if not thread_id:
             raise InvalidArgument.for_field("thread_id", "required")
         filters = {"thread_id": thread_id, "run_id": run_id, "newest_first": newest_first}
@@ -265,11 +276,12 @@ class RunsService:
             )
             return cut_page(rows, page.size, filters, lambda r: [r.seq])
 
-        return await self._rt.read(read)
+        rows, token = await self._rt.read(read)
+        return [message_of(r) for r in rows], token
 
     # -- runs ------------------------------------------------------------------------------
 
-    async def create_run(self, spec: RunSpec) -> RunRow:
+    async def create_run(self, spec: RunSpec) -> Run:
         check_run_spec(spec, utcnow())
         # Read here, on the call's task: the write runs on another thread, outside its context.
         principal = caller_name()
@@ -332,7 +344,7 @@ class RunsService:
                 now,
             )
 
-        return await self._rt.write(write)
+        return run_of(await self._rt.write(write))
 
     def _apply_concurrency_policy(
         self, session: Session, thread: ThreadRow, policy: str, now: dt.datetime
@@ -399,8 +411,8 @@ class RunsService:
             reason=reason,
         )
 
-    async def get_run(self, run_id: str) -> RunRow:
-        return await self._rt.read(lambda session: runs.get(session, run_id))
+    async def get_run(self, run_id: str) -> Run:
+        return run_of(await self._rt.read(lambda session: runs.get(session, run_id)))
 
     async def list_runs(
         self,
@@ -411,7 +423,7 @@ class RunsService:
         visible: Visibility,
         page_size: int,
         page_token: str,
-    ) -> tuple[list[RunRow], str]:
+    ) -> tuple[list[Run], str]:
         """The runs matching the filters that ``visible`` admits."""
         filters = {
             "thread_id": thread_id,
@@ -435,9 +447,10 @@ class RunsService:
             )
             return cut_page(rows, page.size, filters, lambda r: [r.id])
 
-        return await self._rt.read(read)
+        rows, token = await self._rt.read(read)
+        return [run_of(r) for r in rows], token
 
-    async def cancel_run(self, run_id: str, reason: str, actor: str) -> RunRow:
+    async def cancel_run(self, run_id: str, reason: str, actor: str) -> Run:
         """Cancel as the call's principal (``actor``: the caller's display label)."""
         principal = caller_name()
 
@@ -463,7 +476,7 @@ class RunsService:
             )
             return run
 
-        return await self._rt.write(write)
+        return run_of(await self._rt.write(write))
 
     @staticmethod
     def _ask(run: RunRow, trigger: Trigger) -> ClientAsk:
@@ -474,7 +487,7 @@ class RunsService:
             pause_requested=run.pause_requested,
         )
 
-    async def pause_run(self, run_id: str, reason: str, actor: str) -> RunRow:
+    async def pause_run(self, run_id: str, reason: str, actor: str) -> Run:
         principal = caller_name()
 
         def write(session: Session) -> RunRow:
@@ -499,9 +512,9 @@ class RunsService:
             )
             return run
 
-        return await self._rt.write(write)
+        return run_of(await self._rt.write(write))
 
-    async def resume_run(self, run_id: str, reason: str, actor: str) -> RunRow:
+    async def resume_run(self, run_id: str, reason: str, actor: str) -> Run:
         principal = caller_name()
 
         def write(session: Session) -> RunRow:
@@ -517,7 +530,7 @@ class RunsService:
             )
             return run
 
-        return await self._rt.write(write)
+        return run_of(await self._rt.write(write))
 
     async def amend_run(
         self,
@@ -526,7 +539,7 @@ class RunsService:
         expected_revision: int,
         actor: str,
         request_id: str = "",
-    ) -> RunRow:
+    ) -> Run:
         problems = ViolationCollector()
         _check_request_id(request_id, problems)
         if not (
@@ -565,11 +578,11 @@ class RunsService:
             )
             return run
 
-        return await self._rt.write(write)
+        return run_of(await self._rt.write(write))
 
     async def list_attempts(
         self, run_id: str, page_size: int, page_token: str
-    ) -> tuple[list[AttemptRow], str]:
+    ) -> tuple[list[Attempt], str]:
         filters = {"run_id": run_id}
         page = page_request(page_size, page_token, filters, key=(int,))
 
@@ -579,4 +592,5 @@ class RunsService:
             rows = runs.attempts_page(session, run_id, after, page.size + 1)
             return cut_page(rows, page.size, filters, lambda r: [r.number])
 
-        return await self._rt.read(read)
+        rows, token = await self._rt.read(read)
+        return [attempt_of(r) for r in rows], token

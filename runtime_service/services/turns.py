@@ -13,6 +13,7 @@ from agentrt_base.db import utcnow
 from agentrt_core import reasons
 from agentrt_core.errors import FailedPrecondition, NotFound
 from runtime_service.fence import FenceClaim
+from runtime_service.records import Input, Turn, input_of, turn_of
 from runtime_service.services.context import Runtime
 from runtime_service.store import inputs, turns
 from runtime_service.store.fencing import fenced
@@ -23,9 +24,7 @@ class TurnsService:
     def __init__(self, runtime: Runtime) -> None:
         self._rt = runtime
 
-    async def begin_turn(
-        self, fence: FenceClaim, request_id: str
-    ) -> tuple[TurnRow, list[InputRow]]:
+    async def begin_turn(self, fence: FenceClaim, request_id: str) -> tuple[Turn, list[Input]]:
         def write(session: Session) -> tuple[TurnRow, list[InputRow]]:
             run, attempt = fenced(session, fence)
             if request_id:
@@ -38,11 +37,12 @@ class TurnsService:
                 )
             return turns.start(session, run, attempt, utcnow(), request_id)
 
-        return await self._rt.write(write)
+        turn, delivered = await self._rt.write(write)
+        return turn_of(turn), [input_of(i) for i in delivered]
 
     async def end_turn(
         self, fence: FenceClaim, turn_id: str
-    ) -> tuple[TurnRow, TurnRow | None, list[InputRow]]:
+    ) -> tuple[Turn, Turn | None, list[Input]]:
         def write(session: Session) -> tuple[TurnRow, TurnRow | None, list[InputRow]]:
             run, attempt = fenced(session, fence)
             turn = turns.get(session, turn_id)
@@ -70,4 +70,9 @@ class TurnsService:
             following_turn, delivered = turns.start(session, run, attempt, now, "")
             return turn, following_turn, delivered
 
-        return await self._rt.write(write)
+        ended, following, delivered = await self._rt.write(write)
+        return (
+            turn_of(ended),
+            turn_of(following) if following is not None else None,
+            [input_of(i) for i in delivered],
+        )

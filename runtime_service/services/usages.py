@@ -22,7 +22,6 @@ from agentrt_core import refs
 from agentrt_core.errors import InvalidArgument, NotFound
 from agentrt_core.model import Component
 from agentrt_core.paging import PageRequest, next_page_token, page_request
-from registry import service as registry_service
 from registry import store as registry_store
 from runtime_service.services.context import Runtime
 from runtime_service.store import audit_reads, audit_usages
@@ -215,7 +214,7 @@ def _component(session: Session, ref: refs.Ref, text: str) -> Component:
             row = None
     if row is None:
         raise NotFound("component", text, f"no published component matches {text!r}")
-    return registry_service.component_from_row(row)
+    return registry_store.component_of(row)
 
 
 def _refuse_other_digest(session: Session, digest: str) -> None:

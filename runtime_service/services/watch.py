@@ -19,8 +19,9 @@ from typing import TypeVar
 
 from sqlalchemy.orm import Session
 
+from agentrt_core import event_chain
 from agentrt_core.errors import InvalidArgument
-from runtime_service import events, notify
+from runtime_service import notify
 from runtime_service.lifecycle import RunStatus
 from runtime_service.services.context import Runtime
 from runtime_service.store import runs, threads
@@ -63,7 +64,7 @@ class WatchService:
 
     async def watch_run(
         self, run_id: str, after_sequence: int
-    ) -> AsyncIterator[events.StoredEvent]:
+    ) -> AsyncIterator[event_chain.StoredEvent]:
         """Every event of the run after ``after_sequence``; ends after ``run.ended``."""
         with self._rt.notifier.subscribe([notify.run_key(run_id)]) as woken:
             thread_id, ended_at = await self._rt.read(partial(_run_state, run_id=run_id))
@@ -89,7 +90,7 @@ class WatchService:
 
     async def watch_thread(
         self, thread_id: str, after_cursor: str, live_only: bool
-    ) -> AsyncIterator[events.StoredEvent]:
+    ) -> AsyncIterator[event_chain.StoredEvent]:
         """Every event of the thread and its runs after the cursor, in commit order; endless."""
         if after_cursor and not after_cursor.isdigit():
             raise InvalidArgument.for_field("after_cursor", "not a cursor this server issued")
@@ -128,9 +129,9 @@ def _thread_head(session: Session, *, thread_id: str) -> int:
 
 def _run_page(
     session: Session, *, thread_id: str, run_id: str, after: int
-) -> list[events.StoredEvent]:
+) -> list[event_chain.StoredEvent]:
     return runs.events_after(session, thread_id, run_id, after, PAGE)
 
 
-def _thread_page(session: Session, *, thread_id: str, after: int) -> list[events.StoredEvent]:
+def _thread_page(session: Session, *, thread_id: str, after: int) -> list[event_chain.StoredEvent]:
     return threads.events_after(session, thread_id, after, PAGE)

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from runtime_service.records import Artifact, artifact_of
 from runtime_service.store.ledger import ArtifactRow, CheckpointRow, StepRow
 from runtime_service.store.tables import RunRow
 
@@ -66,12 +67,11 @@ def checkpoints_with_state(
 
 def artifacts_with_blob(
     session: Session, digest: str, limit: int, namespaces: frozenset[str] | None
-) -> list[ArtifactRow]:
-    return list(
-        session.scalars(
-            sa.select(ArtifactRow)
-            .where(ArtifactRow.blob_digest == digest, *_visible(ArtifactRow.run_id, namespaces))
-            .order_by(ArtifactRow.id)
-            .limit(limit)
-        )
+) -> list[Artifact]:
+    rows = session.scalars(
+        sa.select(ArtifactRow)
+        .where(ArtifactRow.blob_digest == digest, *_visible(ArtifactRow.run_id, namespaces))
+        .order_by(ArtifactRow.id)
+        .limit(limit)
     )
+    return [artifact_of(row) for row in rows]

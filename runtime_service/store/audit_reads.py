@@ -2,7 +2,8 @@
 
 Provenance (``GetProvenance``), ``VerifyRun`` and ``ExportBundle`` read through these; the
 use cases are in ``runtime_service.services.audit``. Every function only reads, inside the
-caller's read transaction, which :func:`snapshot` makes one snapshot.
+caller's read transaction, which :func:`snapshot` makes one snapshot. Nothing read here is
+written back, so a run's rows are answered as records (``runtime_service.records``).
 """
 
 from __future__ import annotations
@@ -16,10 +17,27 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from agentrt_base.installation import Installation
+from agentrt_core.audit_bundle import Link
+from agentrt_core.event_chain import StoredEvent, format_time
 from registry import store as registry_store
-from runtime_service.audit_bundle import Link
-from runtime_service.events import StoredEvent, format_time
-from runtime_service.records import Step, new_step
+from runtime_service.records import (
+    Artifact,
+    Attempt,
+    BundledAgent,
+    BundledComponent,
+    Checkpoint,
+    Input,
+    Run,
+    Step,
+    Thread,
+    artifact_of,
+    attempt_of,
+    checkpoint_of,
+    input_of,
+    new_step,
+    run_of,
+    thread_of,
+)
 from runtime_service.store.ledger import (
     ArtifactRow,
     CheckpointRow,
@@ -49,18 +67,20 @@ def snapshot(session: Session) -> None:
 # -- by id -----------------------------------------------------------------------------------
 
 
-def run(session: Session, run_id: str) -> RunRow | None:
-    return session.get(RunRow, run_id)
+def run(session: Session, run_id: str) -> Run | None:
+    row = session.get(RunRow, run_id)
+    return None if row is None else run_of(row)
 
 
-def thread_of(session: Session, run: RunRow) -> ThreadRow:
+def thread_of_run(session: Session, run: Run) -> Thread:
     thread = session.get(ThreadRow, run.thread_id)
     assert thread is not None  # runs reference their thread by foreign key
-    return thread
+    return thread_of(thread)
 
 
-def artifact(session: Session, artifact_id: str) -> ArtifactRow | None:
-    return session.get(ArtifactRow, artifact_id)
+def artifact(session: Session, artifact_id: str) -> Artifact | None:
+    row = session.get(ArtifactRow, artifact_id)
+    return None if row is None else artifact_of(row)
 
 
 def installation_id(session: Session) -> str:
@@ -70,13 +90,12 @@ def installation_id(session: Session) -> str:
 # -- a run's records -------------------------------------------------------------------------
 
 
-def attempts_of_run(session: Session, run_id: str) -> list[AttemptRow]:
+def attempts_of_run(session: Session, run_id: str) -> list[Attempt]:
     """The run's attempts, first to last."""
-    return list(
-        session.scalars(
-            sa.select(AttemptRow).where(AttemptRow.run_id == run_id).order_by(AttemptRow.number)
-        )
+    rows = session.scalars(
+        sa.select(AttemptRow).where(AttemptRow.run_id == run_id).order_by(AttemptRow.number)
     )
+    return [attempt_of(row) for row in rows]
 
 
 def steps_of_run(session: Session, run_id: str, limit: int | None = None) -> list[Step]:
@@ -91,28 +110,25 @@ def steps_of_run(session: Session, run_id: str, limit: int | None = None) -> lis
     return [new_step(dict(row._mapping)) for row in session.execute(stmt)]
 
 
-def artifacts_of_run(session: Session, run_id: str) -> list[ArtifactRow]:
-    return list(
-        session.scalars(
-            sa.select(ArtifactRow).where(ArtifactRow.run_id == run_id).order_by(ArtifactRow.id)
-        )
+def artifacts_of_run(session: Session, run_id: str) -> list[Artifact]:
+    rows = session.scalars(
+        sa.select(ArtifactRow).where(ArtifactRow.run_id == run_id).order_by(ArtifactRow.id)
     )
+    return [artifact_of(row) for row in rows]
 
 
-def checkpoints_of_run(session: Session, run_id: str) -> list[CheckpointRow]:
-    return list(
-        session.scalars(
-            sa.select(CheckpointRow)
-            .where(CheckpointRow.run_id == run_id)
-            .order_by(CheckpointRow.id)
-        )
+def checkpoints_of_run(session: Session, run_id: str) -> list[Checkpoint]:
+    rows = session.scalars(
+        sa.select(CheckpointRow).where(CheckpointRow.run_id == run_id).order_by(CheckpointRow.id)
     )
+    return [checkpoint_of(row) for row in rows]
 
 
-def inputs_of_run(session: Session, run_id: str) -> list[InputRow]:
-    return list(
-        session.scalars(sa.select(InputRow).where(InputRow.run_id == run_id).order_by(InputRow.id))
+def inputs_of_run(session: Session, run_id: str) -> list[Input]:
+    rows = session.scalars(
+        sa.select(InputRow).where(InputRow.run_id == run_id).order_by(InputRow.id)
     )
+    return [input_of(row) for row in rows]
 
 
 def usages_of_run(session: Session, run_id: str) -> list[dict[str, Any]]:
@@ -131,7 +147,7 @@ def usages_of_run(session: Session, run_id: str) -> list[dict[str, Any]]:
     return [dict(row._mapping) for row in rows]
 
 
-def chain_links(session: Session, run: RunRow) -> Iterator[Link]:
+def chain_links(session: Session, run: Run) -> Iterator[Link]:
     """The run's event chain in sequence order, as the hash covers each event, streamed (a
     long run's chain is read a few thousand rows at a time, not all at once)."""
     rows = session.execute(
@@ -179,7 +195,7 @@ def _link(row: Any) -> Link:
 
 
 def tag_events_before(
-    session: Session, run: RunRow
+    session: Session, run: Run
 ) -> Sequence[sa.Row[int, str, str, str, dt.datetime]]:
     """The run's agent's tag events up to the run's resolution, as
     ``(sequence, tag, type, to_digest, event_time)``.
@@ -200,15 +216,48 @@ def tag_events_before(
     ).all()
 
 
-def closure_components(session: Session, agent_digest: str) -> list[registry_store.ComponentRow]:
-    """The components an agent version pins, in its closure's slot order."""
+def agent_version_as_stored(session: Session, digest: str) -> BundledAgent | None:
+    """The agent version of ``digest`` as the registry stored it (its JSON parsed)."""
+    row = registry_store.agent_version_by_digest(session, digest)
+    if row is None:
+        return None
+    return BundledAgent(
+        agent_id=row.agent_id,
+        version_label=row.version_label,
+        digest=row.digest,
+        description=row.description,
+        definition=registry_store.loads(row.definition_json),
+        closure=registry_store.loads(row.closure_json),
+        publish_time=row.publish_time,
+        provenance=registry_store.loads(row.provenance_json),
+        principal=row.principal,
+        verified_provenance=(
+            registry_store.loads(row.verified_provenance_json)
+            if row.verified_provenance_json
+            else None
+        ),
+    )
+
+
+def closure_components(session: Session, agent_digest: str) -> list[BundledComponent]:
+    """The components an agent version pins, in its closure's slot order, as stored."""
     c = registry_store.ComponentRow
     entries = registry_store.ClosureEntryRow
-    return list(
-        session.scalars(
-            sa.select(c)
-            .join(entries, entries.component_digest == c.digest)
-            .where(entries.agent_digest == agent_digest)
-            .order_by(entries.slot)
-        )
+    rows = session.scalars(
+        sa.select(c)
+        .join(entries, entries.component_digest == c.digest)
+        .where(entries.agent_digest == agent_digest)
+        .order_by(entries.slot)
     )
+    return [
+        BundledComponent(
+            kind=row.kind,
+            name=row.name,
+            version=row.version,
+            description=row.description,
+            spec=registry_store.loads(row.spec_json),
+            digest=row.digest,
+            schema_digest=row.schema_digest,
+        )
+        for row in rows
+    ]

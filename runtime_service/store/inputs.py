@@ -8,9 +8,9 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
-from agentrt_base.ids import new_id
+from agentrt_core import audit_rows
+from agentrt_core.ids import new_id
 from agentrt_core.proto_json import enum_value
-from runtime_service import audit_rows
 from runtime_service.store import transitions
 from runtime_service.store.ledger import InputRow
 from runtime_service.store.tables import RunRow

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
-from agentrt_base.ids import new_id
+from agentrt_core.ids import new_id
 from agentrt_core.proto_json import enum_value
 from runtime_service.step_rules import dumps
 from runtime_service.store import threads

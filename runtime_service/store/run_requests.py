@@ -14,14 +14,16 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
-from agentrt_base.ids import new_id
-from agentrt_core.model import AgentVersion, Resolution
-from agentrt_core.proto_json import enum_value
 
 # The run.created and run.amended events carry the run's own view of its binding, goal,
 # budget and amendment: the same mapping GetRun answers with.
-from runtime_service import __version__, audit_rows, events, notify, proto_map
+from agentrt_core import audit_rows, event_chain
+from agentrt_core.ids import new_id
+from agentrt_core.model import AgentVersion, Resolution
+from agentrt_core.proto_json import enum_value
+from runtime_service import __version__, notify, proto_map
 from runtime_service.lifecycle import RunStatus
+from runtime_service.records import run_of
 from runtime_service.step_rules import dumps
 from runtime_service.store import transitions
 from runtime_service.store.tables import EventRow, RunRow
@@ -117,13 +119,14 @@ def create(session: Session, new: NewRun, now: dt.datetime) -> RunRow:
     )
     session.add(run)
     session.flush()
+    record = run_of(run)
     transitions.append_run_event(
         session,
         run,
         event_pb2.RunCreatedAttributes(
-            agent=proto_map.binding(run),
-            goal=proto_map.goal(run),
-            budget=proto_map.budget(run),
+            agent=proto_map.binding(record),
+            goal=proto_map.goal(record),
+            budget=proto_map.budget(record),
             deadline_time=proto_map.timestamp(run.deadline_time),
             priority=run.priority,
             max_attempts=run.max_attempts,
@@ -181,7 +184,7 @@ def stop_reason_given(session: Session, run: RunRow) -> str:
     its latest ``run.cancel_requested``, or ``run.pause_requested`` while a pause is asked;
     empty if none was given. Read back from the ledger, which recorded it once, when the
     stop it asked for happens (the worker acknowledges, or the runtime forces it)."""
-    event_type = events.event_type_name(
+    event_type = event_chain.event_type_name(
         event_pb2.RunPauseRequestedAttributes()
         if run.pause_requested
         else event_pb2.RunCancelRequestedAttributes()
@@ -264,7 +267,7 @@ def amend(
         **amendment,
         "input_revision": run.input_revision,
         "actor": actor,
-        "create_time": events.format_time(now),
+        "create_time": event_chain.format_time(now),
         "actor_principal": principal,
     }
     # The request id is kept in the amendment's stored record (the proto mapping ignores

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from agentrt_base.access import scope_like
+from agentrt_core import event_chain
 from agentrt_core.errors import NotFound
 from runtime_service import events
 from runtime_service.lifecycle import RunStatus
@@ -123,7 +124,7 @@ def attempts_page(
 
 def events_after(
     session: Session, thread_id: str, run_id: str, after_sequence: int, limit: int
-) -> list[events.StoredEvent]:
+) -> list[event_chain.StoredEvent]:
     """Up to ``limit`` of the run's events after ``after_sequence``, in order (``thread_id`` is
     the run's: the chain's index is keyed by it)."""
     return events.run_events_after(session.connection(), thread_id, run_id, after_sequence, limit)

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from agentrt.runtime.v1 import event_pb2
 from agentrt_base.db import UTCDateTime
 from agentrt_base.raw import RawTx, Statement
+from agentrt_core.usage_rows import reported_usage_rows, usage_rows
 from runtime_service import events, notify, step_events
 from runtime_service.records import INPUT_FIELDS, STEP_FIELDS, Input, Step, new_step
 from runtime_service.step_decide import counts
@@ -36,8 +37,6 @@ from runtime_service.step_rules import (
     StepRequest,
     dumps,
     failed_in_a_row,
-    reported_usage_rows,
-    usage_rows,
 )
 from runtime_service.store import inputs
 from runtime_service.store.ledger import MODEL_CALLS, InputRow, StepRow, StepUsageRow

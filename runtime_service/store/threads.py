@@ -10,8 +10,9 @@ from google.protobuf.message import Message
 from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
-from agentrt_base.ids import new_id
+from agentrt_core import event_chain
 from agentrt_core.errors import NotFound
+from agentrt_core.ids import new_id
 from agentrt_core.proto_json import enum_value
 from runtime_service import events, notify
 from runtime_service.step_rules import dumps
@@ -157,7 +158,7 @@ def head_cursor(session: Session, thread_id: str) -> int:
 
 def events_after(
     session: Session, thread_id: str, after_cursor: int, limit: int
-) -> list[events.StoredEvent]:
+) -> list[event_chain.StoredEvent]:
     """Up to ``limit`` events of the thread and all its runs after ``after_cursor``, in cursor
     (commit) order."""
     return events.thread_events_after(session.connection(), thread_id, after_cursor, limit)

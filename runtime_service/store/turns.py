@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
-from agentrt_base.ids import new_id
+from agentrt_core.ids import new_id
 from runtime_service.store import inputs, transitions
 from runtime_service.store.ledger import InputRow, StepRow, TurnRow
 from runtime_service.store.tables import AttemptRow, RunRow

@@ -1,6 +1,7 @@
 """Running the real ``agentrt`` command from the e2e tests: its command line, an environment
-in which it imports this checkout, waiting for ``agentrt serve`` to say it is ready, and
-running a command in this process the way its console script would."""
+in which it imports this checkout, waiting for ``agentrt serve`` to say it is ready, running
+a command in this process the way its console script would, and the checks every CLI test
+makes of a command that must succeed (:func:`ok`) or fail (:func:`refused`, :func:`failure`)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,58 @@ def checkout_env(environ: Mapping[str, str]) -> dict[str, str]:
     env = dict(environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "generated")])
     return env
+
+
+#: Variables of the machine running the tests that would leak into what a command does: a
+#: CI's provenance (publish records it), a developer's target or token.
+_LEAKING_PREFIXES = ("GITHUB_", "GITLAB_", "CI_", "AGENTRT_")
+
+
+def cli_env(target: str, **extra: str) -> dict[str, str]:
+    """The environment of a client command under test: this checkout's, none of the
+    machine's CI or agentrt variables, no terminal width (a table gets the pipe width), and
+    ``AGENTRT_TARGET`` set to ``target``; ``extra`` on top."""
+    env = checkout_env({k: v for k, v in os.environ.items() if not k.startswith(_LEAKING_PREFIXES)})
+    env.pop("COLUMNS", None)
+    env["AGENTRT_TARGET"] = target
+    env.update(extra)
+    return env
+
+
+def run(target: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``agentrt ARGS`` against ``target``, in this process (:func:`in_process`)."""
+    return in_process(args, cli_env(target, **env))
+
+
+def ok(target: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """:func:`run` a command that must succeed."""
+    result = run(target, *args, **env)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    return result
+
+
+def stdout_of(target: str, *args: str, **env: str) -> str:
+    """The standard output of a command that must succeed."""
+    return ok(target, *args, **env).stdout
+
+
+def refused(target: str, *args: str, code: int = 1) -> list[str]:
+    """Run a command that must fail with ``code``; its stderr lines, each an ``agentrt:``
+    line (the first is the report, any others the field violations it does not state)."""
+    result = run(target, *args)
+    assert result.returncode == code, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines and all(line.startswith("agentrt: ") for line in lines), result.stderr
+    return lines
+
+
+def failure(target: str, *args: str, code: int = 1) -> str:
+    """Run a command that must fail with ``code``; its single stderr line."""
+    lines = refused(target, *args, code=code)
+    assert len(lines) == 1, lines
+    return lines[0]
 
 
 def serve_env() -> dict[str, str]:

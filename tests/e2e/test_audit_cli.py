@@ -10,15 +10,13 @@ verified with no server at all (``AGENTRT_TARGET`` pointing nowhere).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
 from agentrt_base.db_engines import normalise_url
-from tests.e2e.cli_support import checkout_env, in_process
+from tests.e2e.cli_support import failure, run, stdout_of
 from tests.runtime_support import Stubs
 from tests.service.audit_history import History, build_history
 
@@ -32,29 +30,6 @@ pytestmark = [
 NOWHERE = "127.0.0.1:1"
 
 
-def run(target: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = checkout_env({k: v for k, v in os.environ.items() if not k.startswith("AGENTRT_")})
-    env["AGENTRT_TARGET"] = target
-    return in_process(args, env)
-
-
-def ok(target: str, *args: str) -> str:
-    result = run(target, *args)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
-def failure(target: str, *args: str, code: int = 1) -> str:
-    """Run a command that must fail; return its single stderr line."""
-    result = run(target, *args)
-    assert result.returncode == code, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("agentrt: ")
-    return lines[0]
-
-
 @pytest.fixture
 def history(stubs: Stubs) -> History:
     return build_history(stubs)
@@ -62,7 +37,7 @@ def history(stubs: Stubs) -> History:
 
 def test_run_tree_artifact_chain_and_json(server_address: str, history: History) -> None:
     h = history
-    tree = ok(server_address, "audit", h.run_a)
+    tree = stdout_of(server_address, "audit", h.run_a)
     lines = tree.splitlines()
     assert lines[0].startswith(f"agent coding_agent@agent_v7 {h.v7}")
     assert "tags at run creation: prod (event 1" in tree and "now: stable" in tree
@@ -72,7 +47,7 @@ def test_run_tree_artifact_chain_and_json(server_address: str, history: History)
     # The server authenticates nobody: every actor is "anonymous", the caller's label beside it.
     assert "attempt 1 " in tree and "worker anonymous (label 'w1') epoch 1" in tree
     assert " by anonymous, ended " in tree
-    approved = ok(server_address, "audit", h.run_b)
+    approved = stdout_of(server_address, "audit", h.run_b)
     assert "approval APPROVE by anonymous (label 'alice')" in approved
     assert f"#1 MODEL_CALL FAILED (RATE_LIMITED)  {h.a_model}" in tree
     assert "model claude-sonnet-4 via primary/anthropic" in tree
@@ -85,21 +60,21 @@ def test_run_tree_artifact_chain_and_json(server_address: str, history: History)
         for word in ("agent ", "thread ", "run ", "attempt ", "#1 ")
     }
     assert depth["agent "] < depth["thread "] < depth["run "] < depth["attempt "] < depth["#1 "]
-    assert ok(server_address, "audit", "run", h.run_a) == tree
+    assert stdout_of(server_address, "audit", "run", h.run_a) == tree
 
-    chain = ok(server_address, "audit", "artifact", h.artifact).splitlines()
+    chain = stdout_of(server_address, "audit", "artifact", h.artifact).splitlines()
     assert chain[0].startswith(f'artifact {h.artifact} "app.py"')
     assert chain[1].startswith("  made by step #3 TOOL_CALL read_file SUCCEEDED")
     assert any(x.startswith("  in attempt 1") for x in chain)
     assert any(x.startswith(f"  of run {h.run_a}") for x in chain)
     assert any(x.startswith(f"  agent coding_agent@agent_v7 {h.v7}") for x in chain)
 
-    data = json.loads(ok(server_address, "audit", "artifact", h.artifact, "--json"))
+    data = json.loads(stdout_of(server_address, "audit", "artifact", h.artifact, "--json"))
     record = data["records"][0]
     assert record["artifact"]["id"] == h.artifact
     assert record["agent_version"]["digest"] == h.v7
     assert [t["tag"] for t in record["tags_at_run_creation"]] == ["prod", "stable"]
-    blob = json.loads(ok(server_address, "audit", "blob", h.blob, "--json"))
+    blob = json.loads(stdout_of(server_address, "audit", "blob", h.blob, "--json"))
     assert len(blob["blob_references"]) == 3
 
     assert "NOT_FOUND" in failure(server_address, "audit", "run_nope")
@@ -109,19 +84,21 @@ def test_run_tree_artifact_chain_and_json(server_address: str, history: History)
 
 def test_usages(server_address: str, history: History) -> None:
     h = history
-    lines = ok(server_address, "audit", "usages", "repo-debug@2.1.0").splitlines()
+    lines = stdout_of(server_address, "audit", "usages", "repo-debug@2.1.0").splitlines()
     assert [x.split()[4] for x in lines] == [h.c_model, h.a_fallback, h.a_model]
     assert all("repo-debug@2.1.0 sha256:" in x for x in lines)
-    reported = ok(server_address, "audit", "usages", "--model", "claude-sonnet-4", "--reported")
+    reported = stdout_of(
+        server_address, "audit", "usages", "--model", "claude-sonnet-4", "--reported"
+    )
     assert [x.split()[4] for x in reported.splitlines()] == [h.b_model]
-    schema = ok(server_address, "audit", "usages", "--schema", h.read_file_schema)
+    schema = stdout_of(server_address, "audit", "usages", "--schema", h.read_file_schema)
     assert len(schema.splitlines()) == 6
-    agent = ok(server_address, "audit", "usages", "--agent", h.v7).splitlines()
+    agent = stdout_of(server_address, "audit", "usages", "--agent", h.v7).splitlines()
     assert [x.split()[1] for x in agent] == [h.run_c, h.run_a]
     assert all("(run)" in x for x in agent)
     # --limit pages through; --json carries the token for the rest.
     page = json.loads(
-        ok(
+        stdout_of(
             server_address,
             "audit",
             "usages",
@@ -134,7 +111,7 @@ def test_usages(server_address: str, history: History) -> None:
     )
     assert len(page["usages"]) == 4 and page["next_page_token"]
     rest = json.loads(
-        ok(
+        stdout_of(
             server_address,
             "audit",
             "usages",
@@ -146,7 +123,7 @@ def test_usages(server_address: str, history: History) -> None:
         )
     )
     assert len(rest["usages"]) == 2 and "next_page_token" not in rest
-    since = ok(
+    since = stdout_of(
         server_address,
         "audit",
         "usages",
@@ -171,17 +148,19 @@ def test_verify_run_and_bundles_offline(
     server_address: str, history: History, database_url: str, tmp_path: Path
 ) -> None:
     h = history
-    assert ok(server_address, "audit", "verify", h.run_a).startswith(f"run {h.run_a}: intact")
+    assert stdout_of(server_address, "audit", "verify", h.run_a).startswith(
+        f"run {h.run_a}: intact"
+    )
     bundle = tmp_path / "run_a.json"
     run(server_address, "audit", "export", h.run_a, "-o", str(bundle)).check_returncode()
     lines = bundle.with_suffix(".jsonl")
     run(server_address, "audit", "export", h.run_a, "--jsonl", "-o", str(lines)).check_returncode()
     # Offline: the target points nowhere, and nothing is contacted.
     for path in (bundle, lines):
-        report = ok(NOWHERE, "audit", "verify", str(path))
+        report = stdout_of(NOWHERE, "audit", "verify", str(path))
         assert report.startswith(f"bundle {path}: verified offline")
         assert "8 component digests recompute" in report
-    data = json.loads(ok(NOWHERE, "audit", "verify", str(bundle), "--json"))
+    data = json.loads(stdout_of(NOWHERE, "audit", "verify", str(bundle), "--json"))
     assert data["ok"] and data["agent_digest"] == h.v7 and data["failures"] == []
     # To stdout, the same document (exported again, so at another time).
     again = json.loads(run(server_address, "audit", "export", h.run_a).stdout)

@@ -9,7 +9,6 @@ commands show is what the ledger holds.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -19,7 +18,7 @@ import pytest
 
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
-from tests.e2e.cli_support import AGENTRT, ROOT, checkout_env, in_process
+from tests.e2e.cli_support import AGENTRT, ROOT, cli_env, in_process, refused, run, stdout_of
 from tests.runtime_support import Stubs
 from tests.support import ServerThread
 
@@ -28,36 +27,8 @@ pytestmark = pytest.mark.e2e
 V7 = str(ROOT / "examples" / "coding_agent.yaml")
 
 
-def _env(target: str) -> dict[str, str]:
-    env = checkout_env({k: v for k, v in os.environ.items() if not k.startswith("AGENTRT_")})
-    env["AGENTRT_TARGET"] = target
-    env.pop("COLUMNS", None)
-    return env
-
-
-def run(target: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return in_process(args, _env(target))
-
-
-def ok(target: str, *args: str) -> str:
-    result = run(target, *args)
-    assert result.returncode == 0, result.stderr
-    assert "Traceback" not in result.stderr
-    return result.stdout
-
-
 def json_lines(target: str, *args: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in ok(target, *args, "--json").splitlines()]
-
-
-def refused(target: str, *args: str, code: int = 1) -> list[str]:
-    """Run a command that must fail; its stderr lines (the first is the one-line report)."""
-    result = run(target, *args)
-    assert result.returncode == code, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert lines and all(line.startswith("agentrt: ") for line in lines), result.stderr
-    return lines
+    return [json.loads(line) for line in stdout_of(target, *args, "--json").splitlines()]
 
 
 #: Runs its arguments with SIGINT ignored, as `nohup … &` or a CI runner starts a command
@@ -71,7 +42,7 @@ def watcher(target: str, *args: str) -> subprocess.Popen[str]:
     ignored, which Ctrl-C (the test's SIGINT) must stop all the same."""
     return subprocess.Popen(
         [*SIGINT_IGNORED, *AGENTRT, "watch", *args],
-        env=_env(target),
+        env=cli_env(target),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -80,8 +51,8 @@ def watcher(target: str, *args: str) -> subprocess.Popen[str]:
 
 
 def publish_and_thread(target: str) -> str:
-    ok(target, "publish", V7, "--tag", "prod")
-    thread = ok(
+    stdout_of(target, "publish", V7, "--tag", "prod")
+    thread = stdout_of(
         target,
         "threads",
         "create",
@@ -96,7 +67,7 @@ def publish_and_thread(target: str) -> str:
 
 
 def create_run(target: str, thread: str, objective: str) -> str:
-    return ok(target, "runs", "create", thread, "coding_agent:prod", objective).strip()
+    return stdout_of(target, "runs", "create", thread, "coding_agent:prod", objective).strip()
 
 
 def model_call(stubs: Stubs, fence: Any, turn: str, key: str) -> str:
@@ -176,10 +147,10 @@ def test_threads_runs_inputs_and_run_control(server_address: str) -> None:
     target = server_address
     thread = publish_and_thread(target)
 
-    listed = ok(target, "threads", "list")
+    listed = stdout_of(target, "threads", "list")
     assert thread in listed and "login returns 500" in listed and "ALLOW" in listed
     assert any(t["id"] == thread for t in json_lines(target, "threads", "list"))
-    shown = ok(target, "threads", "show", thread)
+    shown = stdout_of(target, "threads", "show", thread)
     assert "POST /login answers 500 since the deploy" in shown and "USER" in shown
     [detail] = json_lines(target, "threads", "show", thread)
     assert detail["thread"]["title"] == "login returns 500"
@@ -187,7 +158,7 @@ def test_threads_runs_inputs_and_run_control(server_address: str) -> None:
         "POST /login answers 500 since the deploy"
     ]
 
-    run_id = ok(
+    run_id = stdout_of(
         target,
         "runs",
         "create",
@@ -203,23 +174,25 @@ def test_threads_runs_inputs_and_run_control(server_address: str) -> None:
         "--label",
         "ticket=LOGIN-500",
     ).strip()
-    table = ok(target, "runs", "list", "--thread", thread)
+    table = stdout_of(target, "runs", "list", "--thread", thread)
     assert run_id in table and "coding_agent@agent_v7 (via :prod)" in table and "QUEUED" in table
     [listed_run] = json_lines(target, "runs", "list", "--thread", thread)
     assert listed_run["id"] == run_id and listed_run["status"] == "RUN_STATUS_QUEUED"
     assert listed_run["labels"] == {"ticket": "LOGIN-500"}
     assert listed_run["budget"]["max_steps"] == "40"
-    assert ok(target, "runs", "list", "--thread", thread, "--status", "RUNNING", "--json") == ""
-    assert run_id in ok(target, "threads", "show", thread)
+    assert (
+        stdout_of(target, "runs", "list", "--thread", thread, "--status", "RUNNING", "--json") == ""
+    )
+    assert run_id in stdout_of(target, "threads", "show", thread)
 
-    shown = ok(target, "runs", "show", run_id)
+    shown = stdout_of(target, "runs", "show", run_id)
     for fact in ("QUEUED", "coding_agent:prod", "src/auth/", "the suite passes", "steps 40"):
         assert fact in shown, shown
     [detail] = json_lines(target, "runs", "show", run_id)
     assert detail["run"]["goal"]["objective"].startswith("fix the login failure")
     assert detail["attempts"] == [] and detail["steps"] == []
 
-    steer = ok(target, "send", run_id, "--steer", "prefer small diffs").strip()
+    steer = stdout_of(target, "send", run_id, "--steer", "prefer small diffs").strip()
     [follow] = json_lines(target, "send", run_id, "--follow-up", "then add a regression test")
     assert follow["kind"] == "INPUT_KIND_FOLLOW_UP" and follow["run_id"] == run_id
     assert steer and steer != follow["id"]
@@ -227,23 +200,23 @@ def test_threads_runs_inputs_and_run_control(server_address: str) -> None:
     assert usage.returncode == 2
     assert "one of the arguments --steer --follow-up is required" in usage.stderr
 
-    assert "PAUSED" in ok(target, "runs", "pause", run_id, "--reason", "lunch")
+    assert "PAUSED" in stdout_of(target, "runs", "pause", run_id, "--reason", "lunch")
     [resumed] = json_lines(target, "runs", "resume", run_id)
     assert resumed["status"] == "RUN_STATUS_QUEUED"
-    assert "CANCELLED" in ok(target, "runs", "cancel", run_id, "--reason", "wrong ticket")
+    assert "CANCELLED" in stdout_of(target, "runs", "cancel", run_id, "--reason", "wrong ticket")
     [cancelled] = json_lines(target, "runs", "show", run_id)
     assert cancelled["run"]["status"] == "RUN_STATUS_CANCELLED"
 
     # Refusals: one line with the code, message and a reason that says more than the code
-    # (a plain NOT_FOUND's reason is NOT_FOUND: said once); field violations beneath it.
+    # (a plain NOT_FOUND's reason is NOT_FOUND: said once); field violations the message does
+    # not state already beneath it (the message names the first: one bad field, one line).
     [line] = refused(target, "runs", "show", "run_doesnotexist")
     assert line.startswith("agentrt: NOT_FOUND: ") and "run_doesnotexist" in line
     assert line.count("NOT_FOUND") == 1, line
     [line] = refused(target, "runs", "pause", run_id)
     assert line.startswith("agentrt: FAILED_PRECONDITION: ")
-    lines = refused(target, "runs", "create", thread, "coding_agent:prod", "")
-    assert lines[0].startswith("agentrt: INVALID_ARGUMENT: ")
-    assert any(line.startswith("agentrt:   goal.objective: ") for line in lines[1:]), lines
+    [line] = refused(target, "runs", "create", thread, "coding_agent:prod", "")
+    assert line.startswith("agentrt: INVALID_ARGUMENT: ") and "goal.objective: required" in line
     [line] = refused(target, "runs", "create", thread, "no_such_agent:prod", "x")
     assert line.startswith("agentrt: NOT_FOUND: ")
 
@@ -269,7 +242,7 @@ def test_tables_keep_ids_whole_at_any_terminal_width(
     step_id = wait_for_approval(stubs)  # an attempt and steps for `runs show`
 
     def shown(*args: str) -> str:
-        env = _env(target)
+        env = cli_env(target)
         env["COLUMNS"] = str(columns)
         result = in_process(args, env)
         assert result.returncode == 0, result.stderr
@@ -297,7 +270,7 @@ def test_approve_and_watch_a_run_until_it_ends(server_address: str, stubs: Stubs
         run_watch = watcher(target, run_id, "--json")
 
         step_id = wait_for_approval(stubs)
-        shown = ok(target, "runs", "show", run_id)
+        shown = stdout_of(target, "runs", "show", run_id)
         for fact in (
             "WAITING_APPROVAL",
             "APPROVAL_REQUEST",
@@ -318,7 +291,7 @@ def test_approve_and_watch_a_run_until_it_ends(server_address: str, stubs: Stubs
             "claude-sonnet-4",
         )
 
-        approved = ok(
+        approved = stdout_of(
             target, "approve", run_id, step_id, "--comment", "small and safe", "--actor", "alice"
         )
         assert f"step {step_id} SUCCEEDED" in approved and "QUEUED" in approved
@@ -338,12 +311,14 @@ def test_approve_and_watch_a_run_until_it_ends(server_address: str, stubs: Stubs
         assert resolved[0]["approval_resolved_attributes"]["approver"] == "alice"
 
         # The run has ended: a human watch replays its events, one line each, and exits.
-        human = ok(target, "watch", run_id).splitlines()
+        human = stdout_of(target, "watch", run_id).splitlines()
         assert len(human) == len(events)
         assert human[0].split()[:1] == ["1"] and "run.created" in human[0]
         assert "approval.resolved" in human[events.index(resolved[0])]
         assert "run.ended" in human[-1] and "status=COMPLETED" in human[-1]
-        after = ok(target, "watch", run_id, "--after", str(len(events) - 1), "--json").splitlines()
+        after = stdout_of(
+            target, "watch", run_id, "--after", str(len(events) - 1), "--json"
+        ).splitlines()
         assert [json.loads(line)["sequence"] for line in after] == [str(len(events))]
 
         # A thread's watch goes on until interrupted: it has seen the run end, then Ctrl-C.
@@ -361,7 +336,7 @@ def test_approve_and_watch_a_run_until_it_ends(server_address: str, stubs: Stubs
         ]
         assert all(item["cursor"] for item in seen)
 
-        finished = ok(target, "runs", "show", run_id)
+        finished = stdout_of(target, "runs", "show", run_id)
         assert "COMPLETED" in finished and "worker-b" in finished and "tests-pass" in finished
     finally:
         # Whatever failed, nothing this test started outlives it.
@@ -376,7 +351,7 @@ def test_watch_prints_one_line_per_event_whatever_a_summary_holds(
 ) -> None:
     target = server_address
     thread = publish_and_thread(target)
-    run_id = ok(
+    run_id = stdout_of(
         target,
         "runs",
         "create",
@@ -403,7 +378,7 @@ def test_watch_prints_one_line_per_event_whatever_a_summary_holds(
     )
 
     events = json_lines(target, "watch", run_id)
-    lines = ok(target, "watch", run_id).splitlines()
+    lines = stdout_of(target, "watch", run_id).splitlines()
     # One line per event, each starting with its sequence: no summary breaks one in two.
     assert [line.split()[0] for line in lines] == [e["sequence"] for e in events], lines
     assert 'labels.ticket="LOGIN 500"' in lines[0]
@@ -427,7 +402,7 @@ def test_a_label_with_a_line_break_or_a_blank_key_is_refused_naming_it(server_ad
         )
         assert lines[0].startswith("agentrt: INVALID_ARGUMENT"), lines
         assert any(entry in line for line in lines), lines
-    assert ok(target, "runs", "list", "--thread", thread, "--json") == ""
+    assert stdout_of(target, "runs", "list", "--thread", thread, "--json") == ""
 
 
 def _free_port() -> int:
@@ -453,7 +428,7 @@ def test_watch_carries_on_across_a_server_restart(database_url: str) -> None:
     second = ServerThread(database_url, listen=f"127.0.0.1:{port}")
     second.start()
     try:
-        ok(target, "approve", run_id, step_id)
+        stdout_of(target, "approve", run_id, step_id)
         with Stubs.open(target) as stubs:
             complete(stubs)
         out, err = watch.communicate(timeout=120)
@@ -482,20 +457,20 @@ def test_agentrt_alone_or_a_group_alone_prints_its_help_and_exits_2() -> None:
     """No command is a bad command line (exit 2, as argparse's usage errors), but the reply is
     the help, not argparse's "the following arguments are required: COMMAND"; on stderr, so
     a script's `agentrt $EMPTY` gets nothing on stdout."""
-    alone = in_process([], _env("127.0.0.1:1"))
+    alone = in_process([], cli_env("127.0.0.1:1"))
     assert alone.returncode == 2
     assert alone.stdout == ""
     assert alone.stderr.startswith("usage: agentrt ")
     assert "agentrt: error:" not in alone.stderr
     for command in ("serve", "publish", "runs", "watch", "audit", "demo"):
         assert f"\n    {command} " in alone.stderr, alone.stderr
-    helped = in_process(["--help"], _env("127.0.0.1:1"))
+    helped = in_process(["--help"], cli_env("127.0.0.1:1"))
     assert helped.returncode == 0 and helped.stdout == alone.stderr
     # So does a command group alone: its own commands.
-    runs = in_process(["runs"], _env("127.0.0.1:1"))
+    runs = in_process(["runs"], cli_env("127.0.0.1:1"))
     assert runs.returncode == 2 and runs.stdout == ""
     assert runs.stderr.startswith("usage: agentrt runs ") and "agentrt: error:" not in runs.stderr
     assert "\n    list " in runs.stderr and "\n    cancel " in runs.stderr
     # What is not a group alone is argparse's as before.
-    wrong = in_process(["runs", "sleep"], _env("127.0.0.1:1"))
+    wrong = in_process(["runs", "sleep"], cli_env("127.0.0.1:1"))
     assert wrong.returncode == 2 and "invalid choice: 'sleep'" in wrong.stderr

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli_support import ROOT, checkout_env, in_process
+from tests.e2e.cli_support import ROOT, cli_env, failure, ok, run
 
 pytestmark = [
     pytest.mark.e2e,
@@ -33,37 +33,6 @@ V8 = str(EXAMPLES / "coding_agent_v8.yaml")
 ABSENT = "sha256:" + "0" * 64
 #: What ``make serve`` installs (``make setup`` makes the same .venv).
 VENV_AGENTRT = ROOT / ".venv" / "bin" / "agentrt"
-
-# CI variables of the machine running the tests would leak into the provenance under test.
-_CI_PREFIXES = ("GITHUB_", "GITLAB_", "CI_", "AGENTRT_")
-
-
-def _env(target: str, **extra: str) -> dict[str, str]:
-    env = checkout_env({k: v for k, v in os.environ.items() if not k.startswith(_CI_PREFIXES)})
-    env["AGENTRT_TARGET"] = target
-    env.update(extra)
-    return env
-
-
-def run(target: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return in_process(args, _env(target, **env))
-
-
-def ok(target: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    result = run(target, *args, **env)
-    assert result.returncode == 0, result.stderr
-    return result
-
-
-def failure(target: str, *args: str, code: int = 1) -> str:
-    """Run a command that must fail; return its single stderr line."""
-    result = run(target, *args)
-    assert result.returncode == code, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("agentrt: ")
-    return lines[0]
 
 
 def digest_of(result: subprocess.CompletedProcess[str]) -> str:
@@ -287,7 +256,7 @@ def _after_make_serve(target: str) -> dict[str, str]:
     """The environment of a newcomer after ``make serve``: this checkout's .venv exists, and
     no ``agentrt`` is on PATH."""
     assert VENV_AGENTRT.is_file(), f"{VENV_AGENTRT} is missing: run make setup"
-    env = _env(target)
+    env = cli_env(target)
     env["PATH"] = os.pathsep.join(["/usr/bin", "/bin"])
     env.pop("AGENTRT", None)
     assert shutil.which("agentrt", path=env["PATH"]) is None

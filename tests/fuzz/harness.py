@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
+from runtime_service.runtime_settings import RuntimeSettings
 from runtime_service.server import SERVICE_NAMES
-from runtime_service.services.context import RuntimeSettings
 from tests.fuzz import corpus, malformed, strategies, witness
 from tests.fuzz.pool import Pool, encode_token, token_fingerprint
 from tests.fuzz.rpcs import Answer, Rpc, all_rpcs, invoke

@@ -31,7 +31,7 @@ from agentrt.runtime.v1 import (
 )
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt_base.auth import ANONYMOUS, new_token, token_entry
-from runtime_service import audit_bundle
+from agentrt_core import audit_bundle
 from runtime_service.cli.main import main as agentrt
 from tests.runtime_support import Stubs
 from tests.service.steps_support import T, acquire, events, get_run, get_step, of_type, send

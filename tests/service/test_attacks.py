@@ -35,7 +35,7 @@ from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_core.connect import client_channel
 from runtime_service.cli.main import main as agentrt
-from runtime_service.services.context import RuntimeSettings
+from runtime_service.runtime_settings import RuntimeSettings
 from tests import registry_data
 from tests.runtime_support import Stubs
 from tests.service.steps_support import T, Worker, digest_of, expect, get_run, get_step

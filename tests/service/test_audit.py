@@ -17,9 +17,10 @@ from agentrt.audit.v1 import audit_service_pb2 as apb
 from agentrt.audit.v1 import message_pb2 as amsg
 from agentrt.runtime.v1 import enum_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
-from runtime_service import audit_bundle
-from runtime_service.audit_bundle import BundleFormatError, Link, verify_chain
-from runtime_service.events import event_hash
+from agentrt_core import audit_bundle
+from agentrt_core.audit_bundle import BundleFormatError
+from agentrt_core.audit_chain import Link, verify_chain
+from agentrt_core.event_chain import event_hash
 from runtime_service.services.audit import TagEvent, tags_at
 from tests.service.audit_history import PROVENANCE, Env, build_history
 from tests.support import error_details, rpc_error
@@ -359,7 +360,7 @@ def test_verify_run_intact_then_tampered_rows_are_caught(env: Env) -> None:
         event_time = row.event_time
         if isinstance(event_time, str):  # SQLite hands back text through sa.text()
             event_time = dt.datetime.fromisoformat(event_time).replace(tzinfo=dt.UTC)
-        from runtime_service.events import format_time
+        from agentrt_core.event_chain import format_time
 
         forged = event_hash(
             event_id=row.id,
@@ -411,7 +412,7 @@ def test_exported_bundle_verifies_offline_in_both_formats(env: Env) -> None:
     info, data = _export(env.audit, h.run_a)
     assert info.run_id == h.run_a and info.size == len(data)
     assert info.media_type == "application/json" and info.format == apb.BUNDLE_FORMAT_JSON
-    from agentrt_core.canonical import digest_bytes
+    from agentrt_core.jcs import digest_bytes
 
     assert info.digest == digest_bytes(data)
     assert info.installation_id.startswith("ins_") and info.export_time.seconds > 0

@@ -23,7 +23,8 @@ from agentrt.registry.v1 import registry_service_pb2 as rpb
 from agentrt.registry.v1 import registry_service_pb2_grpc
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
-from agentrt_base.auth import CALLER, AuthConfig, Authenticator, Principal, token_hash
+from agentrt_base.auth import CALLER, AuthConfig, Principal, token_hash
+from agentrt_base.auth_gate import Authenticator
 from agentrt_base.limits import Kind as LimitKind
 from agentrt_base.limits import Limiter
 from agentrt_base.settings import ServerSettings

@@ -20,7 +20,8 @@ from cryptography.hazmat.primitives import serialization
 
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import runtime_service_pb2_grpc
-from agentrt_base.auth import CALLER, AuthConfig, Authenticator, Principal
+from agentrt_base.auth import CALLER, AuthConfig, Principal
+from agentrt_base.auth_gate import Authenticator
 from tests.oidc import AUDIENCE, ISSUER, Issuer, JwksServer, issuer_config, unsigned
 from tests.support import ServerThread, error_details, serving
 

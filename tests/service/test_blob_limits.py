@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt_base.db_engines import normalise_url
-from runtime_service.services.context import RuntimeSettings
+from runtime_service.runtime_settings import RuntimeSettings
 from runtime_service.store.blobs import blob_directory
 from tests.runtime_support import Stubs
 from tests.service.steps_support import (

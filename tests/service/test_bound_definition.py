@@ -16,7 +16,8 @@ from agentrt.registry.v1 import message_pb2 as rmsg
 from agentrt.registry.v1 import registry_service_pb2 as rpb
 from agentrt.runtime.v1 import message_pb2
 from agentrt_core import registry_map
-from agentrt_core.canonical import ComponentKind, canonical_bytes, normalise_spec
+from agentrt_core.jcs import canonical_bytes
+from agentrt_core.specs import ComponentKind, normalise_spec
 from tests import bound_rule
 from tests.runtime_support import Stubs
 

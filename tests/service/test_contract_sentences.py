@@ -32,7 +32,7 @@ from agentrt.runtime.v1 import message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_base.db_engines import normalise_url
-from runtime_service.services.context import RuntimeSettings
+from runtime_service.runtime_settings import RuntimeSettings
 from tests import registry_data
 from tests.runtime_support import Stubs, in_seconds
 from tests.service.steps_support import (

@@ -17,8 +17,8 @@ from sqlalchemy import event as sa_event
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2, runtime_service_pb2_grpc
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
-from runtime_service.events import event_hash, format_time
-from runtime_service.services.context import RuntimeSettings
+from agentrt_core.event_chain import event_hash, format_time
+from runtime_service.runtime_settings import RuntimeSettings
 from tests.runtime_support import PLAIN, Stubs, get_run
 from tests.support import ServerThread
 

@@ -20,7 +20,7 @@ from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
 from agentrt_base.db_engines import normalise_url
-from runtime_service.services.context import RuntimeSettings
+from runtime_service.runtime_settings import RuntimeSettings
 from tests.runtime_support import PLAIN, Stubs, get_run, in_seconds
 from tests.support import error_details, rpc_error, running_server
 

@@ -12,7 +12,7 @@ lifecycle of ``docs/lifecycle.md``), and after every step reads everything back 
 - at most one ACTIVE attempt per run, present exactly while the run is RUNNING, and it is the
   run's ``current_attempt_id``; attempt numbers are 1..N with N = ``attempt_count``;
 - the run's events are sequences 1..N without gaps, each ``prev_hash`` is the previous
-  ``hash``, each hash recomputes from the event as received (``events.event_hash`` over the
+  ``hash``, each hash recomputes from the event as received (``event_chain.event_hash`` over the
   proto3 JSON mapping of the attributes, which is exactly the stored form), the
   ``attempt.started``/``attempt.ended``/``run.ended`` counts agree with the attempts and the
   status, a WatchRun resumed after the last seen sequence delivers exactly the later events
@@ -59,10 +59,10 @@ from agentrt.registry.v1 import registry_service_pb2 as rpb
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
-from runtime_service import events
+from agentrt_core import event_chain
 from runtime_service import server as server_module
+from runtime_service.runtime_settings import RuntimeSettings
 from runtime_service.servicers.worker import WorkerServicer
-from runtime_service.services.context import RuntimeSettings
 from runtime_service.store.tables import AttemptRow, EventRow, RunRow, ThreadRow
 from tests import registry_data
 from tests.runtime_support import Stubs
@@ -237,13 +237,13 @@ def recomputed_hash(event: Any) -> str:
     member = f"{snake}_attributes"
     assert event.WhichOneof("attributes") == member, (event.WhichOneof("attributes"), snake)
     head, _, tail = snake.partition("_")
-    return events.event_hash(
+    return event_chain.event_hash(
         event_id=event.id,
         thread_id=event.thread_id,
         run_id=event.run_id,
         sequence=event.sequence,
         event_type=f"{head}.{tail}",
-        event_time=events.format_time(event.event_time.ToDatetime(tzinfo=dt.UTC)),
+        event_time=event_chain.format_time(event.event_time.ToDatetime(tzinfo=dt.UTC)),
         attributes=json_format.MessageToDict(
             getattr(event, member), preserving_proto_field_name=True
         ),

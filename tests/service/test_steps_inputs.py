@@ -14,7 +14,7 @@ import pytest
 from agentrt.runtime.v1 import enum_pb2 as E
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
-from runtime_service.services.context import RuntimeSettings
+from runtime_service.runtime_settings import RuntimeSettings
 from tests.runtime_support import Stubs
 from tests.service.steps_support import (
     T,

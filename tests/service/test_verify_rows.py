@@ -16,7 +16,7 @@ from agentrt.audit.v1 import audit_service_pb2 as apb
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
-from runtime_service import audit_bundle
+from agentrt_core import audit_bundle
 from tests.runtime_support import Stubs
 from tests.service.audit_history import Env, build_history
 from tests.service.steps_support import args, get_step, put_blob

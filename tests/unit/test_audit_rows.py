@@ -9,8 +9,8 @@ import pytest
 import sqlalchemy as sa
 
 from agentrt.runtime.v1 import message_pb2
-from runtime_service import audit_bundle, audit_rows
-from runtime_service.audit_bundle import Link
+from agentrt_core import audit_bundle, audit_rows
+from agentrt_core.audit_chain import Link
 from runtime_service.store.ledger import StepUsageRow
 
 T0 = "2026-11-29T12:00:00.000000Z"
@@ -178,7 +178,7 @@ def usage(kind: str, name: str = "", **values: str) -> dict[str, Any]:
 
 
 def test_usage_rows_are_rederived_from_the_versions_the_step_committed_to() -> None:
-    # The same rows the step path writes (step_rules.usage_rows, reported_usage_rows), built
+    # The same rows the step path writes (agentrt_core.usage_rows), built
     # from step.started's versions and step.ended's reported model.
     stored = [
         usage("model_policy", digest="sha256:p"),

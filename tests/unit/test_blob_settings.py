@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from agentrt_base.settings import ServerSettings
+from runtime_service.runtime_settings import RuntimeSettings
 from runtime_service.server import runtime_settings
 from runtime_service.services.blobs import UploadPace
-from runtime_service.services.context import RuntimeSettings
 
 
 def resolve(env: dict[str, str], **flags: int | None) -> ServerSettings:

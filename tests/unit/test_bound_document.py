@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from agentrt_core import publishing, resolution
-from agentrt_core.canonical import ComponentKind, canonical_bytes
+from agentrt_core.canonical import ComponentKind
+from agentrt_core.jcs import canonical_bytes
 from agentrt_core.model import ClosureEntry, ComponentDraft
 from tests import bound_rule
 

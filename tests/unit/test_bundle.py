@@ -18,7 +18,7 @@ from agentrt_core import bundle
 from agentrt_core.bundle import BundleError
 from agentrt_core.canonical import ComponentKind
 from agentrt_core.errors import InvalidArgument, NotFound
-from registry.cli import ci_provenance
+from runtime_service.cli.client import ci_provenance
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 V7 = EXAMPLES / "coding_agent.yaml"

@@ -15,26 +15,25 @@ import rfc8785
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from agentrt_core import canonical
+from agentrt_core import jcs
 from agentrt_core.canonical import (
-    DECISIONS,
     AgentClosure,
-    CanonicalError,
-    ComponentKind,
     ResolvedEntry,
     agent_digest,
     agent_document,
-    canonical_bytes,
     component_digest,
     component_document,
-    digest_bytes,
-    digest_document,
-    is_digest,
-    normalise_spec,
-    schema_digest,
     tool_digests,
 )
-from agentrt_core.refs import is_valid_label, is_valid_name
+from agentrt_core.jcs import (
+    CanonicalError,
+    canonical_bytes,
+    digest_bytes,
+    digest_document,
+    schema_digest,
+)
+from agentrt_core.refs import is_digest, is_valid_label, is_valid_name
+from agentrt_core.specs import DECISIONS, ComponentKind, normalise_spec
 
 D1, D2, D3, D4 = (digest_bytes(bytes([i])) for i in range(4))
 
@@ -909,8 +908,8 @@ def test_fast_encoder_path_is_byte_identical_to_the_reference_library(doc: dict[
     expected = rfc8785.dumps(doc)
     assert canonical_bytes(doc) == expected
     try:
-        fast = canonical._fast_jcs(doc)
-    except canonical._Unusual:
+        fast = jcs._fast_jcs(doc)
+    except jcs.Unusual:
         return
     assert fast == expected
 
@@ -922,7 +921,7 @@ def test_ordinary_documents_take_the_fast_path() -> None:
         "type": "object",
         "properties": {"t": {"type": "number", "minimum": 0.5, "maximum": 2}},
     }
-    assert canonical._fast_jcs({"spec": schema, "text": "caf\u00e9 \U0001f600"})
+    assert jcs._fast_jcs({"spec": schema, "text": "caf\u00e9 \U0001f600"})
 
 
 junk_leaves = st.one_of(

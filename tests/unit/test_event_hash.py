@@ -1,6 +1,6 @@
-"""``events.event_hash`` writes the event document's JCS bytes itself (the attributes' JCS
+"""``event_chain.event_hash`` writes the event document's JCS bytes itself (the attributes' JCS
 bytes, then the other members in key order): it must be exactly SHA-256 of the document's
-JCS form as ``agentrt_core.canonical`` makes it, whatever the strings hold."""
+JCS form as ``agentrt_core.jcs`` makes it, whatever the strings hold."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentrt_core import canonical
-from runtime_service import events
+from agentrt_core import event_chain, jcs
 
 # Any text JSON can carry (no lone surrogates), with quotes, backslashes and controls likely.
 TEXT = st.text(
@@ -40,7 +39,7 @@ def reference(**members: Any) -> str:
         "thread_id": members["thread_id"],
         "type": "agentrt.event.v1",
     }
-    return canonical.digest_bytes(canonical.canonical_bytes(document))
+    return jcs.digest_bytes(jcs.canonical_bytes(document))
 
 
 @given(
@@ -62,12 +61,12 @@ def test_the_hash_is_the_jcs_documents(
         "attributes": attributes,
         "prev_hash": prev_hash,
     }
-    assert events.event_hash(**members) == reference(**members)
+    assert event_chain.event_hash(**members) == reference(**members)
 
 
 def test_a_sequence_outside_the_exact_range_is_refused() -> None:
     with pytest.raises(ValueError, match="sequence"):
-        events.event_hash(
+        event_chain.event_hash(
             event_id="evt_1",
             thread_id="thr_1",
             run_id="",

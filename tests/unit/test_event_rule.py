@@ -10,7 +10,7 @@ import pytest
 import rfc8785
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
-from runtime_service import events
+from agentrt_core import event_chain
 from tests import event_rule
 
 _VECTORS = sorted((Path(__file__).resolve().parents[1] / "vectors").glob("event*.json"))
@@ -38,7 +38,7 @@ def test_the_rule_gives_the_name_the_runtime_hashes_for_every_event_type() -> No
         # run_status_changed_attributes (a RunStatusChangedAttributes).
         member = name.removeprefix("EVENT_TYPE_").lower() + "_attributes"
         message = getattr(event_pb2, members[member].name)()
-        assert event_rule.dotted_event_type(name) == events.event_type_name(message), name
+        assert event_rule.dotted_event_type(name) == event_chain.event_type_name(message), name
     assert event_rule.dotted_event_type("EVENT_TYPE_THREAD_MESSAGE_APPENDED") == (
         "thread.message_appended"
     )

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from agentrt_core import canonical
+from agentrt_core import event_chain, jcs
 from agentrt_core.errors import FailedPrecondition
-from runtime_service import events, lifecycle
+from runtime_service import lifecycle
 from runtime_service.lifecycle import TERMINAL, Actor, RunStatus, Transition, Trigger
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "lifecycle.md"
@@ -147,11 +147,11 @@ def test_doc_worked_example_hashes_recompute() -> None:
     previous = ""
     for sequence, (line, digest) in enumerate(blocks, start=1):
         document = json.loads(line)
-        assert canonical.canonical_bytes(document) == line.encode(), "not the canonical form"
+        assert jcs.canonical_bytes(document) == line.encode(), "not the canonical form"
         assert "sha256:" + hashlib.sha256(line.encode()).hexdigest() == digest
         assert (document["sequence"], document["prev_hash"]) == (sequence, previous)
         assert document["type"] == "agentrt.event.v1"
-        assert digest == events.event_hash(
+        assert digest == event_chain.event_hash(
             event_id=document["id"],
             thread_id=document["thread_id"],
             run_id=document["run_id"],

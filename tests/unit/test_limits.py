@@ -10,7 +10,7 @@ from google.rpc import error_details_pb2
 
 from agentrt.runtime.v1 import runtime_service_pb2, worker_service_pb2
 from agentrt_base.auth import AuthConfig, token_hash
-from agentrt_base.grpc_errors import to_status
+from agentrt_base.error_status import to_status
 from agentrt_base.limits import (
     METHOD_KINDS,
     Kind,

@@ -13,8 +13,9 @@ from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
-from agentrt_core.canonical import CanonicalError, canonical_bytes, component_document
+from agentrt_core.canonical import CanonicalError, component_document
 from agentrt_core.errors import InvalidArgument
+from agentrt_core.jcs import canonical_bytes
 from agentrt_core.proto_json import (
     MAX_SAFE_INTEGER,
     NonFiniteNumber,

@@ -9,7 +9,7 @@ from sqlalchemy.dialects import sqlite
 
 from agentrt_base.db import UTCDateTime
 from agentrt_base.raw import Statement, _sqlite_read_time, _sqlite_time
-from runtime_service.events import format_time
+from agentrt_core.event_chain import format_time
 
 _TIMES = [
     dt.datetime(2026, 11, 29, 13, 12, 18, 183701, tzinfo=dt.UTC),

@@ -1,4 +1,5 @@
-"""The reference grammar: names, tags, labels, versions, ranges and references."""
+"""The reference grammar: names, tags, labels, versions, ranges and references
+(``agentrt_core.refs`` and ``agentrt_core.semver``)."""
 
 from __future__ import annotations
 
@@ -19,18 +20,20 @@ from agentrt_core.refs import (
     RefError,
     TagRef,
     VersionRef,
-    compare_versions,
     format_ref,
     is_digest,
-    is_int_version,
-    is_semver,
     is_valid_label,
     is_valid_name,
     is_valid_tag,
+    parse_ref,
+)
+from agentrt_core.semver import (
+    compare_versions,
+    is_int_version,
+    is_semver,
     is_valid_version,
     max_satisfying,
     parse_range,
-    parse_ref,
     parse_version,
 )
 

@@ -13,7 +13,8 @@ import pytest
 from google.protobuf import json_format
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
-from runtime_service import audit_rows, proto_map, step_events
+from agentrt_core import audit_rows
+from runtime_service import proto_map, step_events
 from runtime_service.store.ledger import StepRow
 from tests.unit.step_rows import new_step
 

@@ -19,18 +19,17 @@ import rfc8785
 from google.protobuf import json_format
 
 from agentrt.runtime.v1 import event_pb2
+from agentrt_core import event_chain
 from agentrt_core.canonical import (
     AgentClosure,
     ComponentKind,
     agent_digest,
     agent_document,
-    canonical_bytes,
     component_digest,
     component_document,
-    schema_digest,
     tool_digests,
 )
-from runtime_service import events
+from agentrt_core.jcs import canonical_bytes, schema_digest
 
 VECTORS_DIR = Path(__file__).resolve().parents[1] / "vectors"
 VECTOR_FILES = sorted(VECTORS_DIR.glob("*.json"))
@@ -67,8 +66,8 @@ def _event_document_and_hash(wire: dict[str, Any]) -> tuple[dict[str, Any], str]
         "thread_id": event.thread_id,
         "run_id": event.run_id,
         "sequence": event.sequence,
-        "event_type": events.event_type_name(attributes),
-        "event_time": events.format_time(event.event_time.ToDatetime(dt.UTC)),
+        "event_type": event_chain.event_type_name(attributes),
+        "event_time": event_chain.format_time(event.event_time.ToDatetime(dt.UTC)),
         "prev_hash": event.prev_hash,
     }
     attributes_json = json_format.MessageToDict(attributes, preserving_proto_field_name=True)
@@ -77,7 +76,7 @@ def _event_document_and_hash(wire: dict[str, Any]) -> tuple[dict[str, Any], str]
         **{("id" if k == "event_id" else k): v for k, v in members.items()},
         "type": "agentrt.event.v1",
     }
-    assert event.hash == events.event_hash(attributes=attributes_json, **members)
+    assert event.hash == event_chain.event_hash(attributes=attributes_json, **members)
     return document, event.hash
 
 

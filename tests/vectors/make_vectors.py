@@ -19,14 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentrt_core.canonical import (
-    AgentClosure,
-    agent_document,
-    canonical_bytes,
-    component_document,
-    digest_bytes,
-    schema_digest,
-)
+from agentrt_core.canonical import AgentClosure, agent_document, component_document
+from agentrt_core.jcs import canonical_bytes, digest_bytes, schema_digest
 
 HERE = Path(__file__).parent
 
@@ -543,7 +537,7 @@ def _event_vector(
     from google.protobuf import json_format
 
     from agentrt.runtime.v1 import event_pb2
-    from runtime_service import events
+    from agentrt_core import event_chain
 
     event = event_pb2.Event(
         id=event_id,
@@ -563,11 +557,11 @@ def _event_vector(
         "thread_id": event.thread_id,
         "run_id": event.run_id,
         "sequence": event.sequence,
-        "event_type": events.event_type_name(attributes),
-        "event_time": events.format_time(when),
+        "event_type": event_chain.event_type_name(attributes),
+        "event_time": event_chain.format_time(when),
         "prev_hash": event.prev_hash,
     }
-    event.hash = events.event_hash(attributes=attributes_json, **members)
+    event.hash = event_chain.event_hash(attributes=attributes_json, **members)
     document = {
         "attributes": attributes_json,
         "event_time": members["event_time"],

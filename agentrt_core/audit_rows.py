@@ -11,7 +11,7 @@ mapping of their API messages (field names as in the protos), which is what a cl
 and what a bundle holds. The usage index rows have no message of their own (``FindUsages``
 serves them joined with their step and run): they are given as their columns
 (``USAGE_COLUMNS``), and re-derived from each step's committed versions by the very functions
-the step path writes them with (``step_rules.usage_rows`` and ``reported_usage_rows``), so the
+the step path writes them with (``agentrt_core.usage_rows``), so the
 rule of which rows a step gets is stated once.
 
 Why re-derive rather than store a digest of each row in its event: a row changes after its
@@ -34,13 +34,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrt_core import canonical
+from agentrt_core import jcs
 
 # KINDS, EventLike and usage_id are part of what this module's callers use: re-exported.
-from runtime_service.audit_replay import KINDS as KINDS
-from runtime_service.audit_replay import EventLike as EventLike
-from runtime_service.audit_replay import derive
-from runtime_service.audit_replay import usage_id as usage_id
+from agentrt_core.audit_replay import KINDS as KINDS
+from agentrt_core.audit_replay import EventLike as EventLike
+from agentrt_core.audit_replay import derive
+from agentrt_core.audit_replay import usage_id as usage_id
 
 #: The record format new runs' events are written in (``RunCreatedAttributes.record_format``).
 RECORD_FORMAT = 1
@@ -228,17 +228,17 @@ _DIGESTED = ("tool_arguments", "content", "data")
 
 def arguments_digest(arguments_json: str) -> str:
     """``StepStartedAttributes.tool_arguments_digest`` of a step's stored arguments."""
-    return canonical.digest_document(json.loads(arguments_json or "{}"))
+    return jcs.digest_document(json.loads(arguments_json or "{}"))
 
 
 def content_digest(content: str) -> str:
     """``InputReceivedAttributes.content_digest``."""
-    return canonical.digest_bytes(content.encode("utf-8"))
+    return jcs.digest_bytes(content.encode("utf-8"))
 
 
 def data_digest(data_json: str) -> str:
     """``InputReceivedAttributes.data_digest`` of an input's stored structured data."""
-    return canonical.digest_document(json.loads(data_json or "{}"))
+    return jcs.digest_document(json.loads(data_json or "{}"))
 
 
 # -- the comparison ------------------------------------------------------------------------
@@ -293,7 +293,7 @@ def compare(
             the proto3 JSON mapping of its API message; and ``usages``, the usage index rows
             as their columns (``USAGE_COLUMNS``; bundles do not carry them).
         events: The run's events in sequence order, as stored (whether their chain verifies
-            is :func:`audit_bundle.verify_chain`'s question).
+            is :func:`audit_chain.verify_chain`'s question).
         run_id, thread_id: The run's, as its chain records them.
     """
     derived = derive(events, run_id, thread_id)
@@ -348,10 +348,10 @@ def _served_digest(kind: str, name: str, served: Mapping[str, Any]) -> str | Non
     if kind == "step":
         if not served.get("tool_name") and value is None:
             return None
-        return canonical.digest_document(value or {})
+        return jcs.digest_document(value or {})
     if name == "content":
         return content_digest(value or "")
-    return canonical.digest_document(value or {})
+    return jcs.digest_document(value or {})
 
 
 def _json(value: Any) -> str:

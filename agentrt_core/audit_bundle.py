@@ -1,40 +1,40 @@
-"""Hash chains and audit bundles, pure: no database, no server, no gRPC.
+"""Audit bundles, pure: no database, no server, no gRPC.
 
-The server uses :func:`verify_chain` for ``VerifyRun`` and :func:`build_document` /
-:func:`encode` for ``ExportBundle``; ``agentrt audit verify BUNDLE`` uses :func:`decode` and
-:func:`verify_bundle` on a file alone. Both sides run the same functions, and the digests are
-recomputed with the registry's own canonical form (:mod:`agentrt_core.canonical`) and the event
-hash of :mod:`runtime_service.events`, so "verifies offline" means "recomputes exactly what the
-server computed when it wrote the data". ``docs/audit.md`` describes the format.
+The server uses :func:`build_document` / :func:`encode` for ``ExportBundle``; ``agentrt audit
+verify BUNDLE`` uses :func:`decode` and :func:`verify_bundle` on a file alone. The event chain
+is checked by :func:`agentrt_core.audit_chain.verify_chain`, the function ``VerifyRun``
+uses, and the digests are recomputed with the registry's own canonical form
+(:mod:`agentrt_core.canonical`) and the event hash of :mod:`runtime_service.events`, so
+"verifies offline" means "recomputes exactly what the server computed when it wrote the data".
+``docs/audit.md`` describes the format.
+
+:class:`~agentrt_core.audit_chain.Link` is part of this module's API: a bundle's events are
+links (:func:`build_document` takes them).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentrt_core import canonical
+from agentrt_core import audit_rows, canonical
+from agentrt_core.audit_chain import Link, verify_chain
 from agentrt_core.canonical import CanonicalError, ComponentKind
 from agentrt_core.model import ClosureEntry
 from agentrt_core.publishing import to_agent_closure
-from runtime_service import audit_rows
-from runtime_service.events import StoredEvent, event_hash, format_time
 
 __all__ = [
     "BUNDLE_TYPE",
     "BundleFormatError",
     "BundleReport",
-    "ChainBreak",
-    "ChainReport",
     "Link",
     "build_document",
     "decode",
     "encode",
     "media_type",
     "verify_bundle",
-    "verify_chain",
 ]
 
 BUNDLE_TYPE = "agentrt.audit.bundle.v1"
@@ -60,202 +60,6 @@ _ADDED_LATER = ("inputs",)
 
 class BundleFormatError(ValueError):
     """The bytes are not an audit bundle (truncated, not JSON, a section missing)."""
-
-
-# -- the event chain -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Link:
-    """One event as its hash covers it (``event_time`` already in its hashed spelling).
-
-    ``problem`` is set when the stored row could not even be read as an event (attributes
-    that are not JSON); such a link is reported as the break without hashing it.
-    """
-
-    id: str
-    thread_id: str
-    run_id: str
-    sequence: int
-    event_type: str
-    event_time: str
-    attributes: Any
-    prev_hash: str
-    hash: str
-    problem: str = ""
-
-    @classmethod
-    def from_stored(cls, event: StoredEvent) -> Link:
-        return cls(
-            event.id,
-            event.thread_id,
-            event.run_id,
-            event.sequence,
-            event.event_type,
-            format_time(event.event_time),
-            event.attributes,
-            event.prev_hash,
-            event.hash,
-        )
-
-    def recomputed_hash(self) -> str:
-        return event_hash(
-            event_id=self.id,
-            thread_id=self.thread_id,
-            run_id=self.run_id,
-            sequence=self.sequence,
-            event_type=self.event_type,
-            event_time=self.event_time,
-            attributes=self.attributes,
-            prev_hash=self.prev_hash,
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "thread_id": self.thread_id,
-            "run_id": self.run_id,
-            "sequence": self.sequence,
-            "event_type": self.event_type,
-            "event_time": self.event_time,
-            "attributes": self.attributes,
-            "prev_hash": self.prev_hash,
-            "hash": self.hash,
-        }
-
-    @classmethod
-    def from_json(cls, data: Any, where: str) -> Link:
-        record = _object(data, where)
-        sequence = record.get("sequence")
-        if not isinstance(sequence, int) or isinstance(sequence, bool):
-            raise BundleFormatError(f"{where}.sequence: expected an integer")
-        texts = [
-            _text(record, key, where)
-            for key in ("id", "thread_id", "run_id", "event_type", "event_time", "prev_hash")
-        ]
-        event_id, thread_id, run_id, event_type, event_time, prev_hash = texts
-        return cls(
-            event_id,
-            thread_id,
-            run_id,
-            sequence,
-            event_type,
-            event_time,
-            record.get("attributes", {}),
-            prev_hash,
-            _text(record, "hash", where),
-        )
-
-
-@dataclass(frozen=True)
-class ChainBreak:
-    """The first link that does not verify (see ``agentrt.audit.v1.ChainBreak``)."""
-
-    sequence: int
-    expected_hash: str
-    found_hash: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class ChainReport:
-    intact: bool
-    event_count: int
-    #: Hash of the last event that verified (the head when intact).
-    head_hash: str
-    first_break: ChainBreak | None = None
-
-
-def verify_chain(
-    links: Iterable[Link],
-    *,
-    head: tuple[int, str] | None = None,
-    chain: tuple[str, str] | None = None,
-) -> ChainReport:
-    """Recompute a chain link by link and stop at the first that does not verify.
-
-    Args:
-        links: The chain's events, in stored sequence order.
-        head: ``(last_sequence, last_hash)`` as the chain's owner recorded it. Deleting events
-            at the end of a chain leaves every remaining link valid; only the owner's record
-            of its head shows they are gone.
-        chain: ``(thread_id, run_id)`` every event must belong to (events copied in from
-            another run hash correctly on their own, so this is checked separately).
-
-    Returns:
-        The report; ``first_break`` names the sequence, the expected and the found hash, and
-        why: a changed event (hash mismatch), a replaced or reordered one (prev_hash does not
-        match), a deleted one (sequence gap), or a truncated chain (head not reached).
-    """
-    last_sequence, last_hash, count = 0, "", 0
-
-    def broken(sequence: int, expected: str, found: str, reason: str) -> ChainReport:
-        return ChainReport(False, count, last_hash, ChainBreak(sequence, expected, found, reason))
-
-    for link in links:
-        if link.problem:
-            return broken(link.sequence, "", link.hash, link.problem)
-        if chain is not None and (link.thread_id, link.run_id) != chain:
-            return broken(
-                link.sequence,
-                "",
-                link.hash,
-                f"event {link.id} belongs to chain {link.thread_id}/{link.run_id or '-'}, "
-                f"not {chain[0]}/{chain[1] or '-'}",
-            )
-        if link.sequence != last_sequence + 1:
-            if link.sequence > last_sequence + 1:
-                reason = (
-                    f"sequence gap after {last_sequence}: the next event is {link.sequence}"
-                    if last_sequence
-                    else f"the chain starts at sequence {link.sequence}, not 1"
-                )
-            else:
-                reason = f"sequence {link.sequence} repeats or goes back after {last_sequence}"
-            return broken(link.sequence, last_hash, link.prev_hash, reason)
-        if link.prev_hash != last_hash:
-            return broken(
-                link.sequence,
-                last_hash,
-                link.prev_hash,
-                "prev_hash does not match the previous event's hash "
-                "(an event before it was replaced or rewritten)",
-            )
-        recomputed = link.recomputed_hash()
-        if recomputed != link.hash:
-            return broken(
-                link.sequence,
-                recomputed,
-                link.hash,
-                f"hash mismatch: event {link.id} ({link.event_type}) was changed after it was "
-                "written",
-            )
-        last_sequence, last_hash, count = link.sequence, link.hash, count + 1
-    if head is not None:
-        head_sequence, head_hash = head
-        if last_sequence < head_sequence:
-            return broken(
-                last_sequence + 1,
-                head_hash if last_sequence + 1 == head_sequence else "",
-                "",
-                f"the chain ends at sequence {last_sequence} but its owner records "
-                f"{head_sequence} events: events are missing at the end",
-            )
-        if last_sequence > head_sequence:
-            return broken(
-                head_sequence + 1,
-                "",
-                "",
-                f"the chain goes on past sequence {head_sequence}, the head its owner records",
-            )
-        if last_hash != head_hash:
-            return broken(
-                last_sequence,
-                head_hash,
-                last_hash,
-                "the last event's hash is not the head hash its owner records",
-            )
-    return ChainReport(True, count, last_hash)
 
 
 # -- building and encoding -------------------------------------------------------------------
@@ -440,7 +244,7 @@ def verify_bundle(document: Mapping[str, Any]) -> BundleReport:
     components = _verify_components(_list(document, "components"), report)
     agent = _object(document.get("agent"), "agent")
     closure = _verify_agent(agent, components, binding, report)
-    events = [Link.from_json(e, f"events[{i}]") for i, e in enumerate(_list(document, "events"))]
+    events = [_link_from_json(e, f"events[{i}]") for i, e in enumerate(_list(document, "events"))]
     steps = _list(document, "steps")
     report.step_count = len(steps)
     for i, raw in enumerate(steps):
@@ -613,6 +417,30 @@ def _step_problems(step: dict[str, Any], run_id: str, closure: list[ClosureEntry
 
 def _digest_of(entry: ClosureEntry | None) -> str:
     return entry.digest if entry is not None else ""
+
+
+def _link_from_json(data: Any, where: str) -> Link:
+    """Read an event of a bundle's ``events`` section."""
+    record = _object(data, where)
+    sequence = record.get("sequence")
+    if not isinstance(sequence, int) or isinstance(sequence, bool):
+        raise BundleFormatError(f"{where}.sequence: expected an integer")
+    texts = [
+        _text(record, key, where)
+        for key in ("id", "thread_id", "run_id", "event_type", "event_time", "prev_hash")
+    ]
+    event_id, thread_id, run_id, event_type, event_time, prev_hash = texts
+    return Link(
+        event_id,
+        thread_id,
+        run_id,
+        sequence,
+        event_type,
+        event_time,
+        record.get("attributes", {}),
+        prev_hash,
+        _text(record, "hash", where),
+    )
 
 
 # -- shape helpers ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from runtime_service import step_rules
+from agentrt_core.usage_rows import reported_usage_rows, usage_rows
 
 #: The row kinds, in the order rows are compared and reported.
 KINDS = ("run", "attempt", "step", "checkpoint", "artifact", "input", "usage")
@@ -35,7 +35,7 @@ def usage_id(row: Mapping[str, Any]) -> str:
 
 
 class EventLike(Protocol):
-    """What the comparison reads of an event (``audit_bundle.Link`` has it)."""
+    """What the comparison reads of an event (``audit_chain.Link`` has it)."""
 
     @property
     def event_type(self) -> str: ...
@@ -344,7 +344,7 @@ class _Replay:
                 attempt["usage"] = self.attempt_usage[attempt_id].served()
         for step_id, step in self.steps.items():
             uses = _committed_versions(step_id, self.run_id, step)
-            for row in step_rules.usage_rows(uses) + step_rules.reported_usage_rows(uses):
+            for row in usage_rows(uses) + reported_usage_rows(uses):
                 self.out.rows["usage"][usage_id(row)] = row
         return self.out
 
@@ -373,7 +373,7 @@ _HANDLERS: dict[str, Callable[[_Replay, Mapping[str, Any], str], None]] = {
 @dataclass(frozen=True)
 class _CommittedVersions:
     """A step's versions as its events committed to them, in the form the step path builds
-    its usage rows from (``step_rules.UsedVersions``: a step's columns, which
+    its usage rows from (``agentrt_core.usage_rows.UsedVersions``: a step's columns, which
     ``proto_map.step_versions_without_context`` maps to the served ``versions``; this is
     that mapping read backwards)."""
 
