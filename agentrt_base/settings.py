@@ -17,6 +17,10 @@ DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 DEFAULT_DATABASE_URL = "sqlite:///./agentrt.db"
 
 ENV_LISTEN = "AGENTRT_LISTEN"
+ENV_METRICS_LISTEN = "AGENTRT_METRICS_LISTEN"
+ENV_LOG_FORMAT = "AGENTRT_LOG_FORMAT"
+#: The server's log formats (``agentrt_base.log_format``).
+LOG_FORMATS = ("text", "json")
 ENV_INSECURE = "AGENTRT_INSECURE"
 ENV_AUTH_CONFIG = "AGENTRT_AUTH_CONFIG"
 ENV_DATABASE_URL = "AGENTRT_DATABASE_URL"
@@ -95,6 +99,11 @@ class ServerSettings:
     """What ``agentrt serve`` needs to start."""
 
     listen: str = DEFAULT_LISTEN
+    #: Where ``/metrics`` is served (``agentrt_base.metrics_http``); None: no metrics (and no
+    #: metrics interceptor: off costs nothing).
+    metrics_listen: str | None = None
+    #: How the server's log lines are written: "text" or "json" (``agentrt_base.log_format``).
+    log_format: str = "text"
     database_url: str = DEFAULT_DATABASE_URL
     #: Seconds in-flight calls get to finish after SIGTERM before they are cancelled.
     shutdown_grace_seconds: float = 3.0
@@ -153,6 +162,8 @@ class ServerSettings:
         max_long_polls: int | None = None,
         max_streams_per_connection: int | None = None,
         max_connections: int | None = None,
+        metrics_listen: str | None = None,
+        log_format: str | None = None,
     ) -> ServerSettings:
         """Combine flags (which win) with the environment and the defaults; raises
         ValueError (one line) for a malformed value."""
@@ -165,6 +176,8 @@ class ServerSettings:
             ),
             blob_upload_rate=_bytes(blob_upload_rate, env, ENV_BLOB_UPLOAD_RATE),
             listen=listen or env.get(ENV_LISTEN) or DEFAULT_LISTEN,
+            metrics_listen=metrics_listen or env.get(ENV_METRICS_LISTEN) or None,
+            log_format=_log_format(log_format or env.get(ENV_LOG_FORMAT) or "text"),
             database_url=database_url or env.get(ENV_DATABASE_URL) or DEFAULT_DATABASE_URL,
             step_process=env.get(ENV_STEP_PROCESS, "1").strip().lower()
             not in ("0", "false", "no", "off"),
@@ -187,6 +200,12 @@ class ServerSettings:
             max_connections=_count(max_connections, env, ENV_MAX_CONNECTIONS),
             shutdown_deadline_seconds=_seconds(env, ENV_SHUTDOWN_DEADLINE, 30.0),
         )
+
+
+def _log_format(value: str) -> str:
+    if value not in LOG_FORMATS:
+        raise ValueError(f"{ENV_LOG_FORMAT}={value!r}: expected one of {', '.join(LOG_FORMATS)}")
+    return value
 
 
 def _bytes(flag: int | None, env: Mapping[str, str], name: str) -> int | None:

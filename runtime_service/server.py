@@ -34,10 +34,14 @@ from agentrt.runtime.v1 import (
 from agentrt_base import gc_policy, log_redaction
 from agentrt_base.access import Authorizer
 from agentrt_base.auth_gate import Authenticator
+from agentrt_base.call_context import CallContextInterceptor
 from agentrt_base.db import Database
 from agentrt_base.db_engines import normalise_url, writer_lock_path
 from agentrt_base.grpc_errors import ErrorMappingInterceptor
+from agentrt_base.grpc_metrics import MetricsInterceptor
 from agentrt_base.limits import Limiter
+from agentrt_base.metrics import STEP_WRITER_RESTARTS, Metrics
+from agentrt_base.metrics_http import MetricsEndpoint, MetricsExposureError, metrics_exposure
 from agentrt_base.settings import (
     ENV_SHUTDOWN_DEADLINE,
     MAX_CONNECTIONS_CEILING,
@@ -208,6 +212,10 @@ class AgentrtServer:
     _stop_background: asyncio.Event | None = field(default=None, repr=False)
     _step_process: StepProcess | None = field(default=None, repr=False)
     _database_health: DatabaseHealth | None = field(default=None, repr=False)
+    #: The server's metrics (``agentrt_base.metrics``), when ``settings.metrics_listen`` is
+    #: set; None: nothing is counted.
+    metrics: Metrics | None = field(default=None, init=False)
+    _metrics_endpoint: MetricsEndpoint | None = field(default=None, repr=False)
     #: The stage of :meth:`stop` under way ("" before it is called).
     stopping: str = field(default="", init=False)
 
@@ -223,6 +231,14 @@ class AgentrtServer:
         # in use must not leave behind the SQLite file opening the database creates.
         exposure = _exposure(self.settings, self.authenticator.configured)
         _check_bindable(self.settings.listen)
+        metrics_listen = self.settings.metrics_listen
+        if metrics_listen is not None:
+            try:
+                metrics_exposure(metrics_listen, self.settings.tls, self.settings.insecure)
+            except MetricsExposureError as exc:
+                raise StartupError(str(exc)) from None
+            _check_bindable(metrics_listen)
+            self.metrics = Metrics()
         url = normalise_url(self.settings.database_url)
         # The step writer process needs a database both processes can open: a SQLite file
         # (not an in-memory database) or PostgreSQL.
@@ -255,6 +271,11 @@ class AgentrtServer:
             raise
         self.database = database
         self._step_process = step_process
+        if self.metrics is not None:
+            self.metrics.collect(
+                STEP_WRITER_RESTARTS,
+                lambda: {(): float(step_process.restarts if step_process is not None else 0)},
+            )
 
         runtime = Runtime(database, notifier, self.runtime_settings)
         authenticator = self.authenticator
@@ -272,12 +293,16 @@ class AgentrtServer:
         # No maximum_concurrent_rpcs: it is one count for the whole server, so a single
         # caller could fill it and have everybody else refused; the per-principal limits
         # (self.limiter) bound what each caller holds instead.
+        error_mapping = ErrorMappingInterceptor(
+            gate, self.limiter, authorize, authenticator if gate is not None else None
+        )
+        # The metrics interceptor goes first (outermost): it counts the code the caller got.
+        metering = [MetricsInterceptor(self.metrics)] if self.metrics is not None else []
+        # The call's method and ids, for JSON log lines (outside the error mapping, so its
+        # log line of an INTERNAL error carries them).
+        context = [CallContextInterceptor()] if self.settings.log_format == "json" else []
         server = grpc.aio.server(
-            interceptors=[
-                ErrorMappingInterceptor(
-                    gate, self.limiter, authorize, authenticator if gate is not None else None
-                )
-            ],
+            interceptors=[*metering, *context, error_mapping],
             options=transport_options(self.settings),
         )
         registry_service_pb2_grpc.add_RegistryServiceServicer_to_server(
@@ -309,6 +334,17 @@ class AgentrtServer:
             raise StartupError(f"cannot listen on {self.settings.listen}: address unavailable")
         await server.start()
         log.log(*exposure)
+        if self.metrics is not None and metrics_listen is not None:
+            endpoint = MetricsEndpoint(
+                metrics_listen, self.metrics, self.settings.tls, self.settings.insecure
+            )
+            try:
+                await asyncio.to_thread(endpoint.start)
+            except (OSError, MetricsExposureError) as exc:
+                await server.stop(0)
+                await self._release()
+                raise StartupError(f"cannot serve metrics on {metrics_listen}: {exc}") from exc
+            self._metrics_endpoint = endpoint
         if not database.is_sqlite:
             notifier.start_listening(_libpq_conninfo(database))
         self._notifier = notifier
@@ -333,6 +369,11 @@ class AgentrtServer:
     def step_process(self) -> StepProcess | None:
         """The step writer process, when this server runs one."""
         return self._step_process
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port ``/metrics`` is served on, when it is."""
+        return self._metrics_endpoint.port if self._metrics_endpoint is not None else None
 
     @property
     def address(self) -> str:
@@ -368,6 +409,10 @@ class AgentrtServer:
         if self._notifier is not None:
             await self._notifier.stop()
             self._notifier = None
+        self.stopping = "stopping the metrics endpoint"
+        if self._metrics_endpoint is not None:
+            await asyncio.to_thread(self._metrics_endpoint.stop)
+            self._metrics_endpoint = None
         await self._release()
         self._server = self._health = None
         self.stopping = "stopped"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import logging
 import os
 import signal
 import sys
@@ -30,14 +29,17 @@ from agentrt_base.settings import (
     ENV_DATABASE_URL,
     ENV_INSECURE,
     ENV_LISTEN,
+    ENV_LOG_FORMAT,
     ENV_MAX_BLOB_BYTES,
     ENV_MAX_CONNECTIONS,
     ENV_MAX_LONG_POLLS,
     ENV_MAX_STREAMS_PER_CONNECTION,
     ENV_MAX_WATCHES,
+    ENV_METRICS_LISTEN,
     ENV_NAMESPACE_BLOB_QUOTA_BYTES,
     ENV_RATE_BURST,
     ENV_RATE_LIMIT,
+    LOG_FORMATS,
     MAX_CONNECTIONS_CEILING,
     ServerSettings,
 )
@@ -68,6 +70,18 @@ def add_commands(commands: Subparsers[argparse.ArgumentParser]) -> None:
     )
     serve.add_argument("--database-url", metavar="URL", help=database_help)
     serve.add_argument("--database-password-file", metavar="PATH", help=password_help)
+    serve.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        help=f"text (the default) or json, one object a line (env {ENV_LOG_FORMAT};"
+        " docs/operations.md)",
+    )
+    serve.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help=f"serve Prometheus metrics at http://HOST:PORT/metrics (env {ENV_METRICS_LISTEN};"
+        " off by default; loopback only unless mTLS or --insecure; docs/operations.md)",
+    )
     serve.add_argument(
         "--max-blob-bytes",
         type=int,
@@ -147,14 +161,10 @@ def add_commands(commands: Subparsers[argparse.ArgumentParser]) -> None:
     create.set_defaults(handler=_cmd_token_create)
 
 
-def _configure_logging() -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    # Alembic narrates every step at INFO; the server's own ready line is what operators need.
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+def _configure_logging(log_format: str = "text") -> None:
+    from agentrt_base import log_format as formats  # reads the caller: authentication's
+
+    formats.configure(log_format, sys.stderr)
 
 
 def _settings(args: argparse.Namespace, listen: str | None) -> ServerSettings:
@@ -186,6 +196,8 @@ def _settings(args: argparse.Namespace, listen: str | None) -> ServerSettings:
         max_long_polls=getattr(args, "max_long_polls", None),
         max_streams_per_connection=getattr(args, "max_streams_per_connection", None),
         max_connections=getattr(args, "max_connections", None),
+        metrics_listen=getattr(args, "metrics_listen", None),
+        log_format=getattr(args, "log_format", None),
     )
     path = database_url.password_file(args.database_password_file)
     if path is None:
@@ -203,9 +215,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from agentrt_base.db_failures import DatabaseUnavailable
     from runtime_service.server import StartupError, serve
 
-    _configure_logging()
     try:
         settings = _settings(args, args.listen)
+        _configure_logging(settings.log_format)
         stopped_by = asyncio.run(serve(settings))
     except (DatabaseUnavailable, StartupError, ValueError) as exc:
         return fail(str(exc), EXIT_CANNOT_START)

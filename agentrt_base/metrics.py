@@ -1,0 +1,179 @@
+"""Every Prometheus metric the server exposes, defined once (issue 29).
+
+A metric is declared here as a :class:`Spec` (name, type, help, labels) and nowhere else:
+:class:`Metrics` builds the ``prometheus_client`` objects from :data:`SPECS`, and
+docs/operations.md's table of metrics is generated from the same list (a test keeps it
+true). Names follow the Prometheus conventions (https://prometheus.io/docs/practices/naming/):
+the ``agentrt_`` prefix, base units (seconds, bytes) in the name, ``_total`` on counters (the
+client library adds it to a counter's name).
+
+Labels are bounded: a method, a status code, a namespace, an agent id; never a digest, a run,
+attempt or step id, or anything a caller can make up without limit.
+
+Each server has its own registry (not ``prometheus_client``'s process-wide default), so
+several servers in one process (the tests) do not share counts, and a replica exposes only
+its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+Kind = Literal["counter", "gauge", "histogram"]
+
+#: Latency buckets in seconds: from a cached read (~0.2 ms) to a long poll's wait (~60 s).
+LATENCY_BUCKETS: Final = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One metric: what it is called, what it counts, what it is broken down by."""
+
+    name: str  # without ``_total``: prometheus_client adds it to a counter
+    kind: Kind
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: Sequence[float] = LATENCY_BUCKETS
+    #: Read when scraped (from a count the server keeps anyway, or from the database) rather
+    #: than counted as it happens: :meth:`Metrics.collect`.
+    collected: bool = False
+
+    @property
+    def exposed_name(self) -> str:
+        """The name a scrape shows (a counter's samples end in ``_total``)."""
+        return f"{self.name}_total" if self.kind == "counter" else self.name
+
+
+GRPC_HANDLED = Spec(
+    "agentrt_grpc_server_handled",
+    "counter",
+    "RPCs completed on the server, by method and status code (the code the caller received).",
+    ("grpc_service", "grpc_method", "grpc_type", "grpc_code"),
+)
+GRPC_HANDLING_SECONDS = Spec(
+    "agentrt_grpc_server_handling_seconds",
+    "histogram",
+    "Time from an RPC's start to its end on the server: a unary call's handling, a stream's"
+    " whole life.",
+    ("grpc_service", "grpc_method", "grpc_type"),
+)
+GRPC_REFUSED = Spec(
+    "agentrt_grpc_server_refused",
+    "counter",
+    "RPCs refused, by method, code and google.rpc ErrorInfo reason: authentication,"
+    " permission, rate-limit and database refusals each have their reasons (docs/api.md).",
+    ("grpc_service", "grpc_method", "grpc_code", "reason"),
+)
+GRPC_IN_FLIGHT = Spec(
+    "agentrt_grpc_server_in_flight",
+    "gauge",
+    "RPCs started and not yet ended, by method (open watch streams and long polls included).",
+    ("grpc_service", "grpc_method", "grpc_type"),
+)
+
+STEP_WRITER_RESTARTS = Spec(
+    "agentrt_step_writer_restarts",
+    "counter",
+    "Times the step writer process was restarted after it died.",
+    collected=True,
+)
+
+#: Every metric, in the order docs/operations.md lists them.
+SPECS: Final = (
+    GRPC_HANDLED,
+    GRPC_HANDLING_SECONDS,
+    GRPC_IN_FLIGHT,
+    GRPC_REFUSED,
+    STEP_WRITER_RESTARTS,
+)
+
+
+class Metrics:
+    """The metrics of one server: a registry of its own and one object per :data:`SPECS`
+    entry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._by_name: dict[str, Counter | Gauge | Histogram] = {
+            spec.name: _build(spec, self.registry) for spec in SPECS if not spec.collected
+        }
+        self._scraped = _Scraped()
+        self.registry.register(self._scraped)
+
+    def collect(self, spec: Spec, read: Read) -> None:
+        """Have ``read`` give ``spec``'s samples at each scrape: label values → value."""
+        assert spec.collected and spec.kind in ("counter", "gauge"), spec
+        self._scraped.reads[spec.name] = (spec, read)
+
+    def counter(self, spec: Spec) -> Counter:
+        metric = self._by_name[spec.name]
+        assert isinstance(metric, Counter), spec
+        return metric
+
+    def gauge(self, spec: Spec) -> Gauge:
+        metric = self._by_name[spec.name]
+        assert isinstance(metric, Gauge), spec
+        return metric
+
+    def histogram(self, spec: Spec) -> Histogram:
+        metric = self._by_name[spec.name]
+        assert isinstance(metric, Histogram), spec
+        return metric
+
+
+#: What a collected metric reads when scraped: its samples, label values → value.
+Read = Callable[[], Mapping[tuple[str, ...], float]]
+
+
+class _Scraped(Collector):
+    """The collected metrics (``Spec.collected``), read at each scrape."""
+
+    def __init__(self) -> None:
+        self.reads: dict[str, tuple[Spec, Read]] = {}
+
+    def describe(self) -> list[Metric]:
+        return []  # read when collected: nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        for spec, read in list(self.reads.values()):
+            family: CounterMetricFamily | GaugeMetricFamily
+            if spec.kind == "counter":
+                family = CounterMetricFamily(spec.name, spec.help, labels=spec.labels)
+            else:
+                family = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+            for values, value in read().items():
+                family.add_metric(list(values), value)
+            yield family
+
+
+def _build(spec: Spec, registry: CollectorRegistry) -> Counter | Gauge | Histogram:
+    if spec.kind == "counter":
+        return Counter(spec.name, spec.help, spec.labels, registry=registry)
+    if spec.kind == "gauge":
+        # livesum would matter with multiprocess mode, which this server does not use: each
+        # process (a replica) exposes its own registry.
+        return Gauge(spec.name, spec.help, spec.labels, registry=registry)
+    return Histogram(spec.name, spec.help, spec.labels, registry=registry, buckets=spec.buckets)

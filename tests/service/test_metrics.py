@@ -1,0 +1,147 @@
+"""``/metrics`` (issue 29, item 1): served by ``prometheus_client`` on its own address, every
+RPC counted by method and code, and the exposure rule of the gRPC port.
+
+Scraped over real HTTP from a real server; the scrape is parsed with ``prometheus_client``'s
+parser and, when Debian's ``promtool`` is installed (``.ci/run`` installs it), checked by it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
+
+from agentrt.runtime.v1 import runtime_service_pb2 as pb
+from agentrt.runtime.v1 import runtime_service_pb2_grpc as pb_grpc
+from agentrt_base.metrics import SPECS
+from agentrt_base.metrics_http import MetricsExposureError, metrics_exposure
+from agentrt_base.tls import ServerTls
+from runtime_service.server import StartupError
+from tests.support import ServerThread, serving
+
+
+@pytest.fixture(scope="module")
+def metered(shared_database_url: str) -> Iterator[ServerThread]:
+    with serving(shared_database_url, metrics_listen="127.0.0.1:0") as thread:
+        yield thread
+
+
+def scrape(thread: ServerThread) -> str:
+    port = thread.server.metrics_port
+    assert port is not None
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        return str(response.read().decode())
+
+
+def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """Every sample called ``name``, keyed by its sorted labels."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                found[tuple(sorted(sample.labels.items()))] = sample.value
+    return found
+
+
+def handled(text: str, method: str, code: str) -> float:
+    service, _, name = method.rpartition("/")
+    key = (
+        ("grpc_code", code),
+        ("grpc_method", name),
+        ("grpc_service", service),
+        ("grpc_type", "unary"),
+    )
+    return samples(text, "agentrt_grpc_server_handled_total").get(key, 0.0)
+
+
+def test_every_rpc_is_counted_with_the_code_its_caller_received(metered: ServerThread) -> None:
+    before = scrape(metered)
+    get_run = "agentrt.runtime.v1.RuntimeService/GetRun"
+    check = "grpc.health.v1.Health/Check"
+    with grpc.insecure_channel(metered.address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for _ in range(3):
+            health.Check(health_pb2.HealthCheckRequest())
+        runs = pb_grpc.RuntimeServiceStub(channel)
+        for _ in range(2):
+            with pytest.raises(grpc.RpcError) as info:
+                runs.GetRun(pb.GetRunRequest(run_id="run_doesnotexist"))
+        code = info.value.code().name
+        with pytest.raises(grpc.RpcError):  # a method no server has: not a label value
+            channel.unary_unary("/agentrt.runtime.v1.RuntimeService/MadeUp")(b"")
+    after = scrape(metered)
+    assert handled(after, check, "OK") - handled(before, check, "OK") == 3
+    assert handled(after, get_run, code) - handled(before, get_run, code) == 2
+    assert "MadeUp" not in after
+    assert samples(after, "agentrt_step_writer_restarts_total") == {(): 0.0}
+    latency = samples(after, "agentrt_grpc_server_handling_seconds_count")
+    assert (
+        latency[
+            (
+                ("grpc_method", "GetRun"),
+                ("grpc_service", "agentrt.runtime.v1.RuntimeService"),
+                ("grpc_type", "unary"),
+            )
+        ]
+        >= 2
+    )
+    refused = samples(after, "agentrt_grpc_server_refused_total")
+    key = (
+        ("grpc_code", code),
+        ("grpc_method", "GetRun"),
+        ("grpc_service", "agentrt.runtime.v1.RuntimeService"),
+        ("reason", "NOT_FOUND"),
+    )
+    assert refused.get(key, 0) >= 2, refused
+    in_flight = samples(after, "agentrt_grpc_server_in_flight")
+    assert in_flight and all(value == 0 for value in in_flight.values()), in_flight
+
+
+def test_every_declared_metric_is_exposed_with_its_help(metered: ServerThread) -> None:
+    text = scrape(metered)
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    for spec in SPECS:
+        family = families.get(spec.name)  # the parser strips a counter's _total
+        assert family is not None, spec.name
+        assert family.type == spec.kind and family.documentation == spec.help
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="no promtool: .ci/run installs it")
+def test_promtool_accepts_the_scrape(metered: ServerThread) -> None:
+    result = subprocess.run(
+        ["promtool", "check", "metrics"],
+        input=scrape(metered),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_endpoint_is_loopback_only_unless_scrapers_are_authenticated() -> None:
+    tls = ServerTls("cert.pem", "key.pem")
+    mtls = ServerTls("cert.pem", "key.pem", client_ca_file="ca.pem")
+    assert "loopback" in metrics_exposure("127.0.0.1:9464", None, insecure=False)
+    assert "loopback" in metrics_exposure("[::1]:9464", None, insecure=False)
+    assert "client certificate" in metrics_exposure("0.0.0.0:9464", mtls, insecure=False)
+    assert "--insecure" in metrics_exposure("0.0.0.0:9464", None, insecure=True)
+    for server_tls in (None, tls):  # TLS alone lets anyone read it
+        with pytest.raises(MetricsExposureError, match=r"refusing to serve metrics on 0\.0\.0\.0"):
+            metrics_exposure("0.0.0.0:9464", server_tls, insecure=False)
+
+
+def test_a_refused_metrics_address_stops_the_start_in_one_line(tmp_path: Path) -> None:
+    thread = ServerThread(f"sqlite:///{tmp_path / 'm.db'}", metrics_listen="0.0.0.0:0")
+    with pytest.raises(StartupError, match=r"refusing to serve metrics on 0\.0\.0\.0:0"):
+        thread.start()
+    thread.stop()
+    assert not (tmp_path / "m.db").exists()  # refused before the database was opened
