@@ -177,7 +177,7 @@ class ServerSettings:
             blob_upload_rate=_bytes(blob_upload_rate, env, ENV_BLOB_UPLOAD_RATE),
             listen=listen or env.get(ENV_LISTEN) or DEFAULT_LISTEN,
             metrics_listen=metrics_listen or env.get(ENV_METRICS_LISTEN) or None,
-            log_format=_log_format(log_format or env.get(ENV_LOG_FORMAT) or "text"),
+            log_format=resolve_log_format(log_format, env),
             database_url=database_url or env.get(ENV_DATABASE_URL) or DEFAULT_DATABASE_URL,
             step_process=env.get(ENV_STEP_PROCESS, "1").strip().lower()
             not in ("0", "false", "no", "off"),
@@ -202,7 +202,11 @@ class ServerSettings:
         )
 
 
-def _log_format(value: str) -> str:
+def resolve_log_format(flag: str | None, env: Mapping[str, str]) -> str:
+    """The log format from ``--log-format`` (which wins), ``AGENTRT_LOG_FORMAT`` or the
+    default; ValueError (one line) for one that is not in :data:`LOG_FORMATS`. Asked first by
+    ``serve``, which logs while it reads the rest of its settings."""
+    value = flag or env.get(ENV_LOG_FORMAT) or "text"
     if value not in LOG_FORMATS:
         raise ValueError(f"{ENV_LOG_FORMAT}={value!r}: expected one of {', '.join(LOG_FORMATS)}")
     return value

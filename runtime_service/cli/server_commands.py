@@ -42,6 +42,7 @@ from agentrt_base.settings import (
     LOG_FORMATS,
     MAX_CONNECTIONS_CEILING,
     ServerSettings,
+    resolve_log_format,
 )
 from runtime_service.cli.client import Subparsers
 from runtime_service.cli.entry import EXIT_CANNOT_START, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
@@ -216,8 +217,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from runtime_service.server import StartupError, serve
 
     try:
+        # Logging first: reading the settings may warn (a password on the command line).
+        _configure_logging(resolve_log_format(args.log_format, os.environ))
         settings = _settings(args, args.listen)
-        _configure_logging(settings.log_format)
         stopped_by = asyncio.run(serve(settings))
     except (DatabaseUnavailable, StartupError, ValueError) as exc:
         return fail(str(exc), EXIT_CANNOT_START)
