@@ -101,12 +101,75 @@ STEP_WRITER_RESTARTS = Spec(
     collected=True,
 )
 
+#: From a second (a run a worker picked up at once) to a day (one waiting on an approval).
+RUN_BUCKETS: Final = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
+#: From a few milliseconds (a worker polling) to an hour (a queue nobody serves).
+WAIT_BUCKETS: Final = (0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
+
+RUNS = Spec(
+    "agentrt_runs",
+    "gauge",
+    "Runs not yet ended, by namespace, agent and status (QUEUED is the queue), read from the"
+    " database at each scrape: every replica reports the same.",
+    ("namespace", "agent_id", "status"),
+    collected=True,
+)
+RUNS_ENDED = Spec(
+    "agentrt_runs_ended",
+    "counter",
+    "Runs this replica ended, by namespace, agent and terminal status.",
+    ("namespace", "agent_id", "status"),
+)
+RUN_DURATION = Spec(
+    "agentrt_run_duration_seconds",
+    "histogram",
+    "Time from a run's creation to its end, observed when it ends, by terminal status.",
+    ("namespace", "agent_id", "status"),
+    buckets=RUN_BUCKETS,
+)
+SCHEDULE_TO_START = Spec(
+    "agentrt_run_schedule_to_start_seconds",
+    "histogram",
+    "Time from a run's creation to its first acquisition by a worker.",
+    ("namespace", "agent_id"),
+    buckets=WAIT_BUCKETS,
+)
+ATTEMPTS_STARTED = Spec(
+    "agentrt_attempts_started",
+    "counter",
+    "Attempts started (runs acquired), by namespace, agent and the attempt's reason (INITIAL,"
+    " RETRY_AFTER_ERROR, WORKER_LOST, RESUMED_AFTER_APPROVAL, RESUMED_AFTER_PAUSE).",
+    ("namespace", "agent_id", "reason"),
+)
+LEASE_LOSSES = Spec(
+    "agentrt_lease_losses",
+    "counter",
+    "Attempts the reaper ended LOST because their lease expired (the worker stopped"
+    " heartbeating); a stale worker's refused writes are agentrt_grpc_server_refused_total"
+    '{reason="LEASE_LOST"}.',
+    ("namespace", "agent_id"),
+)
+REAPER_ACTIONS = Spec(
+    "agentrt_reaper_actions",
+    "counter",
+    "What the reaper ended itself, by kind: deadline (a run past its deadline), stop_forced"
+    " (a cancel or pause not acknowledged in time), lease_expired.",
+    ("kind",),
+)
+
 #: Every metric, in the order docs/operations.md lists them.
 SPECS: Final = (
     GRPC_HANDLED,
     GRPC_HANDLING_SECONDS,
     GRPC_IN_FLIGHT,
     GRPC_REFUSED,
+    RUNS,
+    RUNS_ENDED,
+    RUN_DURATION,
+    SCHEDULE_TO_START,
+    ATTEMPTS_STARTED,
+    LEASE_LOSSES,
+    REAPER_ACTIONS,
     STEP_WRITER_RESTARTS,
 )
 

@@ -54,6 +54,7 @@ from runtime_service import migrate
 from runtime_service.health import DatabaseHealth, HealthServicer
 from runtime_service.notify import Notifier
 from runtime_service.reflection import enable_reflection
+from runtime_service.run_metrics import RunMetrics
 from runtime_service.runtime_settings import RuntimeSettings
 from runtime_service.servicers.audit import AuditServicer
 from runtime_service.servicers.runtime import RuntimeServicer
@@ -277,7 +278,8 @@ class AgentrtServer:
                 lambda: {(): float(step_process.restarts if step_process is not None else 0)},
             )
 
-        runtime = Runtime(database, notifier, self.runtime_settings)
+        observer = RunMetrics(self.metrics, database) if self.metrics is not None else None
+        runtime = Runtime(database, notifier, self.runtime_settings, observer)
         authenticator = self.authenticator
 
         async def authenticate(context: grpc.aio.ServicerContext[Any, Any]) -> None:

@@ -14,6 +14,7 @@ from agentrt_base.db import Database
 from agentrt_base.raw import RawTx
 from runtime_service import notify
 from runtime_service.notify import Notifier
+from runtime_service.observations import OBSERVED, Observation, Observer
 from runtime_service.runtime_settings import RuntimeSettings
 
 T = TypeVar("T")
@@ -24,6 +25,8 @@ class Runtime:
     database: Database
     notifier: Notifier
     settings: RuntimeSettings = field(default_factory=RuntimeSettings)
+    #: Told what each committed write did (``runtime_service.observations``); None: nobody.
+    observer: Observer | None = None
 
     async def write(self, fn: Callable[[Session], T]) -> T:
         """Run ``fn`` in one write transaction; after it commits, wake the keys it touched.
@@ -31,15 +34,20 @@ class Runtime:
         The wake-up happens only after commit, so a woken waiter always finds what woke it.
         """
         keys: list[str] = []
+        observed: list[Observation] = []
 
         def run(session: Session) -> T:
             session.info[notify.WAKE] = keys
+            if self.observer is not None:
+                session.info[OBSERVED] = observed
             result = fn(session)
             notify.notify_in_transaction(session.connection(), keys, self.notifier.origin)
             return result
 
         result = await self.database.write(run)
         self.notifier.wake(keys)
+        if observed and self.observer is not None:
+            self.observer.observed(observed)
         return result
 
     async def write_raw(self, fn: Callable[[RawTx], T]) -> T:

@@ -28,6 +28,7 @@ from agentrt_core.errors import FailedPrecondition, InvalidArgument
 from runtime_service import lifecycle, notify
 from runtime_service.fence import FenceClaim, new_lease_token, token_holds
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
+from runtime_service.observations import ReaperAction, observe
 from runtime_service.records import Attempt, Checkpoint, Run, attempt_of, checkpoint_of, run_of
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime
@@ -390,6 +391,7 @@ class LeasesService:
         attempt = active_attempt(session, run)
         if run.deadline_time is not None and run.deadline_time < now:
             self._bump(run, attempt)
+            observe(session, ReaperAction(run.namespace, run.agent_id, "deadline"))
             transitions.apply(
                 session,
                 run,
@@ -411,6 +413,7 @@ class LeasesService:
             # A run asked to stop ends as asked even when its worker vanished: re-queueing a
             # cancelled run because its lease ran out would undo the cancel.
             self._bump(run, attempt)
+            observe(session, ReaperAction(run.namespace, run.agent_id, "stop_forced"))
             if run.pause_requested:
                 trigger = Trigger.PAUSE
             elif run.stop_reason == "INTERRUPTED_BY_NEW_RUN":
@@ -438,6 +441,7 @@ class LeasesService:
             return
         if lease_expired:
             self._bump(run, attempt)
+            observe(session, ReaperAction(run.namespace, run.agent_id, "lease_expired"))
             trigger = lifecycle.after_failed_attempt(run.attempt_count, run.max_attempts, lost=True)
             transitions.apply(
                 session,

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from agentrt.runtime.v1 import enum_pb2, event_pb2
 from agentrt_core.ids import new_id
 from agentrt_core.proto_json import enum_value
+from runtime_service.observations import AttemptStarted, observe
 from runtime_service.store import transitions
 from runtime_service.store.ledger import CheckpointRow, InputRow, StepRow
 from runtime_service.store.tables import AttemptRow, RunRow
@@ -57,6 +58,10 @@ def start(
     )
     session.add(attempt)
     run.current_attempt_id = attempt.id
+    waited = now - run.create_time if attempt.number == 1 else None
+    observe(
+        session, AttemptStarted(run.namespace, run.agent_id, attempt.reason, attempt.number, waited)
+    )
     return attempt
 
 

@@ -128,3 +128,18 @@ def events_after(
     """Up to ``limit`` of the run's events after ``after_sequence``, in order (``thread_id`` is
     the run's: the chain's index is keyed by it)."""
     return events.run_events_after(session.connection(), thread_id, run_id, after_sequence, limit)
+
+
+def count_active(session: Session) -> list[tuple[str, str, str, int]]:
+    """``(namespace, agent_id, status, count)`` of the runs not yet ended. The status leads
+    the acquisition index (``ix_runtime_runs_queue``), so this reads the active runs only,
+    however many have ended."""
+    active = [status.value for status in RunStatus if not status.terminal]
+    rows = session.execute(
+        sa.select(RunRow.namespace, RunRow.agent_id, RunRow.status, sa.func.count())
+        .where(RunRow.status.in_(active))
+        .group_by(RunRow.namespace, RunRow.agent_id, RunRow.status)
+    )
+    return [
+        (namespace, agent_id, status, int(count)) for namespace, agent_id, status, count in rows
+    ]

@@ -18,6 +18,7 @@ from agentrt_core.completion import CheckResult
 from agentrt_core.proto_json import enum_value
 from runtime_service import events, lifecycle, notify, step_events
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
+from runtime_service.observations import RunMoved, observe
 from runtime_service.records import step_of
 from runtime_service.store.ledger import InputRow, StepRow, TurnRow
 from runtime_service.store.tables import AttemptRow, RunRow
@@ -167,6 +168,18 @@ def apply(
         )
     run.status = t.target.value
     run.update_time = now
+    observe(
+        session,
+        RunMoved(
+            run.namespace,
+            run.agent_id,
+            current.value,
+            t.target.value,
+            trigger.value,
+            ended=t.reason is not None,
+            lifetime=now - run.create_time if t.reason is not None else None,
+        ),
+    )
     if t.target is RunStatus.RUNNING and run.start_time is None:
         run.start_time = now
     if t.target is not RunStatus.RUNNING:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,10 @@ from agentrt.runtime.v1 import runtime_service_pb2_grpc as pb_grpc
 from agentrt_base.metrics import SPECS
 from agentrt_base.metrics_http import MetricsExposureError, metrics_exposure
 from agentrt_base.tls import ServerTls
+from runtime_service.run_metrics import READ_EVERY
+from runtime_service.runtime_settings import RuntimeSettings
 from runtime_service.server import StartupError
+from tests.runtime_support import Stubs
 from tests.support import ServerThread, serving
 
 
@@ -145,3 +149,64 @@ def test_a_refused_metrics_address_stops_the_start_in_one_line(tmp_path: Path) -
         thread.start()
     thread.stop()
     assert not (tmp_path / "m.db").exists()  # refused before the database was opened
+
+
+def _value(text: str, name: str, **labels: str) -> float:
+    """The sample ``name`` with exactly ``labels`` (0 when absent)."""
+    return samples(text, name).get(tuple(sorted(labels.items())), 0.0)
+
+
+def test_a_runs_life_is_counted_from_queue_to_end(metered: ServerThread) -> None:
+    """Created → queued (the gauge, read from the database) → acquired (schedule-to-start,
+    attempts by reason) → completed (ended, duration), each seen in a scrape."""
+    agent = {"namespace": "default", "agent_id": "coding_agent"}
+    with Stubs.open(metered.address) as stubs:
+        stubs.publish_agent()
+        before = scrape(metered)
+        queued_before = _value(before, "agentrt_runs", status="QUEUED", **agent)
+        run = stubs.run(stubs.thread().id)
+        time.sleep(READ_EVERY)  # the gauge is read at most once a second
+        queued = scrape(metered)
+        assert _value(queued, "agentrt_runs", status="QUEUED", **agent) == queued_before + 1
+        acquired = stubs.acquire()
+        assert acquired.run.id == run.id
+        stubs.complete(acquired.fence)
+        time.sleep(READ_EVERY)
+        after = scrape(metered)
+
+    def grew(name: str, **labels: str) -> float:
+        return _value(after, name, **labels) - _value(before, name, **labels)
+
+    assert _value(after, "agentrt_runs", status="QUEUED", **agent) == queued_before
+    assert _value(after, "agentrt_runs", status="RUNNING", **agent) == _value(
+        before, "agentrt_runs", status="RUNNING", **agent
+    )
+    assert grew("agentrt_attempts_started_total", reason="INITIAL", **agent) == 1
+    assert grew("agentrt_run_schedule_to_start_seconds_count", **agent) == 1
+    assert grew("agentrt_runs_ended_total", status="COMPLETED", **agent) == 1
+    assert grew("agentrt_run_duration_seconds_count", status="COMPLETED", **agent) == 1
+    assert grew("agentrt_run_duration_seconds_sum", status="COMPLETED", **agent) > 0
+
+
+def test_the_reaper_counts_an_expired_lease(database_url: str) -> None:
+    """A worker that stops heartbeating: its attempt ends LOST (a lease loss, a reaper
+    action), and the run's next attempt starts for WORKER_LOST. A database of its own: the
+    module's server would reap the lease too, and count it instead."""
+    fast = RuntimeSettings(reaper_interval=0.1)
+    with (
+        serving(database_url, metrics_listen="127.0.0.1:0", runtime_settings=fast) as thread,
+        Stubs.open(thread.address) as stubs,
+    ):
+        stubs.publish_agent()
+        stubs.run(stubs.thread().id)
+        first = stubs.acquire(ttl=1.0)
+        agent = {"namespace": "default", "agent_id": "coding_agent"}
+        deadline = time.monotonic() + 20
+        while _value(scrape(thread), "agentrt_lease_losses_total", **agent) < 1:
+            assert time.monotonic() < deadline, "the lease never expired"
+            time.sleep(0.2)
+        again = stubs.acquire(wait=5.0)
+        assert again.run.id == first.run.id
+        text = scrape(thread)
+    assert _value(text, "agentrt_reaper_actions_total", kind="lease_expired") == 1
+    assert _value(text, "agentrt_attempts_started_total", reason="WORKER_LOST", **agent) == 1

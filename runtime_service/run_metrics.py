@@ -1,0 +1,92 @@
+"""The runtime's metrics: what a committed write did (``runtime_service.observations``)
+turned into counts and times, and the runs not yet ended read from the database when
+scraped.
+
+The gauge comes from the database, not from counts kept in memory, because it describes the
+shared ledger: with several replicas each one reports the same, whichever of them moved the
+runs, and a restart does not lose it. The counters and histograms are this replica's own (a
+replica reports what it did; Prometheus sums over instances).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+from agentrt_base.db import Database
+from agentrt_base.metrics import (
+    ATTEMPTS_STARTED,
+    LEASE_LOSSES,
+    REAPER_ACTIONS,
+    RUN_DURATION,
+    RUNS,
+    RUNS_ENDED,
+    SCHEDULE_TO_START,
+    Metrics,
+)
+from runtime_service.observations import AttemptStarted, Observation, ReaperAction, RunMoved
+from runtime_service.store import runs
+
+log = logging.getLogger("agentrt.metrics")
+
+#: How long a read of the runs gauge is reused: scrapes from several Prometheus servers (or
+#: a dashboard's burst) cost one query a second at most.
+READ_EVERY: Final = 1.0
+
+
+class RunMetrics:
+    """The :class:`~runtime_service.observations.Observer` the server gives its runtime."""
+
+    def __init__(self, metrics: Metrics, database: Database) -> None:
+        self._ended = metrics.counter(RUNS_ENDED)
+        self._duration = metrics.histogram(RUN_DURATION)
+        self._waited = metrics.histogram(SCHEDULE_TO_START)
+        self._started = metrics.counter(ATTEMPTS_STARTED)
+        self._lost = metrics.counter(LEASE_LOSSES)
+        self._reaped = metrics.counter(REAPER_ACTIONS)
+        self._database = database
+        self._lock = threading.Lock()
+        self._read_at = 0.0
+        self._active: Mapping[tuple[str, ...], float] = {}
+        metrics.collect(RUNS, self.active_runs)
+
+    def observed(self, observations: Sequence[Observation]) -> None:
+        for seen in observations:
+            if isinstance(seen, RunMoved):
+                if seen.ended:
+                    self._ended.labels(seen.namespace, seen.agent_id, seen.status).inc()
+                    if seen.lifetime is not None:
+                        self._duration.labels(seen.namespace, seen.agent_id, seen.status).observe(
+                            seen.lifetime.total_seconds()
+                        )
+            elif isinstance(seen, AttemptStarted):
+                self._started.labels(seen.namespace, seen.agent_id, seen.reason).inc()
+                if seen.waited is not None:
+                    self._waited.labels(seen.namespace, seen.agent_id).observe(
+                        max(seen.waited.total_seconds(), 0.0)
+                    )
+            elif isinstance(seen, ReaperAction):
+                self._reaped.labels(seen.kind).inc()
+                if seen.kind == "lease_expired":
+                    self._lost.labels(seen.namespace, seen.agent_id).inc()
+
+    def active_runs(self) -> Mapping[tuple[str, ...], float]:
+        """The runs gauge's samples, read on the scraping thread (at most once a second).
+        A database that cannot answer leaves the series out of this scrape, rather than
+        failing the whole scrape: the gRPC and process metrics still say what is wrong."""
+        with self._lock:
+            if time.monotonic() - self._read_at >= READ_EVERY:
+                try:
+                    counted = self._database.read_sync(runs.count_active)
+                except Exception as exc:  # whatever it is: reported, and the scrape goes on
+                    log.warning("cannot read the runs gauge from the database: %s", exc)
+                    return {}
+                self._active = {
+                    (namespace, agent_id, status): float(count)
+                    for namespace, agent_id, status, count in counted
+                }
+                self._read_at = time.monotonic()
+            return self._active
