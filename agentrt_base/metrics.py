@@ -157,6 +157,50 @@ REAPER_ACTIONS = Spec(
     ("kind",),
 )
 
+STEPS_STARTED = Spec(
+    "agentrt_steps_started",
+    "counter",
+    "Steps recorded, by agent and type: by BeginStep (a repeated BeginStep with the same key is"
+    " not counted again), a CHECKPOINT by WriteCheckpoint.",
+    ("agent_id", "type"),
+)
+STEPS_ENDED = Spec(
+    "agentrt_steps_ended",
+    "counter",
+    "Steps ended, by agent, type and final status: by EndStep, an APPROVAL_REQUEST by its"
+    " decision; a denied tool call and a checkpoint are born ended.",
+    ("agent_id", "type", "status"),
+)
+MODEL_FALLBACKS = Spec(
+    "agentrt_model_fallbacks",
+    "counter",
+    "MODEL_CALL steps on a candidate other than the policy's primary, by agent and the"
+    " runtime's reason (FALLBACK_AFTER_ERROR, CONTEXT_LENGTH_ROUTE).",
+    ("agent_id", "reason"),
+)
+MODEL_TOKENS = Spec(
+    "agentrt_model_tokens",
+    "counter",
+    "Tokens of ended MODEL_CALL steps as their workers reported them, by agent, provider,"
+    " model (reported, else requested) and direction (input, output).",
+    ("agent_id", "provider", "model", "direction"),
+)
+MODEL_COST = Spec(
+    "agentrt_model_cost_usd",
+    "counter",
+    "Cost in US dollars of ended MODEL_CALL steps as their workers reported it, by agent,"
+    " provider and model.",
+    ("agent_id", "provider", "model"),
+)
+APPROVAL_WAIT = Spec(
+    "agentrt_approval_wait_seconds",
+    "histogram",
+    "Time from an approval's request to its decision, by agent and decision (APPROVE, DENY);"
+    ' the runs waiting on one are agentrt_runs{status="WAITING_APPROVAL"}.',
+    ("namespace", "agent_id", "decision"),
+    buckets=RUN_BUCKETS,
+)
+
 #: Every metric, in the order docs/operations.md lists them.
 SPECS: Final = (
     GRPC_HANDLED,
@@ -170,6 +214,12 @@ SPECS: Final = (
     ATTEMPTS_STARTED,
     LEASE_LOSSES,
     REAPER_ACTIONS,
+    STEPS_STARTED,
+    STEPS_ENDED,
+    MODEL_FALLBACKS,
+    MODEL_TOKENS,
+    MODEL_COST,
+    APPROVAL_WAIT,
     STEP_WRITER_RESTARTS,
 )
 

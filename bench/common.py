@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,9 +113,11 @@ def server_env(root: Path = ROOT) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def server_process(database_url: str, root: Path = ROOT) -> Iterator[str]:
-    """``agentrt serve`` in its own process, running the code of the checkout at ``root``;
-    yields its address once it is ready."""
+def server_process(
+    database_url: str, root: Path = ROOT, extra_args: Sequence[str] = ()
+) -> Iterator[str]:
+    """``agentrt serve`` in its own process, running the code of the checkout at ``root``
+    with ``extra_args`` (``--metrics-listen …``); yields its address once it is ready."""
     port = free_port()
     process = subprocess.Popen(
         [
@@ -127,6 +129,7 @@ def server_process(database_url: str, root: Path = ROOT) -> Iterator[str]:
             f"127.0.0.1:{port}",
             "--database-url",
             database_url,
+            *extra_args,
         ],
         env=server_env(root),
         # ``-m`` puts the working directory first on sys.path, ahead of PYTHONPATH: it must

@@ -78,6 +78,14 @@ FAIL on identical code) and 0.96, CPU per pair 0.99 to 1.04; single repetitions'
   ``--calls``) and more repetitions, an even number so that each side goes first as often;
 * the CPU per pair, barely moved by other load, is the steadiest check of a change in the
   step path's cost (10 ms clock ticks: about 20 µs per pair at 512 pairs).
+
+Observability mode, the cost of metrics (issue 29): ``--observability``. The same A/B
+machinery on this checkout's code twice: side A serves as it is, side B with
+``--metrics-listen`` and its ``/metrics`` scraped every second while it is measured (the
+runs gauge reads the database at each scrape). The criterion: B/A of the median pairs/s
+>= 0.95 on each engine.
+
+    .venv/bin/python bench/steps_bench.py --observability [--engines sqlite,postgres]
 """
 
 from __future__ import annotations
@@ -94,7 +102,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,6 +134,7 @@ from bench.common import (  # noqa: E402
     Result,
     closed_loop,
     database,
+    free_port,
     median_result,
     server_env,
     server_process,
@@ -631,6 +641,8 @@ class DbosPool:
 AB_WORKERS = 16
 AB_THRESHOLD = 0.95
 AB_MIN_REPETITIONS = 5
+#: Issue 29: the step path with metrics on keeps at least this share of its pairs/s.
+OBSERVABILITY_THRESHOLD = 0.95
 #: The figure each engine's criterion is on (the step path refactor's): SQLite's step RPC /
 #: empty ratio, PostgreSQL's pairs/s.
 AB_CRITERION = {"sqlite": "ratio", "postgres": "pairs"}
@@ -657,6 +669,11 @@ class Side:
     ref: str  # as given on the command line, or "working tree"
     root: Path
     describe: str  # ``git describe --always --dirty`` and the commit's subject
+    #: ``agentrt serve``'s flags on this side (``--observability``: the same code, with
+    #: metrics served and scraped on side B).
+    server_args: tuple[str, ...] = ()
+    #: Where this side's /metrics is scraped while it is measured (None: not served).
+    metrics_url: str | None = None
 
 
 @contextlib.contextmanager
@@ -680,6 +697,34 @@ def checkouts(refs: list[str | None]) -> Iterator[list[Side]]:
             subject = git("log", "-1", "--format=%s", cwd=root)
             sides.append(Side(name, label, root, f"{describe} {subject[:60]}"))
         yield sides
+
+
+#: How often ``--observability`` scrapes side B's /metrics while it is measured: far more
+#: often than a Prometheus would (15 s is the common interval), so the scrape's own cost (the
+#: runs gauge reads the database) is in the figure, not hidden between scrapes.
+SCRAPE_EVERY = 1.0
+
+
+@contextlib.asynccontextmanager
+async def scraped(url: str | None) -> AsyncIterator[None]:
+    """Scrape ``url`` every :data:`SCRAPE_EVERY` seconds on a thread while the block runs."""
+    if url is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def scrape() -> None:
+        while not stop.wait(SCRAPE_EVERY):
+            with urllib.request.urlopen(url, timeout=10) as response:
+                response.read()
+
+    scraper = threading.Thread(target=scrape, daemon=True)
+    scraper.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.to_thread(scraper.join)
 
 
 def running_code(side: Side, pid: int | None) -> str:
@@ -735,7 +780,7 @@ async def run_ab(
         try:
             for side in sides:
                 url = stack.enter_context(database(engine))
-                address = stack.enter_context(server_process(url, side.root))
+                address = stack.enter_context(server_process(url, side.root, side.server_args))
                 targets[side.name] = await Target.open(address, AB_WORKERS)
                 code[side.name] = running_code(side, targets[side.name].pid)
                 print(f"  [{engine} {side.name}] {code[side.name]}", file=sys.stderr, flush=True)
@@ -744,9 +789,10 @@ async def run_ab(
                 # advantage of going first or second) evenly over both sides. The server
                 # not being measured is idle meanwhile.
                 for side in sides if rep % 2 == 0 else sides[::-1]:
-                    one = await targets[side.name].sample(
-                        AB_WORKERS, calls, pairs_for(AB_WORKERS, pairs)
-                    )
+                    async with scraped(side.metrics_url):
+                        one = await targets[side.name].sample(
+                            AB_WORKERS, calls, pairs_for(AB_WORKERS, pairs)
+                        )
                     samples[side.name].append(one)
                     print(
                         f"  [{engine} rep {rep + 1} {side.name}] empty {one.empty.rps:,.0f}/s, "
@@ -769,7 +815,16 @@ def ab_figure(samples: list[Sample], metric: str) -> list[float]:
     return [one.pair_cpu_us + one.pair_child_cpu_us for one in samples]
 
 
-def ab_table(engine: str, sides: list[Side], samples: dict[str, list[Sample]]) -> list[str]:
+def ab_table(
+    engine: str,
+    sides: list[Side],
+    samples: dict[str, list[Sample]],
+    *,
+    criterion: str | None = None,
+    threshold: float = AB_THRESHOLD,
+) -> list[str]:
+    """One engine's A/B report; the verdict is on ``criterion`` (default: the engine's
+    :data:`AB_CRITERION`) against ``threshold``."""
     a, b = (samples[side.name] for side in sides)
     rows = [
         f"**{engine}** — {AB_WORKERS} workers, medians over {len(a)} interleaved repetitions",
@@ -791,7 +846,7 @@ def ab_table(engine: str, sides: list[Side], samples: dict[str, list[Sample]]) -
             f"| {statistics.median(one.steps.machine_busy for one in mine):.0%} |"
         )
     rows.append("")
-    criterion = AB_CRITERION.get(engine)
+    criterion = criterion or AB_CRITERION.get(engine)
     for metric, label in AB_METRICS.items():
         each_a, each_b = ab_figure(a, metric), ab_figure(b, metric)
         paired = [y / x for x, y in zip(each_a, each_b, strict=True)]
@@ -806,14 +861,59 @@ def ab_table(engine: str, sides: list[Side], samples: dict[str, list[Sample]]) -
         if metric != criterion:
             rows.append(f"- B/A of the median {label}: {ratio:.3f} (for reference)")
             continue
-        verdict = "PASS" if ratio >= AB_THRESHOLD else "FAIL"
+        verdict = "PASS" if ratio >= threshold else "FAIL"
         if len(a) < AB_MIN_REPETITIONS:
             verdict += f" (inconclusive: fewer than {AB_MIN_REPETITIONS} repetitions)"
         rows.append(
-            f"- **B/A of the median {label}: {ratio:.3f} — {verdict}** (criterion: >= "
-            f"{AB_THRESHOLD})"
+            f"- **B/A of the median {label}: {ratio:.3f} — {verdict}** (criterion: >= {threshold})"
         )
     return rows
+
+
+def main_observability(engines: list[str], pairs: int, calls: int, repetitions: int) -> None:
+    """Issue 29's cost: this checkout's code with metrics off (A) and on, scraped (B), in the
+    same run, measured as the A/B mode measures two commits. Criterion: B/A of the median
+    pairs/s >= :data:`OBSERVABILITY_THRESHOLD` on each engine."""
+    port = free_port()
+    describe = git("describe", "--always", "--dirty")
+    subject = git("log", "-1", "--format=%s")[:60]
+    sides = [
+        Side("A", "metrics off", ROOT, f"{describe} {subject}"),
+        Side(
+            "B",
+            "metrics on",
+            ROOT,
+            f"{describe} {subject}",
+            ("--metrics-listen", f"127.0.0.1:{port}"),
+            f"http://127.0.0.1:{port}/metrics",
+        ),
+    ]
+    started = time.perf_counter()
+    results = {
+        engine: asyncio.run(run_ab(engine, sides, pairs, calls, repetitions)) for engine in engines
+    }
+    print(f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; cores: {os.cpu_count()}\n")
+    print(f"- code: {describe} {subject}")
+    print("- A: `agentrt serve` as it is; B: with `--metrics-listen`, /metrics scraped every")
+    print(f"  {SCRAPE_EVERY:g} s while B is measured")
+    print(
+        f"- {pairs_for(AB_WORKERS, pairs) * AB_WORKERS} pairs and {calls} empty calls per loop; "
+        "A goes first in odd repetitions, B in even ones"
+    )
+    for engine, (samples, _code) in results.items():
+        print()
+        print(
+            "\n".join(
+                ab_table(
+                    engine,
+                    sides,
+                    samples,
+                    criterion="pairs",
+                    threshold=OBSERVABILITY_THRESHOLD,
+                )
+            )
+        )
+    print(f"\nWall time: {time.perf_counter() - started:.0f} s")
 
 
 def main_ab(spec: str, engines: list[str], pairs: int, calls: int, repetitions: int) -> None:
@@ -908,6 +1008,11 @@ def main() -> None:
         metavar="OLD_REF[,NEW_REF]",
         help="compare two commits' servers (NEW_REF: this working tree); see the docstring",
     )
+    parser.add_argument(
+        "--observability",
+        action="store_true",
+        help="this code with metrics off and on (scraped), as --ab compares two commits",
+    )
     parser.add_argument("--dbos-seconds", type=float, default=1.0)
     parser.add_argument("--dbos-child", help=argparse.SUPPRESS)
     parser.add_argument("--dbos-url", help=argparse.SUPPRESS)
@@ -919,6 +1024,10 @@ def main() -> None:
     if args.ab:
         repetitions = args.repetitions or AB_MIN_REPETITIONS
         main_ab(args.ab, engines, args.pairs, args.calls, repetitions)
+        return
+    if args.observability:
+        repetitions = args.repetitions or AB_MIN_REPETITIONS
+        main_observability(engines, args.pairs, args.calls, repetitions)
         return
     started = time.perf_counter()
     results: dict[str, dict[int, Cell]] = {}

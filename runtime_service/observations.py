@@ -2,10 +2,12 @@
 
 The places that change a run record what they did in the transaction's ``session.info``
 (:func:`observe`): the one transition function (``store/transitions.apply``) every run move,
-the start of an attempt, the reaper each action. ``Runtime.write`` hands the list to its
-:class:`Observer` after the commit and only then, so a rolled-back transaction is never
-counted and a committed one always is (in the replica that committed it). Observations are
-plain values: the domain knows nothing of Prometheus.
+the start of an attempt, the reaper each action, a checkpoint, an approval's decision.
+``Runtime.write`` hands the list to its :class:`Observer` after the commit and only then, so
+a rolled-back transaction is never counted and a committed one always is (in the replica
+that committed it). Steps written by the step path are told by ``services/steps.py`` when it
+settles them, after their commit, in the server, wherever they were written. Observations
+are plain values: the domain knows nothing of Prometheus.
 """
 
 from __future__ import annotations
@@ -58,7 +60,39 @@ class ReaperAction:
     kind: str
 
 
-Observation = RunMoved | AttemptStarted | ReaperAction
+@dataclass(frozen=True, slots=True)
+class StepRecorded:
+    """A step was begun (``begun``: recorded by BeginStep, or a checkpoint's by
+    WriteCheckpoint) and/or ended (``ended``: by EndStep, an approval by its decision, or born
+    ended, as a denied tool call and a checkpoint are), once: a repeated call with the same
+    key is not observed again. For a MODEL_CALL, the model chosen and why
+    (``candidate_reason``), and at its end the tokens and cost the worker reported."""
+
+    agent_id: str
+    type: str
+    status: str
+    begun: bool
+    ended: bool
+    candidate_reason: str = ""
+    provider: str = ""
+    model: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalResolved:
+    """A person decided an approval (``decision`` APPROVE or DENY) ``waited`` after the
+    step asked for it."""
+
+    namespace: str
+    agent_id: str
+    decision: str
+    waited: dt.timedelta
+
+
+Observation = RunMoved | AttemptStarted | ReaperAction | StepRecorded | ApprovalResolved
 
 
 class Observer(Protocol):

@@ -18,16 +18,29 @@ from typing import Final
 
 from agentrt_base.db import Database
 from agentrt_base.metrics import (
+    APPROVAL_WAIT,
     ATTEMPTS_STARTED,
     LEASE_LOSSES,
+    MODEL_COST,
+    MODEL_FALLBACKS,
+    MODEL_TOKENS,
     REAPER_ACTIONS,
     RUN_DURATION,
     RUNS,
     RUNS_ENDED,
     SCHEDULE_TO_START,
+    STEPS_ENDED,
+    STEPS_STARTED,
     Metrics,
 )
-from runtime_service.observations import AttemptStarted, Observation, ReaperAction, RunMoved
+from runtime_service.observations import (
+    ApprovalResolved,
+    AttemptStarted,
+    Observation,
+    ReaperAction,
+    RunMoved,
+    StepRecorded,
+)
 from runtime_service.store import runs
 
 log = logging.getLogger("agentrt.metrics")
@@ -47,6 +60,12 @@ class RunMetrics:
         self._started = metrics.counter(ATTEMPTS_STARTED)
         self._lost = metrics.counter(LEASE_LOSSES)
         self._reaped = metrics.counter(REAPER_ACTIONS)
+        self._steps_started = metrics.counter(STEPS_STARTED)
+        self._steps_ended = metrics.counter(STEPS_ENDED)
+        self._fallbacks = metrics.counter(MODEL_FALLBACKS)
+        self._tokens = metrics.counter(MODEL_TOKENS)
+        self._cost = metrics.counter(MODEL_COST)
+        self._approval_wait = metrics.histogram(APPROVAL_WAIT)
         self._database = database
         self._lock = threading.Lock()
         self._read_at = 0.0
@@ -72,6 +91,29 @@ class RunMetrics:
                 self._reaped.labels(seen.kind).inc()
                 if seen.kind == "lease_expired":
                     self._lost.labels(seen.namespace, seen.agent_id).inc()
+            elif isinstance(seen, StepRecorded):
+                self._step(seen)
+            elif isinstance(seen, ApprovalResolved):
+                self._approval_wait.labels(seen.namespace, seen.agent_id, seen.decision).observe(
+                    max(seen.waited.total_seconds(), 0.0)
+                )
+
+    def _step(self, seen: StepRecorded) -> None:
+        if seen.begun:
+            self._steps_started.labels(seen.agent_id, seen.type).inc()
+            if seen.type == "MODEL_CALL" and seen.candidate_reason not in ("", "PRIMARY"):
+                self._fallbacks.labels(seen.agent_id, seen.candidate_reason).inc()
+        if not seen.ended:
+            return
+        self._steps_ended.labels(seen.agent_id, seen.type, seen.status).inc()
+        if seen.type == "MODEL_CALL":
+            model = (seen.agent_id, seen.provider, seen.model)
+            if seen.input_tokens:
+                self._tokens.labels(*model, "input").inc(seen.input_tokens)
+            if seen.output_tokens:
+                self._tokens.labels(*model, "output").inc(seen.output_tokens)
+            if seen.cost_usd > 0:
+                self._cost.labels(*model).inc(seen.cost_usd)
 
     def active_runs(self) -> Mapping[tuple[str, ...], float]:
         """The runs gauge's samples, read on the scraping thread (at most once a second).

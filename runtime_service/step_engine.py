@@ -75,11 +75,16 @@ class Begun:
 
 @dataclass(slots=True)
 class Ended:
+    """What an EndStep answers: the step, or ``error``. ``agent_digest`` (the run's agent) is
+    set only when this call ended the step, not for a repeated EndStep answered unchanged:
+    what the metrics count once."""
+
     step: Step | None = None
     error: AgentrtError | None = None
+    agent_digest: str = ""
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Ended, (self.step, self.error))  # (as Begun's)
+        return (Ended, (self.step, self.error, self.agent_digest))  # (as Begun's)
 
 
 class StepEngine:
@@ -137,4 +142,4 @@ class StepEngine:
         assert isinstance(decision, End) and view.run is not None
         store.apply_end(tx, view.run, decision)
         self.states.wrote(view.run, decision.step)
-        return Ended(decision.step)
+        return Ended(decision.step, agent_digest=view.run.agent_digest)

@@ -152,7 +152,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 step_end_of(request),
             )
         else:
-            step = self._steps.settle_end(ended)
+            step = await self._steps.settle_end(ended)
         return end_step_response(step)
 
     async def WriteCheckpoint(

@@ -18,6 +18,7 @@ from agentrt_core.resolution import BoundDefinition
 from runtime_service import lifecycle
 from runtime_service.fence import FenceClaim
 from runtime_service.lifecycle import Actor, Trigger
+from runtime_service.observations import StepRecorded
 from runtime_service.records import Step
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime
@@ -60,6 +61,8 @@ class StepsService:
     async def settle_begin(self, begun: Begun) -> Begun:
         """Raise the error a BeginStep answers (after what it recorded was committed); end the
         run first if its budget is used up."""
+        if begun.step is not None and not begun.existing and self._rt.observer is not None:
+            await self._observe(begun.step, begun.agent_digest, begun=True)
         if begun.budget_stop is not None:
             raise await self._stop_on_budget(begun.budget_stop)
         if begun.failed_steps_stop is not None:
@@ -73,14 +76,40 @@ class StepsService:
         ended: Ended = await self._rt.write_raw(
             lambda tx: self._engine.end(tx, fence, step_id, outcome)
         )
-        return self.settle_end(ended)
+        return await self.settle_end(ended)
 
-    @staticmethod
-    def settle_end(ended: Ended) -> Step:
+    async def settle_end(self, ended: Ended) -> Step:
         if ended.error is not None:
             raise ended.error
         assert ended.step is not None
+        if ended.agent_digest and self._rt.observer is not None:
+            await self._observe(ended.step, ended.agent_digest, begun=False)
         return ended.step
+
+    async def _observe(self, step: Step, agent_digest: str, *, begun: bool) -> None:
+        """Tell the observer about a step this call began or ended (committed, wherever it
+        was written: both paths settle here, in the server). A step born ended (a denied tool
+        call) is begun and ended at once."""
+        assert self._rt.observer is not None
+        agent_id = (await self.definition(agent_digest)).agent_id
+        model = step.reported_model_id or step.requested_model_id
+        self._rt.observer.observed(
+            [
+                StepRecorded(
+                    agent_id,
+                    step.type,
+                    step.status,
+                    begun,
+                    not begun or step.end_time is not None,
+                    step.candidate_reason,
+                    step.provider,
+                    model,
+                    step.input_tokens,
+                    step.output_tokens,
+                    step.cost_usd,
+                )
+            ]
+        )
 
     async def _stop_on_budget(self, stop: BudgetStop) -> AgentrtError:
         """End the run FAILED (BUDGET_EXCEEDED) through the run lifecycle; return the error

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import enum_pb2, event_pb2
 from agentrt_core.proto_json import enum_value
+from runtime_service.observations import ApprovalResolved, StepRecorded, observe
 from runtime_service.store import transitions
 from runtime_service.store.ledger import StepRow
 from runtime_service.store.tables import RunRow
@@ -32,6 +33,8 @@ def resolve(
     step.approval_comment, step.approval_time = comment, now
     step.status = "SUCCEEDED" if decision == "APPROVE" else "DENIED"
     step.end_time = now
+    observe(session, ApprovalResolved(run.namespace, run.agent_id, decision, now - step.start_time))
+    observe(session, StepRecorded(run.agent_id, step.type, step.status, begun=False, ended=True))
     transitions.append_run_event(
         session,
         run,

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from agentrt.runtime.v1 import event_pb2
 from agentrt_core.ids import new_id
 from runtime_service import step_events
+from runtime_service.observations import StepRecorded, observe
 from runtime_service.records import BLANK_STEP, new_step
 from runtime_service.store import transitions
 from runtime_service.store.ledger import CheckpointRow, StepRow, TurnRow
@@ -69,6 +70,7 @@ def write(
     run.latest_checkpoint_id = checkpoint.id
     # A checkpoint is a step of the ledger too, born ended (it resolves nothing).
     session.execute(_INSERT_STEP, step.values())
+    observe(session, StepRecorded(run.agent_id, "CHECKPOINT", "SUCCEEDED", begun=True, ended=True))
     transitions.append_run_event(session, run, step_events.started(step), now)
     transitions.append_run_event(session, run, step_events.ended(step), now)
     transitions.append_run_event(

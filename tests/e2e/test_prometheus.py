@@ -187,6 +187,32 @@ def test_prometheus_scrapes_the_server_through_a_run(
     )
     assert p99 is not None and 0 < p99 < 60
     assert value(prometheus, "sum(agentrt_step_writer_restarts_total)") == 0.0
+    # The ledger's facts, each counted once (the steps were written by the step writer
+    # process and settled in the server).
+    agent = 'agent_id="coding_agent"'
+    eventually(prometheus, f"sum(agentrt_steps_started_total{{{agent}}})", float(len(steps)))
+    eventually(prometheus, f"sum(agentrt_steps_ended_total{{{agent}}})", float(len(steps)))
+    failed_models = sum(
+        1
+        for s in steps
+        if s.type == enum_pb2.STEP_TYPE_MODEL_CALL and s.status == enum_pb2.STEP_STATUS_FAILED
+    )
+    assert failed_models == 1  # the 429 the fallback follows
+    assert (
+        value(
+            prometheus,
+            f'sum(agentrt_model_fallbacks_total{{{agent}, reason="FALLBACK_AFTER_ERROR"}})',
+        )
+        == 1.0
+    )
+    tokens = sum(s.usage.input_tokens + s.usage.output_tokens for s in steps)
+    assert value(prometheus, f"sum(agentrt_model_tokens_total{{{agent}}})") == float(tokens)
+    assert value(prometheus, f"sum(agentrt_approval_wait_seconds_count{{{agent}}})") == 1.0
+    assert value(prometheus, f'sum(agentrt_runs_ended_total{{{agent}, status="COMPLETED"}})') == 1.0
+    for reason in ("INITIAL", "RESUMED_AFTER_APPROVAL"):
+        started = f'sum(agentrt_attempts_started_total{{{agent}, reason="{reason}"}})'
+        assert value(prometheus, started) == 1.0, reason
+    assert value(prometheus, f"sum(agentrt_run_schedule_to_start_seconds_count{{{agent}}})") == 1.0
     # Nothing is left in flight but the calls a worker keeps open (none: it stopped).
     eventually(
         prometheus,

@@ -19,6 +19,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentrt.runtime.v1 import message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import runtime_service_pb2_grpc as pb_grpc
 from agentrt_base.metrics import SPECS
@@ -28,6 +29,7 @@ from runtime_service.run_metrics import READ_EVERY
 from runtime_service.runtime_settings import RuntimeSettings
 from runtime_service.server import StartupError
 from tests.runtime_support import Stubs
+from tests.service.steps_support import start
 from tests.support import ServerThread, serving
 
 
@@ -210,3 +212,33 @@ def test_the_reaper_counts_an_expired_lease(database_url: str) -> None:
         text = scrape(thread)
     assert _value(text, "agentrt_reaper_actions_total", kind="lease_expired") == 1
     assert _value(text, "agentrt_attempts_started_total", reason="WORKER_LOST", **agent) == 1
+
+
+def test_a_step_is_counted_once_whatever_the_worker_repeats(metered: ServerThread) -> None:
+    """A BeginStep or EndStep repeated (a retry after a lost answer) answers the step already
+    recorded and is not counted again; a model call's tokens and cost are counted at its end."""
+    agent = {"agent_id": "coding_agent"}
+    with Stubs.open(metered.address) as stubs:
+        worker = start(stubs)
+        before = scrape(metered)
+        first = worker.model(key="k1").step
+        again = worker.model(key="k1").step
+        assert again.id == first.id
+        model = {
+            "agent_id": "coding_agent",
+            "provider": first.versions.model.provider,
+            "model": "gpt-4.1",  # the reported model, as the worker gives it below
+        }
+        usage = message_pb2.Usage(input_tokens=120, output_tokens=30, cost_usd=0.25)
+        for _ in range(2):
+            worker.end(first.id, usage=usage, reported_model_id="gpt-4.1")
+        after = scrape(metered)
+
+    def grew(name: str, **labels: str) -> float:
+        return _value(after, name, **labels) - _value(before, name, **labels)
+
+    assert grew("agentrt_steps_started_total", type="MODEL_CALL", **agent) == 1
+    assert grew("agentrt_steps_ended_total", type="MODEL_CALL", status="SUCCEEDED", **agent) == 1
+    assert grew("agentrt_model_tokens_total", direction="input", **model) == 120
+    assert grew("agentrt_model_tokens_total", direction="output", **model) == 30
+    assert grew("agentrt_model_cost_usd_total", **model) == pytest.approx(0.25)
