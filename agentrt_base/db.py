@@ -165,6 +165,12 @@ class Database:
         self._write_executor = ThreadPoolExecutor(writer_threads, "agentrt-db-write")
         self._read_executor = ThreadPoolExecutor(read_pool_size, "agentrt-db-read")
 
+    def observe_commits(self, on_commit: Callable[[int, float], None]) -> None:
+        """Have ``on_commit`` told each group commit's size and seconds (SQLite: the server's
+        own writes are group-committed; PostgreSQL commits each transaction alone)."""
+        if self._group is not None:
+            self._group.on_commit = on_commit
+
     @property
     def is_sqlite(self) -> bool:
         return self.dialect_name == "sqlite"

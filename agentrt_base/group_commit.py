@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -65,6 +66,9 @@ class GroupCommitWriter:
         """``timeout``: how long a call waits for its commit (the server's deadline): a job
         still queued then is withdrawn and answered :class:`WriteTimeout`, one already in a
         transaction is answered as of unknown outcome."""
+        #: Told each batch that committed: its size and its transaction's seconds (the
+        #: metrics; called on the writer thread). None: nobody.
+        self.on_commit: Callable[[int, float], None] | None = None
         self._engine = engine
         self._max_batch = max_batch
         self._timeout = timeout
@@ -160,7 +164,9 @@ class GroupCommitWriter:
             return
         try:
             with self._lock:
+                started = time.perf_counter()
                 outcomes = _run_batch(self._connection(), [(job.fn, job.raw) for job in batch])
+                took = time.perf_counter() - started
         except Exception as exc:
             # The transaction itself failed (the commit, or the database: full, read-only,
             # locked): nothing of the batch is durable, so nobody succeeded, and each caller
@@ -173,6 +179,8 @@ class GroupCommitWriter:
                 # A job met the database's failure (an I/O error, a file gone read-only):
                 # the next batch opens a new connection, which sees the file as it is now.
                 self._discard()
+            if self.on_commit is not None:
+                self.on_commit(len(batch), took)
         _answer(batch, outcomes)
 
 

@@ -17,13 +17,22 @@ its own.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal, cast
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 Kind = Literal["counter", "gauge", "histogram"]
 
@@ -60,6 +69,9 @@ class Spec:
     #: Read when scraped (from a count the server keeps anyway, or from the database) rather
     #: than counted as it happens: :meth:`Metrics.collect`.
     collected: bool = False
+    #: Changed from threads other than the event loop's (the database writers): its
+    #: children take a lock.
+    threaded: bool = False
 
     @property
     def exposed_name(self) -> str:
@@ -94,6 +106,22 @@ GRPC_IN_FLIGHT = Spec(
     ("grpc_service", "grpc_method", "grpc_type"),
 )
 
+DB_BATCH_SIZE = Spec(
+    "agentrt_db_commit_batch_size",
+    "histogram",
+    "Writes committed together in one transaction, by writer: the server's SQLite group"
+    " commit, or the step writer process's batches (either engine).",
+    ("writer",),
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+    threaded=True,
+)
+DB_COMMIT_SECONDS = Spec(
+    "agentrt_db_commit_seconds",
+    "histogram",
+    "Time one such batch's transaction took, its commit (the fsync) included, by writer.",
+    ("writer",),
+    threaded=True,
+)
 STEP_WRITER_RESTARTS = Spec(
     "agentrt_step_writer_restarts",
     "counter",
@@ -220,20 +248,20 @@ SPECS: Final = (
     MODEL_TOKENS,
     MODEL_COST,
     APPROVAL_WAIT,
+    DB_BATCH_SIZE,
+    DB_COMMIT_SECONDS,
     STEP_WRITER_RESTARTS,
 )
 
 
 class Metrics:
-    """The metrics of one server: a registry of its own and one object per :data:`SPECS`
-    entry."""
+    """The metrics of one server: a registry of its own and one :class:`Family` per
+    :data:`SPECS` entry (a reading function per collected one)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self._by_name: dict[str, Counter | Gauge | Histogram] = {
-            spec.name: _build(spec, self.registry) for spec in SPECS if not spec.collected
-        }
-        self._scraped = _Scraped()
+        self._families = {spec.name: Family(spec) for spec in SPECS if not spec.collected}
+        self._scraped = _Scraped(list(self._families.values()))
         self.registry.register(self._scraped)
 
     def collect(self, spec: Spec, read: Read) -> None:
@@ -241,36 +269,158 @@ class Metrics:
         assert spec.collected and spec.kind in ("counter", "gauge"), spec
         self._scraped.reads[spec.name] = (spec, read)
 
-    def counter(self, spec: Spec) -> Counter:
-        metric = self._by_name[spec.name]
-        assert isinstance(metric, Counter), spec
-        return metric
+    def counter(self, spec: Spec) -> Family:
+        assert spec.kind == "counter", spec
+        return self._families[spec.name]
 
-    def gauge(self, spec: Spec) -> Gauge:
-        metric = self._by_name[spec.name]
-        assert isinstance(metric, Gauge), spec
-        return metric
+    def gauge(self, spec: Spec) -> Family:
+        assert spec.kind == "gauge", spec
+        return self._families[spec.name]
 
-    def histogram(self, spec: Spec) -> Histogram:
-        metric = self._by_name[spec.name]
-        assert isinstance(metric, Histogram), spec
-        return metric
+    def histogram(self, spec: Spec) -> Family:
+        assert spec.kind == "histogram", spec
+        return self._families[spec.name]
 
+
+class Value:
+    """A counter's or gauge's value for one set of label values.
+
+    No lock: everything but the writers' metrics is counted on the server's one event loop
+    thread (a ``prometheus_client`` child takes a lock per change, which cost the step path
+    several per cent: bench/results/steps.md). A scrape reads the value from another thread
+    without one; a float read is atomic in CPython, and a scrape sees the value before or
+    after a change."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+    def dec(self, amount: float = 1.0) -> None:
+        self.value -= amount
+
+
+class Buckets:
+    """A histogram's counts for one set of label values: per bucket (not cumulative; the
+    scrape adds them up), and the sum. ``counts[i]`` holds the observations ``<= bounds[i]``
+    and ``> bounds[i - 1]``; the last, those above every bound (+Inf)."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, amount: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, amount)] += 1
+        self.sum += amount
+
+
+class LockedValue(Value):
+    """A :class:`Value` changed from several threads (a :attr:`Spec.threaded` metric)."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+
+    def inc(self, amount: float = 1.0) -> None:
+        with self._lock:
+            self.value += amount
+
+    def dec(self, amount: float = 1.0) -> None:
+        with self._lock:
+            self.value -= amount
+
+
+class LockedBuckets(Buckets):
+    """:class:`Buckets` observed from several threads (a :attr:`Spec.threaded` metric)."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        super().__init__(bounds)
+        self._lock = threading.Lock()
+
+    def observe(self, amount: float) -> None:
+        with self._lock:
+            super().observe(amount)
+
+
+class Family:
+    """One metric's children by label values, made on first use; exposed through
+    ``prometheus_client`` (:class:`_Scraped`), which writes the text format."""
+
+    def __init__(self, spec: Spec) -> None:
+        self.spec = spec
+        self._bounds = tuple(float(b) for b in spec.buckets)
+        self._children: dict[tuple[str, ...], Any] = {}
+        self._making = threading.Lock()
+
+    def labels(self, *values: str) -> Any:
+        """The child for ``values`` (a :class:`Value` or :class:`Buckets`)."""
+        child = self._children.get(values)
+        if child is None:
+            if len(values) != len(self.spec.labels):
+                raise ValueError(f"{self.spec.name} takes labels {self.spec.labels}: {values}")
+            with self._making:  # two threads may meet a new label set at once
+                child = self._children.get(values)
+                if child is None:
+                    child = self._children[values] = self._new()
+        return child
+
+    def _new(self) -> Value | Buckets:
+        if self.spec.kind == "histogram":
+            return LockedBuckets(self._bounds) if self.spec.threaded else Buckets(self._bounds)
+        return LockedValue() if self.spec.threaded else Value()
+
+    def family(self) -> Metric:
+        """The samples as ``prometheus_client`` writes them."""
+        spec = self.spec
+        children = list(self._children.items())
+        if spec.kind == "histogram":
+            histogram = HistogramMetricFamily(spec.name, spec.help, labels=spec.labels)
+            bounds = [*(_le(b) for b in self._bounds), "+Inf"]
+            for values, buckets in children:
+                counts = list(buckets.counts)
+                cumulative = list(itertools.accumulate(counts))
+                histogram.add_metric(
+                    list(values), list(zip(bounds, cumulative, strict=True)), buckets.sum
+                )
+            return histogram
+        kind = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
+        family = kind(spec.name, spec.help, labels=spec.labels)
+        for values, value in children:
+            family.add_metric(list(values), value.value)
+        return family
+
+
+#: A bucket's ``le`` as the client library writes it (its helper is untyped).
+_le = cast(Callable[[float], str], floatToGoString)
 
 #: What a collected metric reads when scraped: its samples, label values → value.
 Read = Callable[[], Mapping[tuple[str, ...], float]]
 
 
 class _Scraped(Collector):
-    """The collected metrics (``Spec.collected``), read at each scrape."""
+    """Every metric, at each scrape: the counted ones' families, and the collected ones
+    (``Spec.collected``) read."""
 
-    def __init__(self) -> None:
+    def __init__(self, families: list[Family]) -> None:
+        self.families = families
         self.reads: dict[str, tuple[Spec, Read]] = {}
 
     def describe(self) -> list[Metric]:
         return []  # read when collected: nothing to check at registration
 
     def collect(self) -> Iterator[Metric]:
+        for counted in self.families:
+            yield counted.family()
         for spec, read in list(self.reads.values()):
             family: CounterMetricFamily | GaugeMetricFamily
             if spec.kind == "counter":
@@ -280,13 +430,3 @@ class _Scraped(Collector):
             for values, value in read().items():
                 family.add_metric(list(values), value)
             yield family
-
-
-def _build(spec: Spec, registry: CollectorRegistry) -> Counter | Gauge | Histogram:
-    if spec.kind == "counter":
-        return Counter(spec.name, spec.help, spec.labels, registry=registry)
-    if spec.kind == "gauge":
-        # livesum would matter with multiprocess mode, which this server does not use: each
-        # process (a replica) exposes its own registry.
-        return Gauge(spec.name, spec.help, spec.labels, registry=registry)
-    return Histogram(spec.name, spec.help, spec.labels, registry=registry, buckets=spec.buckets)

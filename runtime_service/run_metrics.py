@@ -13,13 +13,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from agentrt_base.db import Database
 from agentrt_base.metrics import (
     APPROVAL_WAIT,
     ATTEMPTS_STARTED,
+    DB_BATCH_SIZE,
+    DB_COMMIT_SECONDS,
     LEASE_LOSSES,
     MODEL_COST,
     MODEL_FALLBACKS,
@@ -29,6 +31,7 @@ from agentrt_base.metrics import (
     RUNS,
     RUNS_ENDED,
     SCHEDULE_TO_START,
+    STEP_WRITER_RESTARTS,
     STEPS_ENDED,
     STEPS_STARTED,
     Metrics,
@@ -41,6 +44,7 @@ from runtime_service.observations import (
     RunMoved,
     StepRecorded,
 )
+from runtime_service.step_process import StepProcess
 from runtime_service.store import runs
 
 log = logging.getLogger("agentrt.metrics")
@@ -132,3 +136,26 @@ class RunMetrics:
                 }
                 self._read_at = time.monotonic()
             return self._active
+
+
+def watch_writers(metrics: Metrics, database: Database, step_process: StepProcess | None) -> None:
+    """The writers' metrics: each committed batch's size and time (the server's SQLite group
+    commit, the step writer process's batches), and the step writer's restarts."""
+    sizes, seconds = metrics.histogram(DB_BATCH_SIZE), metrics.histogram(DB_COMMIT_SECONDS)
+
+    def committed(writer: str) -> Callable[[int, float], None]:
+        size, took = sizes.labels(writer), seconds.labels(writer)
+
+        def observe(batch: int, elapsed: float) -> None:
+            size.observe(batch)
+            took.observe(elapsed)
+
+        return observe
+
+    database.observe_commits(committed("server"))
+    if step_process is not None:
+        step_process.on_batch = committed("step_writer")
+    metrics.collect(
+        STEP_WRITER_RESTARTS,
+        lambda: {(): float(step_process.restarts if step_process is not None else 0)},
+    )

@@ -40,7 +40,7 @@ from agentrt_base.db_engines import normalise_url, writer_lock_path
 from agentrt_base.grpc_errors import ErrorMappingInterceptor
 from agentrt_base.grpc_metrics import MetricsInterceptor
 from agentrt_base.limits import Limiter
-from agentrt_base.metrics import STEP_WRITER_RESTARTS, Metrics
+from agentrt_base.metrics import Metrics
 from agentrt_base.metrics_http import MetricsEndpoint, MetricsExposureError, metrics_exposure
 from agentrt_base.settings import (
     ENV_SHUTDOWN_DEADLINE,
@@ -54,7 +54,7 @@ from runtime_service import migrate
 from runtime_service.health import DatabaseHealth, HealthServicer
 from runtime_service.notify import Notifier
 from runtime_service.reflection import enable_reflection
-from runtime_service.run_metrics import RunMetrics
+from runtime_service.run_metrics import RunMetrics, watch_writers
 from runtime_service.runtime_settings import RuntimeSettings
 from runtime_service.servicers.audit import AuditServicer
 from runtime_service.servicers.runtime import RuntimeServicer
@@ -273,10 +273,7 @@ class AgentrtServer:
         self.database = database
         self._step_process = step_process
         if self.metrics is not None:
-            self.metrics.collect(
-                STEP_WRITER_RESTARTS,
-                lambda: {(): float(step_process.restarts if step_process is not None else 0)},
-            )
+            watch_writers(self.metrics, database, step_process)
 
         observer = RunMetrics(self.metrics, database) if self.metrics is not None else None
         runtime = Runtime(database, notifier, self.runtime_settings, observer)

@@ -214,8 +214,10 @@ def _serve(sock: socket.socket, database: Database, jobs: StepJobs, origin: str)
                 queued = reader.feed(data)
                 continue
             batch, queued = queued[:MAX_BATCH], queued[MAX_BATCH:]
+            started = time.perf_counter()
             answers, conn = _commit(database, dialect, conn, jobs, batch, origin)
-            sock.sendall(frame(answers))
+            # With how long the batch's transaction took, for the server's metrics.
+            sock.sendall(frame((time.perf_counter() - started, answers)))
     finally:
         if conn is not None:
             conn.close()

@@ -187,6 +187,9 @@ def test_prometheus_scrapes_the_server_through_a_run(
     )
     assert p99 is not None and 0 < p99 < 60
     assert value(prometheus, "sum(agentrt_step_writer_restarts_total)") == 0.0
+    # The step writer's batches held every BeginStep and EndStep (the path never fell back).
+    batched = value(prometheus, 'sum(agentrt_db_commit_batch_size_sum{writer="step_writer"})')
+    assert batched is not None and batched >= 2 * len(steps) - 3  # less the runtime's own
     # The ledger's facts, each counted once (the steps were written by the step writer
     # process and settled in the server).
     agent = 'agent_id="coding_agent"'
