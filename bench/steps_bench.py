@@ -83,7 +83,8 @@ Observability mode, the cost of metrics (issue 29): ``--observability``. The sam
 machinery on this checkout's code twice: side A serves as it is, side B with
 ``--metrics-listen`` and its ``/metrics`` scraped every second while it is measured (the
 runs gauge reads the database at each scrape). The criterion: B/A of the median pairs/s
->= 0.95 on each engine.
+>= 0.95 on each engine, as the geometric mean of two runs with the servers started in
+either order (which alone moved an A/A run on PostgreSQL by 14 %).
 
     .venv/bin/python bench/steps_bench.py --observability [--engines sqlite,postgres]
 """
@@ -95,6 +96,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -699,10 +701,11 @@ def checkouts(refs: list[str | None]) -> Iterator[list[Side]]:
         yield sides
 
 
-#: How often ``--observability`` scrapes side B's /metrics while it is measured: far more
-#: often than a Prometheus would (15 s is the common interval), so the scrape's own cost (the
-#: runs gauge reads the database) is in the figure, not hidden between scrapes.
-SCRAPE_EVERY = 1.0
+#: How often ``--observability`` scrapes the metrics side's /metrics while it is measured
+#: (env ``AGENTRT_BENCH_SCRAPE_EVERY``, seconds): by default every second, far more often than
+#: a Prometheus would (15 s is the common interval), so the scrape's own cost (rendering every
+#: series; the runs gauge reads the database) is in the figure, not hidden between scrapes.
+SCRAPE_EVERY = float(os.environ.get("AGENTRT_BENCH_SCRAPE_EVERY", "1.0"))
 
 
 @contextlib.asynccontextmanager
@@ -822,9 +825,11 @@ def ab_table(
     *,
     criterion: str | None = None,
     threshold: float = AB_THRESHOLD,
+    verdict: bool = True,
 ) -> list[str]:
     """One engine's A/B report; the verdict is on ``criterion`` (default: the engine's
-    :data:`AB_CRITERION`) against ``threshold``."""
+    :data:`AB_CRITERION`) against ``threshold`` (none when ``verdict`` is False: the caller
+    combines runs)."""
     a, b = (samples[side.name] for side in sides)
     rows = [
         f"**{engine}** — {AB_WORKERS} workers, medians over {len(a)} interleaved repetitions",
@@ -846,7 +851,7 @@ def ab_table(
             f"| {statistics.median(one.steps.machine_busy for one in mine):.0%} |"
         )
     rows.append("")
-    criterion = criterion or AB_CRITERION.get(engine)
+    criterion = (criterion or AB_CRITERION.get(engine)) if verdict else None
     for metric, label in AB_METRICS.items():
         each_a, each_b = ab_figure(a, metric), ab_figure(b, metric)
         paired = [y / x for x, y in zip(each_a, each_b, strict=True)]
@@ -861,57 +866,64 @@ def ab_table(
         if metric != criterion:
             rows.append(f"- B/A of the median {label}: {ratio:.3f} (for reference)")
             continue
-        verdict = "PASS" if ratio >= threshold else "FAIL"
+        said = "PASS" if ratio >= threshold else "FAIL"
         if len(a) < AB_MIN_REPETITIONS:
-            verdict += f" (inconclusive: fewer than {AB_MIN_REPETITIONS} repetitions)"
+            said += f" (inconclusive: fewer than {AB_MIN_REPETITIONS} repetitions)"
         rows.append(
-            f"- **B/A of the median {label}: {ratio:.3f} — {verdict}** (criterion: >= {threshold})"
+            f"- **B/A of the median {label}: {ratio:.3f} — {said}** (criterion: >= {threshold})"
         )
     return rows
 
 
 def main_observability(engines: list[str], pairs: int, calls: int, repetitions: int) -> None:
-    """Issue 29's cost: this checkout's code with metrics off (A) and on, scraped (B), in the
-    same run, measured as the A/B mode measures two commits. Criterion: B/A of the median
-    pairs/s >= :data:`OBSERVABILITY_THRESHOLD` on each engine."""
+    """Issue 29's cost: this checkout's code with metrics off and on (scraped), in the same
+    run, measured as the A/B mode measures two commits, twice per engine: first with metrics
+    off as side A (its server started first), then with metrics on as side A. An A/A run on
+    PostgreSQL (the same code on both sides) measured the second server 0.86x the first: the
+    order the servers start in moves the figure by more than the criterion, so each order is
+    measured and the cost is the geometric mean of the two (on/off) ratios, in which that
+    bias cancels. Criterion: that mean of the median pairs/s >= :data:`OBSERVABILITY_THRESHOLD`
+    on each engine."""
     port = free_port()
     describe = git("describe", "--always", "--dirty")
     subject = git("log", "-1", "--format=%s")[:60]
-    sides = [
-        Side("A", "metrics off", ROOT, f"{describe} {subject}"),
-        Side(
-            "B",
-            "metrics on",
-            ROOT,
-            f"{describe} {subject}",
-            ("--metrics-listen", f"127.0.0.1:{port}"),
-            f"http://127.0.0.1:{port}/metrics",
-        ),
+    label = f"{describe} {subject}"
+    flags = ("--metrics-listen", f"127.0.0.1:{port}")
+    url = f"http://127.0.0.1:{port}/metrics"
+    orders = [
+        [Side("A", "metrics off", ROOT, label), Side("B", "metrics on", ROOT, label, flags, url)],
+        [Side("A", "metrics on", ROOT, label, flags, url), Side("B", "metrics off", ROOT, label)],
     ]
     started = time.perf_counter()
     results = {
-        engine: asyncio.run(run_ab(engine, sides, pairs, calls, repetitions)) for engine in engines
+        engine: [asyncio.run(run_ab(engine, sides, pairs, calls, repetitions)) for sides in orders]
+        for engine in engines
     }
     print(f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; cores: {os.cpu_count()}\n")
-    print(f"- code: {describe} {subject}")
-    print("- A: `agentrt serve` as it is; B: with `--metrics-listen`, /metrics scraped every")
-    print(f"  {SCRAPE_EVERY:g} s while B is measured")
+    print(f"- code: {label}")
+    print("- metrics off: `agentrt serve` as it is; on: with `--metrics-listen`, /metrics")
+    print(f"  scraped every {SCRAPE_EVERY:g} s while that side is measured")
     print(
         f"- {pairs_for(AB_WORKERS, pairs) * AB_WORKERS} pairs and {calls} empty calls per loop; "
-        "A goes first in odd repetitions, B in even ones"
+        "A goes first in odd repetitions, B in even ones; each engine twice, A's server"
+        " started first"
     )
-    for engine, (samples, _code) in results.items():
-        print()
-        print(
-            "\n".join(
-                ab_table(
-                    engine,
-                    sides,
-                    samples,
-                    criterion="pairs",
-                    threshold=OBSERVABILITY_THRESHOLD,
-                )
+    for engine, runs in results.items():
+        ratios = []
+        for sides, (samples, _code) in zip(orders, runs, strict=True):
+            print()
+            print("\n".join(ab_table(engine, sides, samples, verdict=False)))
+            on, off = (s.name for s in sorted(sides, key=lambda s: s.metrics_url is None))
+            ratios.append(
+                statistics.median(ab_figure(samples[on], "pairs"))
+                / statistics.median(ab_figure(samples[off], "pairs"))
             )
+        mean = math.sqrt(ratios[0] * ratios[1])
+        verdict = "PASS" if mean >= OBSERVABILITY_THRESHOLD else "FAIL"
+        print(
+            f"\n- **{engine}: metrics on / off, median pairs/s: {ratios[0]:.3f} (off started"
+            f" first), {ratios[1]:.3f} (on started first); geometric mean {mean:.3f} —"
+            f" {verdict}** (criterion: >= {OBSERVABILITY_THRESHOLD})"
         )
     print(f"\nWall time: {time.perf_counter() - started:.0f} s")
 

@@ -78,7 +78,10 @@ class RunMetrics:
 
     def observed(self, observations: Sequence[Observation]) -> None:
         for seen in observations:
-            if isinstance(seen, RunMoved):
+            # Steps first: they are most of what a busy server observes.
+            if isinstance(seen, StepRecorded):
+                self._step(seen)
+            elif isinstance(seen, RunMoved):
                 if seen.ended:
                     self._ended.labels(seen.namespace, seen.agent_id, seen.status).inc()
                     if seen.lifetime is not None:
@@ -95,8 +98,6 @@ class RunMetrics:
                 self._reaped.labels(seen.kind).inc()
                 if seen.kind == "lease_expired":
                     self._lost.labels(seen.namespace, seen.agent_id).inc()
-            elif isinstance(seen, StepRecorded):
-                self._step(seen)
             elif isinstance(seen, ApprovalResolved):
                 self._approval_wait.labels(seen.namespace, seen.agent_id, seen.decision).observe(
                     max(seen.waited.total_seconds(), 0.0)

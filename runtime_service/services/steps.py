@@ -62,7 +62,7 @@ class StepsService:
         """Raise the error a BeginStep answers (after what it recorded was committed); end the
         run first if its budget is used up."""
         if begun.step is not None and not begun.existing and self._rt.observer is not None:
-            await self._observe(begun.step, begun.agent_digest, begun=True)
+            self._observe(begun.step, await self._agent_id(begun.agent_digest), begun=True)
         if begun.budget_stop is not None:
             raise await self._stop_on_budget(begun.budget_stop)
         if begun.failed_steps_stop is not None:
@@ -83,15 +83,23 @@ class StepsService:
             raise ended.error
         assert ended.step is not None
         if ended.agent_digest and self._rt.observer is not None:
-            await self._observe(ended.step, ended.agent_digest, begun=False)
+            self._observe(ended.step, await self._agent_id(ended.agent_digest), begun=False)
         return ended.step
 
-    async def _observe(self, step: Step, agent_digest: str, *, begun: bool) -> None:
+    async def _agent_id(self, digest: str) -> str:
+        # The cache holds the run's definition (its BeginStep needed it): no await then.
+        cached = self._bound.cached(digest)
+        return (
+            cached.definition.agent_id
+            if cached is not None
+            else (await self.definition(digest)).agent_id
+        )
+
+    def _observe(self, step: Step, agent_id: str, *, begun: bool) -> None:
         """Tell the observer about a step this call began or ended (committed, wherever it
         was written: both paths settle here, in the server). A step born ended (a denied tool
         call) is begun and ended at once."""
         assert self._rt.observer is not None
-        agent_id = (await self.definition(agent_digest)).agent_id
         model = step.reported_model_id or step.requested_model_id
         self._rt.observer.observed(
             [
