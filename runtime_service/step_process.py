@@ -17,10 +17,10 @@ writers as they order the server's own transactions; its NOTIFY carries the serv
 
 Wire: length-prefixed pickles over a private socketpair between the two processes (nothing
 else can write to it). Server to child: ``(job, method, request bytes)``. Child to server, per
-committed batch: a list of ``(job, answer or None, keys to wake)``, where the answer is the
-engine's result (``step_engine.Begun`` / ``Ended``: records and errors, no messages): the
-server settles it and builds the response, which keeps the child, the busier of the two, to
-the writing.
+committed batch: the seconds its transaction took (for the metrics) and a list of ``(job,
+answer or None, keys to wake)``, where the answer is the engine's result
+(``step_engine.Begun`` / ``Ended``: records and errors, no messages): the server settles it
+and builds the response, which keeps the child, the busier of the two, to the writing.
 """
 
 from __future__ import annotations

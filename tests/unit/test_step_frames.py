@@ -91,7 +91,8 @@ sock.sendall(frame("ready"))
 reader = FrameReader()
 while data := sock.recv(65536):
     for job, _method, request in reader.feed(data):
-        sock.sendall(frame([(job, COMMIT_UNKNOWN if request == b"lost" else None, ())]))
+        answers = [(job, COMMIT_UNKNOWN if request == b"lost" else None, ())]
+        sock.sendall(frame((0.001, answers)))  # (the batch's seconds, its answers)
 """
 
 
