@@ -142,6 +142,15 @@ RUNS = Spec(
     ("namespace", "agent_id", "status"),
     collected=True,
 )
+BLOB_BYTES = Spec(
+    "agentrt_blob_bytes",
+    "gauge",
+    "Blob bytes by state: stored (every stored blob, counted once, as the quota counts them;"
+    " read from the database at each scrape, the same from every replica) and staged (uploads"
+    " this replica is receiving and has not stored yet).",
+    ("state",),
+    collected=True,
+)
 RUNS_ENDED = Spec(
     "agentrt_runs_ended",
     "counter",
@@ -236,6 +245,7 @@ SPECS: Final = (
     GRPC_IN_FLIGHT,
     GRPC_REFUSED,
     RUNS,
+    BLOB_BYTES,
     RUNS_ENDED,
     RUN_DURATION,
     SCHEDULE_TO_START,

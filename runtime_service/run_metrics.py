@@ -16,10 +16,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
+from sqlalchemy.orm import Session
+
 from agentrt_base.db import Database
 from agentrt_base.metrics import (
     APPROVAL_WAIT,
     ATTEMPTS_STARTED,
+    BLOB_BYTES,
     DB_BATCH_SIZE,
     DB_COMMIT_SECONDS,
     LEASE_LOSSES,
@@ -44,8 +47,9 @@ from runtime_service.observations import (
     RunMoved,
     StepRecorded,
 )
+from runtime_service.services.context import Runtime
 from runtime_service.step_process import StepProcess
-from runtime_service.store import runs
+from runtime_service.store import blobs, runs
 
 log = logging.getLogger("agentrt.metrics")
 
@@ -57,7 +61,7 @@ READ_EVERY: Final = 1.0
 class RunMetrics:
     """The :class:`~runtime_service.observations.Observer` the server gives its runtime."""
 
-    def __init__(self, metrics: Metrics, database: Database) -> None:
+    def __init__(self, metrics: Metrics, runtime: Runtime) -> None:
         self._ended = metrics.counter(RUNS_ENDED)
         self._duration = metrics.histogram(RUN_DURATION)
         self._waited = metrics.histogram(SCHEDULE_TO_START)
@@ -70,11 +74,11 @@ class RunMetrics:
         self._tokens = metrics.counter(MODEL_TOKENS)
         self._cost = metrics.counter(MODEL_COST)
         self._approval_wait = metrics.histogram(APPROVAL_WAIT)
-        self._database = database
-        self._lock = threading.Lock()
-        self._read_at = 0.0
-        self._active: Mapping[tuple[str, ...], float] = {}
-        metrics.collect(RUNS, self.active_runs)
+        self._runtime = runtime
+        self._active = _EverySecond(lambda: runtime.database.read_sync(_active_runs))
+        self._stored = _EverySecond(lambda: runtime.database.read_sync(_stored_bytes))
+        metrics.collect(RUNS, self._active.read)
+        metrics.collect(BLOB_BYTES, self.blob_bytes)
 
     def observed(self, observations: Sequence[Observation]) -> None:
         for seen in observations:
@@ -120,23 +124,45 @@ class RunMetrics:
             if seen.cost_usd > 0:
                 self._cost.labels(*model).inc(seen.cost_usd)
 
-    def active_runs(self) -> Mapping[tuple[str, ...], float]:
-        """The runs gauge's samples, read on the scraping thread (at most once a second).
-        A database that cannot answer leaves the series out of this scrape, rather than
-        failing the whole scrape: the gRPC and process metrics still say what is wrong."""
+    def blob_bytes(self) -> Mapping[tuple[str, ...], float]:
+        # A list first: the set changes on the event loop's thread meanwhile.
+        staged = sum(upload.size for upload in list(self._runtime.uploads))
+        return {**self._stored.read(), ("staged",): float(staged)}
+
+
+def _active_runs(session: Session) -> Mapping[tuple[str, ...], float]:
+    return {
+        (namespace, agent_id, status): float(count)
+        for namespace, agent_id, status, count in runs.count_active(session)
+    }
+
+
+def _stored_bytes(session: Session) -> Mapping[tuple[str, ...], float]:
+    return {("stored",): float(blobs.used_bytes(session))}
+
+
+class _EverySecond:
+    """Samples read from the database on the scraping thread, at most once per
+    :data:`READ_EVERY`. A database that cannot answer leaves the series out of that scrape
+    rather than failing the whole scrape: the gRPC and process metrics still say what is
+    wrong."""
+
+    def __init__(self, read: Callable[[], Mapping[tuple[str, ...], float]]) -> None:
+        self._read = read
+        self._lock = threading.Lock()
+        self._read_at = 0.0
+        self._samples: Mapping[tuple[str, ...], float] = {}
+
+    def read(self) -> Mapping[tuple[str, ...], float]:
         with self._lock:
             if time.monotonic() - self._read_at >= READ_EVERY:
                 try:
-                    counted = self._database.read_sync(runs.count_active)
+                    self._samples = self._read()
                 except Exception as exc:  # whatever it is: reported, and the scrape goes on
-                    log.warning("cannot read the runs gauge from the database: %s", exc)
+                    log.warning("cannot read metrics from the database: %s", exc)
                     return {}
-                self._active = {
-                    (namespace, agent_id, status): float(count)
-                    for namespace, agent_id, status, count in counted
-                }
                 self._read_at = time.monotonic()
-            return self._active
+            return self._samples
 
 
 def watch_writers(metrics: Metrics, database: Database, step_process: StepProcess | None) -> None:

@@ -275,8 +275,9 @@ class AgentrtServer:
         if self.metrics is not None:
             watch_writers(self.metrics, database, step_process)
 
-        observer = RunMetrics(self.metrics, database) if self.metrics is not None else None
-        runtime = Runtime(database, notifier, self.runtime_settings, observer)
+        runtime = Runtime(database, notifier, self.runtime_settings)
+        if self.metrics is not None:
+            runtime.observer = RunMetrics(self.metrics, runtime)
         authenticator = self.authenticator
 
         async def authenticate(context: grpc.aio.ServicerContext[Any, Any]) -> None:

@@ -132,6 +132,7 @@ class BlobService:
 
         # Created here, not in a thread: a cancellation while awaiting it would leak the file.
         upload = self._store.open_upload()
+        self._rt.uploads.add(upload)
         handed_over = False
         try:
             async for chunk in chunks:
@@ -165,6 +166,7 @@ class BlobService:
                 # Not awaited: a cancelled call may be cancelled again at any await, and the
                 # staged file must go whatever happens (closing and unlinking are quick).
                 upload.discard()
+                self._rt.uploads.discard(upload)
 
     async def _keep(self, header: BlobHeader, digest: str, upload: Upload) -> tuple[Blob, bool]:
         lock, users = self._keeping.get(digest, (asyncio.Lock(), 0))
@@ -175,6 +177,7 @@ class BlobService:
                 return blob_of(row), created
         finally:
             upload.discard()
+            self._rt.uploads.discard(upload)
             lock, users = self._keeping[digest]
             if users == 1:
                 del self._keeping[digest]

@@ -16,6 +16,7 @@ from runtime_service import notify
 from runtime_service.notify import Notifier
 from runtime_service.observations import OBSERVED, Observation, Observer
 from runtime_service.runtime_settings import RuntimeSettings
+from runtime_service.store.blobs import Upload
 
 T = TypeVar("T")
 
@@ -27,6 +28,9 @@ class Runtime:
     settings: RuntimeSettings = field(default_factory=RuntimeSettings)
     #: Told what each committed write did (``runtime_service.observations``); None: nobody.
     observer: Observer | None = None
+    #: The uploads this server is receiving (PutBlob), not yet stored: the metrics' staged
+    #: bytes.
+    uploads: set[Upload] = field(default_factory=set)
 
     async def write(self, fn: Callable[[Session], T]) -> T:
         """Run ``fn`` in one write transaction; after it commits, wake the keys it touched.

@@ -7,8 +7,10 @@ parser and, when Debian's ``promtool`` is installed (``.ci/run`` installs it), c
 
 from __future__ import annotations
 
+import concurrent.futures
 import shutil
 import subprocess
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -29,7 +31,7 @@ from runtime_service.run_metrics import READ_EVERY
 from runtime_service.runtime_settings import RuntimeSettings
 from runtime_service.server import StartupError
 from tests.runtime_support import Stubs
-from tests.service.steps_support import start
+from tests.service.steps_support import chunk, header, start
 from tests.support import ServerThread, serving
 
 
@@ -242,3 +244,32 @@ def test_a_step_is_counted_once_whatever_the_worker_repeats(metered: ServerThrea
     assert grew("agentrt_model_tokens_total", direction="input", **model) == 120
     assert grew("agentrt_model_tokens_total", direction="output", **model) == 30
     assert grew("agentrt_model_cost_usd_total", **model) == pytest.approx(0.25)
+
+
+def test_blob_bytes_staged_while_an_upload_arrives_then_stored(metered: ServerThread) -> None:
+    """Staged: what this server holds of an upload still arriving (its first half here,
+    while the client holds back the second); stored: read from the database once it is."""
+    data = f"blob bytes for the gauge {time.time_ns()}".encode() * 100
+    half = len(data) // 2
+    go_on = threading.Event()
+
+    def messages() -> Iterator[pb.PutBlobRequest]:
+        yield header(len(data))
+        yield chunk(data[:half])
+        go_on.wait(30)
+        yield chunk(data[half:])
+
+    with Stubs.open(metered.address) as stubs, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        before = scrape(metered)
+        uploading = pool.submit(stubs.runtime.PutBlob, messages(), timeout=30)
+        deadline = time.monotonic() + 10
+        while _value(scrape(metered), "agentrt_blob_bytes", state="staged") != half:
+            assert time.monotonic() < deadline, "the first half never showed as staged"
+            time.sleep(0.05)
+        go_on.set()
+        uploading.result(30)
+        time.sleep(READ_EVERY)
+        after = scrape(metered)
+    stored = _value(after, "agentrt_blob_bytes", state="stored")
+    assert stored - _value(before, "agentrt_blob_bytes", state="stored") == len(data)
+    assert _value(after, "agentrt_blob_bytes", state="staged") == 0
