@@ -131,6 +131,9 @@ class Database:
         #: Called with each database failure a call met (``database_failure``'s answer), so
         #: the health watcher need not wait for its next probe (``runtime_service.health``).
         self.on_failure: Callable[[errors.AgentrtError], None] | None = None
+        #: Starts a span around one transaction, named for what it does ("write", "read";
+        #: ``agentrt_base.tracing.Tracing.database_span``); None: the server does not trace.
+        self.span: Callable[[str], contextlib.AbstractContextManager[object]] | None = None
         self._probe_engine: Engine | None = None
         if self.is_sqlite:
             # Two: the group-commit writer keeps one for itself; the other serves the rare
@@ -200,12 +203,20 @@ class Database:
         with self._read_sessions.begin() as session:
             return fn(session)
 
+    def traced(self, operation: str) -> contextlib.AbstractContextManager[object]:
+        """The span of one transaction doing ``operation`` (a no-op when untraced)."""
+        return self.span(operation) if self.span is not None else contextlib.nullcontext()
+
     async def write(self, fn: Callable[[Session], T]) -> T:
         """Run ``fn`` in a write transaction; returns (or raises) after the commit.
 
         On SQLite ``fn`` may share its transaction with other queued writes (group commit,
         each in its own savepoint); it must not commit or roll back itself.
         """
+        with self.traced("write"):
+            return await self._write(fn)
+
+    async def _write(self, fn: Callable[[Session], T]) -> T:
         try:
             if self._group is not None:
                 return await self._group.submit(fn)
@@ -224,6 +235,10 @@ class Database:
 
     async def write_raw(self, fn: Callable[[RawTx], T]) -> T:
         """Like :meth:`write`, for a job written in plain SQL (``agentrt_base.raw``)."""
+        with self.traced("write"):
+            return await self._write_raw(fn)
+
+    async def _write_raw(self, fn: Callable[[RawTx], T]) -> T:
         try:
             if self._group is not None:
                 return await self._group.submit(fn, raw=True)
@@ -240,6 +255,10 @@ class Database:
 
     async def read(self, fn: Callable[[Session], T]) -> T:
         """Run ``fn`` in one read transaction on a reader thread."""
+        with self.traced("read"):
+            return await self._read(fn)
+
+    async def _read(self, fn: Callable[[Session], T]) -> T:
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._read_executor, self.read_sync, fn)

@@ -1,10 +1,11 @@
 """The server's log formats: text (the default) and JSON, one object a line.
 
 A JSON line has ``time`` (UTC, RFC 3339 with milliseconds), ``level``, ``logger`` and
-``message``; ``exception`` when one is logged; and, in a call, ``method``, ``principal`` and
-the ids the request names (``thread_id``, ``run_id``, ``attempt_id``, ``step_id``:
-``agentrt_base.call_context``). The server logs no user content (prompts, tool arguments,
-outputs) at any level; ids and reasons only.
+``message``; ``exception`` when one is logged; and, in a call, ``method``, ``principal``, the
+ids the request names (``thread_id``, ``run_id``, ``attempt_id``, ``step_id``:
+``agentrt_base.call_context``) and, when the server traces (``agentrt_base.tracing``), the
+call's ``trace_id`` and ``span_id``, so a log line leads to its trace. The server logs no
+user content (prompts, tool arguments, outputs) at any level; ids and reasons only.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import datetime as dt
 import json
 import logging
 from typing import Any, Final, TextIO
+
+from opentelemetry import trace
 
 from agentrt_base.auth import CALLER
 from agentrt_base.call_context import CALL
@@ -38,6 +41,10 @@ class JsonFormatter(logging.Formatter):
         principal = CALLER.get()
         if principal is not None:
             line["principal"] = principal.name
+        span = trace.get_current_span().get_span_context()
+        if span.is_valid:
+            line["trace_id"] = format(span.trace_id, "032x")
+            line["span_id"] = format(span.span_id, "016x")
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return json.dumps(line, ensure_ascii=False)

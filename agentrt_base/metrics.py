@@ -237,6 +237,62 @@ APPROVAL_WAIT = Spec(
     ("namespace", "agent_id", "decision"),
     buckets=RUN_BUCKETS,
 )
+#: The GenAI metrics' Prometheus equivalents (``runtime_service.genai``): the conventions'
+#: name under the ``agentrt_`` prefix with its unit's suffix, its attributes as labels
+#: (dots made underscores), its advisory buckets. Made on the ledger telemetry thread.
+_GENAI_TOKEN_BUCKETS: Final = tuple(float(4**n) for n in range(14))  # 1 … 67,108,864
+_GENAI_SECONDS_BUCKETS: Final = tuple(0.01 * 2**n for n in range(14))  # 0.01 … 81.92
+GENAI_TOKEN_USAGE = Spec(
+    "agentrt_gen_ai_client_token_usage_tokens",
+    "histogram",
+    "gen_ai.client.token.usage: tokens of each ended MODEL_CALL step as its worker reported"
+    " them, by operation, provider, requested and reported model and token type (input,"
+    " output).",
+    (
+        "gen_ai_operation_name",
+        "gen_ai_provider_name",
+        "gen_ai_request_model",
+        "gen_ai_response_model",
+        "gen_ai_token_type",
+    ),
+    buckets=_GENAI_TOKEN_BUCKETS,
+    threaded=True,
+)
+GENAI_OPERATION_DURATION = Spec(
+    "agentrt_gen_ai_client_operation_duration_seconds",
+    "histogram",
+    "gen_ai.client.operation.duration: each ended MODEL_CALL step's duration on the ledger"
+    " (begun to ended), by operation, provider, requested and reported model and error type"
+    " (empty when it succeeded).",
+    (
+        "gen_ai_operation_name",
+        "gen_ai_provider_name",
+        "gen_ai_request_model",
+        "gen_ai_response_model",
+        "error_type",
+    ),
+    buckets=_GENAI_SECONDS_BUCKETS,
+    threaded=True,
+)
+GENAI_AGENT_DURATION = Spec(
+    "agentrt_gen_ai_invoke_agent_duration_seconds",
+    "histogram",
+    "gen_ai.invoke_agent.duration: each ended attempt's duration (acquired to ended), by"
+    " operation, provider (the model policy's primary), agent and error type (empty when it"
+    " succeeded).",
+    ("gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_agent_name", "error_type"),
+    buckets=_GENAI_SECONDS_BUCKETS,
+    threaded=True,
+)
+GENAI_TOOL_DURATION = Spec(
+    "agentrt_gen_ai_execute_tool_duration_seconds",
+    "histogram",
+    "gen_ai.execute_tool.duration: each ended TOOL_CALL step's duration on the ledger, by"
+    " operation, tool, tool type and error type (empty when it succeeded).",
+    ("gen_ai_operation_name", "gen_ai_tool_name", "gen_ai_tool_type", "error_type"),
+    buckets=_GENAI_SECONDS_BUCKETS,
+    threaded=True,
+)
 
 #: Every metric, in the order docs/operations.md lists them.
 SPECS: Final = (
@@ -258,6 +314,10 @@ SPECS: Final = (
     MODEL_TOKENS,
     MODEL_COST,
     APPROVAL_WAIT,
+    GENAI_TOKEN_USAGE,
+    GENAI_OPERATION_DURATION,
+    GENAI_AGENT_DURATION,
+    GENAI_TOOL_DURATION,
     DB_BATCH_SIZE,
     DB_COMMIT_SECONDS,
     STEP_WRITER_RESTARTS,

@@ -208,9 +208,11 @@ COVERED: dict[str, tuple[str, ...]] = {
 #: served message is in exactly one of ``COVERED`` and this, so a field added to a message
 #: is a decision, not a silent gap.
 NOT_COMPARED: dict[str, tuple[str, ...]] = {
-    "run": ("id", "namespace", "update_time", "last_event_sequence"),
-    "attempt": ("id", "lease_expire_time"),
-    "step": ("id",),
+    # The trace context points at telemetry outside the ledger (docs/audit.md, "Not
+    # covered"): not evidence, so not committed to.
+    "run": ("id", "namespace", "update_time", "last_event_sequence", "traceparent"),
+    "attempt": ("id", "lease_expire_time", "traceparent"),
+    "step": ("id", "trace_id", "span_id"),
     "checkpoint": ("id",),
     "artifact": ("id",),
     "input": ("id",),

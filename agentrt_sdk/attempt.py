@@ -44,6 +44,7 @@ from agentrt_sdk.models.base import (
 )
 from agentrt_sdk.retry import ModelRetryPolicy, RetriesExhausted
 from agentrt_sdk.step_handles import ModelCall, ToolCallStep, ToolResult
+from agentrt_sdk.tracing import Tracer, step_span, tracer_for
 
 _log = logging.getLogger("agentrt_sdk.worker")
 
@@ -130,6 +131,8 @@ class Attempt:
     retry: ModelRetryPolicy = field(default_factory=ModelRetryPolicy)
     #: Retries :meth:`generate` made in this attempt (``maximum_retries_per_attempt``).
     retries: int = 0
+    #: The tracer of the worker's spans (``agentrt_sdk.tracing``; the global one's).
+    tracer: Tracer = field(default_factory=lambda: tracer_for(None))
     _counters: dict[str, int] = field(default_factory=dict)
     _last_sequence: int = 0
 
@@ -259,7 +262,8 @@ class Attempt:
             yield call
             return
         try:
-            yield call
+            with step_span(self.tracer, begun.step, f"agentrt.worker.model_call {call.model_id}"):
+                yield call
         except BaseException as exc:
             await self._fail(begun.step.id, exc)
             raise
@@ -408,7 +412,8 @@ class Attempt:
             yield call
             return
         try:
-            yield call
+            with step_span(self.tracer, step, f"agentrt.worker.tool_call {tool}"):
+                yield call
         except BaseException as exc:
             await self._fail(step.id, exc, tool_error=True)
             raise

@@ -43,6 +43,7 @@ from agentrt_core.connect import (
     resolve_target,
 )
 from agentrt_sdk import errors
+from agentrt_sdk.tracing import outgoing_metadata
 
 __all__ = ["Connection", "RetryPolicy"]
 
@@ -182,10 +183,11 @@ class Connection:
         """
         call = self._callable(service, method)
         retry_ok = repeatable(method, request)
+        metadata = outgoing_metadata(self._metadata)
         result = await self._with_retries(
             method,
             retry_ok,
-            lambda: call(request, timeout=call_timeout or self.timeout, metadata=self._metadata),
+            lambda: call(request, timeout=call_timeout or self.timeout, metadata=metadata),
         )
         return cast(R, result)
 
@@ -200,12 +202,11 @@ class Connection:
     ) -> R:
         """Call a client-streaming RPC; ``requests`` makes the messages anew for each try."""
         call = self._callable(service, method)
+        metadata = outgoing_metadata(self._metadata)
         result = await self._with_retries(
             method,
             method in IDEMPOTENT,
-            lambda: call(
-                iter(requests()), timeout=call_timeout or self.timeout, metadata=self._metadata
-            ),
+            lambda: call(iter(requests()), timeout=call_timeout or self.timeout, metadata=metadata),
         )
         return cast(R, result)
 
@@ -215,7 +216,7 @@ class Connection:
         """Iterate a server-streaming RPC once (no retries: a resuming stream knows its
         cursor and reconnects itself, as :mod:`agentrt_sdk.watch` does)."""
         call = self._callable(service, method)(
-            request, timeout=call_timeout, metadata=self._metadata
+            request, timeout=call_timeout, metadata=outgoing_metadata(self._metadata)
         )
         try:
             async for message in call:

@@ -40,6 +40,7 @@ from agentrt_sdk.attempt import ApprovalPending, Attempt, AttemptStopped
 from agentrt_sdk.client import AgentrtClient
 from agentrt_sdk.models.base import ModelAdapter, ModelError
 from agentrt_sdk.retry import ModelRetryPolicy
+from agentrt_sdk.tracing import TracerProvider, attempt_span, tracer_for
 
 __all__ = ["AgentFunction", "Result", "ToolFunction", "Worker"]
 
@@ -87,6 +88,9 @@ class Worker:
         labels: only runs with these labels.
         retry: how a failed model call is retried, and when the worker gives up on it
             (default :class:`~agentrt_sdk.retry.ModelRetryPolicy`'s).
+        tracer_provider: the OpenTelemetry tracer provider of the worker's spans (default
+            the global one; without an OpenTelemetry SDK they are no-ops). Each attempt's
+            span is a child of the span the server gave the attempt (``agentrt_sdk.tracing``).
     """
 
     def __init__(
@@ -103,6 +107,7 @@ class Worker:
         agent_ids: Sequence[str] = (),
         labels: Mapping[str, str] | None = None,
         retry: ModelRetryPolicy | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -116,6 +121,7 @@ class Worker:
         self.poll_wait = poll_wait
         self.filter = message_pb2.AcquireFilter(agent_ids=list(agent_ids), labels=labels)
         self.retry = retry or ModelRetryPolicy()
+        self.tracer = tracer_for(tracer_provider)
         self._handled = 0
 
     async def run(self, stop: asyncio.Event | None = None, max_runs: int | None = None) -> None:
@@ -181,6 +187,7 @@ class Worker:
             model=self.model,
             tools=self.tools,
             retry=self.retry,
+            tracer=self.tracer,
         )
         label = f"run {acquired.run.id} attempt {acquired.attempt.number}"
         logic: asyncio.Task[Any] | None = None
@@ -193,49 +200,54 @@ class Worker:
                 logic.cancel()
 
         beat = asyncio.create_task(self._heartbeat(attempt, stop))
-        try:
-            await attempt._restore()
-            begun = await attempt._worker(
-                "BeginTurn",
-                wpb.BeginTurnRequest(fence=attempt.fence, request_id=f"{attempt.attempt.id}:turn"),
-                wpb.BeginTurnResponse,
-            )
-            attempt.turn_id, attempt.inputs = begun.turn.id, list(begun.delivered_inputs)
-            while True:
-                logic = asyncio.create_task(self.agent(attempt))
-                outcome = await self._outcome(logic, attempt)
-                if outcome is not None:
-                    await self._finish(attempt, *outcome)
-                    return
-                result = logic.result()
-                ended = await attempt._worker(
-                    "EndTurn",
-                    wpb.EndTurnRequest(fence=attempt.fence, turn_id=attempt.turn_id),
-                    wpb.EndTurnResponse,
+        # The attempt's work is a span of the run's trace (the heartbeat, started before it,
+        # is not: a span per heartbeat would bury the steps).
+        with attempt_span(self.tracer, acquired.run, acquired.attempt):
+            try:
+                await attempt._restore()
+                begun = await attempt._worker(
+                    "BeginTurn",
+                    wpb.BeginTurnRequest(
+                        fence=attempt.fence, request_id=f"{attempt.attempt.id}:turn"
+                    ),
+                    wpb.BeginTurnResponse,
                 )
-                if not ended.HasField("next_turn"):
-                    await self._complete(attempt, result)
-                    return
-                attempt.turn_id = ended.next_turn.id
-                attempt.inputs = list(ended.delivered_inputs)
-        except errors.LeaseLostError as exc:
-            _log.warning("%s: lease lost (%s); stopping without another write", label, exc)
-        except errors.BudgetExceededError as exc:
-            _log.warning("%s: budget exceeded (%s); the run has ended", label, exc)
-        except errors.FailedStepLimitError as exc:
-            _log.warning("%s: the runtime ended the attempt: %s", label, exc.message)
-        except AttemptStopped as exc:
-            if attempt.stop_reason != _LEASE_LOST:
-                _log.warning("%s: stopped: %s", label, exc)
-        except errors.AgentrtError as exc:
-            # The server refused or could not take a call of the protocol itself (after the
-            # transport's retries): this attempt is left to its lease, which expires, and
-            # the worker goes on with the next run.
-            _log.error("%s: abandoned: %s", label, exc)
-        finally:
-            beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beat
+                attempt.turn_id, attempt.inputs = begun.turn.id, list(begun.delivered_inputs)
+                while True:
+                    logic = asyncio.create_task(self.agent(attempt))
+                    outcome = await self._outcome(logic, attempt)
+                    if outcome is not None:
+                        await self._finish(attempt, *outcome)
+                        return
+                    result = logic.result()
+                    ended = await attempt._worker(
+                        "EndTurn",
+                        wpb.EndTurnRequest(fence=attempt.fence, turn_id=attempt.turn_id),
+                        wpb.EndTurnResponse,
+                    )
+                    if not ended.HasField("next_turn"):
+                        await self._complete(attempt, result)
+                        return
+                    attempt.turn_id = ended.next_turn.id
+                    attempt.inputs = list(ended.delivered_inputs)
+            except errors.LeaseLostError as exc:
+                _log.warning("%s: lease lost (%s); stopping without another write", label, exc)
+            except errors.BudgetExceededError as exc:
+                _log.warning("%s: budget exceeded (%s); the run has ended", label, exc)
+            except errors.FailedStepLimitError as exc:
+                _log.warning("%s: the runtime ended the attempt: %s", label, exc.message)
+            except AttemptStopped as exc:
+                if attempt.stop_reason != _LEASE_LOST:
+                    _log.warning("%s: stopped: %s", label, exc)
+            except errors.AgentrtError as exc:
+                # The server refused or could not take a call of the protocol itself (after
+                # the transport's retries): this attempt is left to its lease, which expires,
+                # and the worker goes on with the next run.
+                _log.error("%s: abandoned: %s", label, exc)
+            finally:
+                beat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await beat
 
     async def _outcome(
         self, logic: asyncio.Task[Any], attempt: Attempt

@@ -19,6 +19,8 @@ from typing import Final, Protocol
 
 from sqlalchemy.orm import Session
 
+from runtime_service.records import Attempt, Step
+
 #: Where a transaction's observations wait for its commit.
 OBSERVED: Final = "agentrt.observed"
 
@@ -40,13 +42,42 @@ class RunMoved:
 @dataclass(frozen=True, slots=True)
 class AttemptStarted:
     """A worker acquired a run: its attempt ``number`` began for ``reason``; for the first,
-    ``waited`` is how long the run was queued (created → acquired)."""
+    ``waited`` is how long the run was queued (created → acquired). ``trace`` says what the
+    attempt's and its steps' spans need to know of it."""
 
     namespace: str
     agent_id: str
     reason: str
     number: int
     waited: dt.timedelta | None
+    trace: AttemptTrace | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptTrace:
+    """An attempt as its spans describe it (``runtime_service.ledger_spans``): its trace
+    context and what its ``invoke_agent`` span and its steps' spans say of it."""
+
+    attempt_id: str
+    number: int
+    traceparent: str
+    #: The run's own ``traceparent``: the parent of the attempt's span ("" : it is a root).
+    run_traceparent: str
+    run_id: str
+    thread_id: str
+    namespace: str
+    agent_id: str
+    agent_version: str
+    agent_digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnded:
+    """An attempt ended (``attempt``: its record, with its status, times and error), by its
+    worker, by the reaper or by a takeover: once, in the transaction that ended it."""
+
+    trace: AttemptTrace
+    attempt: Attempt
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +110,33 @@ class StepRecorded:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    #: The step as the ledger holds it once ``ended`` (its span is made from it).
+    step: Step | None = None
+
+    @classmethod
+    def of(cls, agent_id: str, step: Step, *, begun: bool) -> StepRecorded:
+        """The observation of ``step`` (of agent ``agent_id``): ``begun`` by this write, or
+        ended by it (a step born ended is both)."""
+        ended = not begun or step.end_time is not None
+        return cls(
+            agent_id,
+            step.type,
+            step.status,
+            begun,
+            ended,
+            step.candidate_reason,
+            step.provider,
+            step.reported_model_id or step.requested_model_id,
+            step.input_tokens,
+            step.output_tokens,
+            step.cost_usd,
+            step if ended else None,
+        )
+
+    @classmethod
+    def ended_step(cls, agent_id: str, step: Step) -> StepRecorded:
+        """The observation of ``step`` ended by this write (begun by an earlier one)."""
+        return cls.of(agent_id, step, begun=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,11 +150,24 @@ class ApprovalResolved:
     waited: dt.timedelta
 
 
-Observation = RunMoved | AttemptStarted | ReaperAction | StepRecorded | ApprovalResolved
+Observation = (
+    RunMoved | AttemptStarted | AttemptEnded | ReaperAction | StepRecorded | ApprovalResolved
+)
 
 
 class Observer(Protocol):
     def observed(self, observations: Sequence[Observation]) -> None: ...
+
+
+class Observers:
+    """Several observers told in turn (the metrics, the spans)."""
+
+    def __init__(self, *observers: Observer) -> None:
+        self._observers = observers
+
+    def observed(self, observations: Sequence[Observation]) -> None:
+        for observer in self._observers:
+            observer.observed(observations)
 
 
 def observe(session: Session, observation: Observation) -> None:

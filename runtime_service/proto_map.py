@@ -14,6 +14,7 @@ from agentrt_core.event_chain import StoredEvent
 from agentrt_core.lru import LruCache
 from agentrt_core.proto_json import enum_value, to_timestamp
 from agentrt_core.resolution import BoundDefinition
+from agentrt_core.trace_context import span_id_of
 from runtime_service.records import (
     Artifact,
     Attempt,
@@ -138,6 +139,7 @@ def run(row: Run) -> message_pb2.Run:
         update_time=timestamp(row.update_time),
         last_event_sequence=row.last_event_sequence,
         creator_principal=row.creator_principal,
+        traceparent=row.traceparent,
     )
 
 
@@ -160,6 +162,7 @@ def attempt(row: Attempt) -> message_pb2.Attempt:
         result_summary=row.result_summary,
         output_ref=row.output_ref,
         worker_principal=row.worker_principal,
+        traceparent=row.traceparent,
     )
     if row.error_class or row.error_message:
         out.error.CopyFrom(
@@ -341,6 +344,9 @@ def step(record: Step) -> message_pb2.Step:
     fields["usage"] = message_pb2.Usage(
         input_tokens=v["input_tokens"], output_tokens=v["output_tokens"], cost_usd=v["cost_usd"]
     )
+    if v["trace_id"]:
+        fields["trace_id"] = v["trace_id"]
+        fields["span_id"] = span_id_of("step", v["id"])
     versions = _versions_of_key(versions_key(record))
     if v["context_digest"]:
         shared, versions = versions, message_pb2.StepVersions()

@@ -82,6 +82,8 @@ class Step:
     #: MODEL_CALL with reason FALLBACK_AFTER_ERROR: the attempt's failed MODEL_CALL step the
     #: fallback follows (read from the ledger, never from the request).
     fallback_from_step_id: str
+    #: The trace of the step's span: its attempt's ("" when untraced).
+    trace_id: str
 
     def values(self) -> dict[str, Any]:
         """Every field by name (the record's own dict: read it, do not change it)."""
@@ -158,6 +160,7 @@ BLANK_STEP: dict[str, Any] = {
     "skills_json": "[]",
     "tools_json": "[]",
     "fallback_from_step_id": "",
+    "trace_id": "",
 }
 
 
@@ -287,6 +290,7 @@ class Run:
     last_event_sequence: int
     last_event_hash: str
     creator_principal: str
+    traceparent: str
 
 
 run_of = _reader(Run)
@@ -314,6 +318,7 @@ class Attempt:
     result_summary: str
     output_ref: str
     worker_principal: str
+    traceparent: str
 
 
 attempt_of = _reader(Attempt)

@@ -39,6 +39,7 @@ from agentrt_base.db import Database
 from agentrt_base.db_engines import normalise_url, writer_lock_path
 from agentrt_base.grpc_errors import ErrorMappingInterceptor
 from agentrt_base.grpc_metrics import MetricsInterceptor
+from agentrt_base.grpc_tracing import TracingInterceptor
 from agentrt_base.limits import Limiter
 from agentrt_base.metrics import Metrics
 from agentrt_base.metrics_http import MetricsEndpoint, MetricsExposureError, metrics_exposure
@@ -49,10 +50,13 @@ from agentrt_base.settings import (
     default_max_connections,
 )
 from agentrt_base.tls import is_loopback, server_credentials
+from agentrt_base.tracing import Tracing, TracingConfigError
 from registry.servicer import RegistryServicer
-from runtime_service import migrate
+from runtime_service import __version__, migrate
 from runtime_service.health import DatabaseHealth, HealthServicer
+from runtime_service.ledger_telemetry import LedgerTelemetry
 from runtime_service.notify import Notifier
+from runtime_service.observations import Observer, Observers
 from runtime_service.reflection import enable_reflection
 from runtime_service.run_metrics import RunMetrics, watch_writers
 from runtime_service.runtime_settings import RuntimeSettings
@@ -217,6 +221,10 @@ class AgentrtServer:
     #: set; None: nothing is counted.
     metrics: Metrics | None = field(default=None, init=False)
     _metrics_endpoint: MetricsEndpoint | None = field(default=None, repr=False)
+    #: The server's OpenTelemetry (``agentrt_base.tracing``), when the ``OTEL_*`` variables
+    #: ask for it; None: no span or OTLP metric is made.
+    tracing: Tracing | None = field(default=None, init=False)
+    _telemetry: LedgerTelemetry | None = field(default=None, repr=False)
     #: The stage of :meth:`stop` under way ("" before it is called).
     stopping: str = field(default="", init=False)
 
@@ -240,6 +248,10 @@ class AgentrtServer:
                 raise StartupError(str(exc)) from None
             _check_bindable(metrics_listen)
             self.metrics = Metrics()
+        try:
+            self.tracing = Tracing.from_environment(version=__version__)
+        except TracingConfigError as exc:
+            raise StartupError(str(exc)) from None
         url = normalise_url(self.settings.database_url)
         # The step writer process needs a database both processes can open: a SQLite file
         # (not an in-memory database) or PostgreSQL.
@@ -276,8 +288,26 @@ class AgentrtServer:
             watch_writers(self.metrics, database, step_process)
 
         runtime = Runtime(database, notifier, self.runtime_settings)
+        bound = BoundAgents()
+        tracing = self.tracing
+        observers: list[Observer] = []
         if self.metrics is not None:
-            runtime.observer = RunMetrics(self.metrics, runtime)
+            observers.append(RunMetrics(self.metrics, runtime))
+        if tracing is not None and tracing.traces:
+            runtime.traces = True
+            database.span = tracing.database_span(
+                database.dialect_name, database.url.database or ""
+            )
+        if tracing is not None or self.metrics is not None:
+            self._telemetry = LedgerTelemetry(
+                database,
+                lambda digest: bound.definition_now(database, digest),
+                tracing=tracing,
+                metrics=self.metrics,
+            )
+            observers.append(self._telemetry)
+        if observers:
+            runtime.observer = observers[0] if len(observers) == 1 else Observers(*observers)
         authenticator = self.authenticator
 
         async def authenticate(context: grpc.aio.ServicerContext[Any, Any]) -> None:
@@ -297,7 +327,13 @@ class AgentrtServer:
             gate, self.limiter, authorize, authenticator if gate is not None else None
         )
         # The metrics interceptor goes first (outermost): it counts the code the caller got.
-        metering = [MetricsInterceptor(self.metrics)] if self.metrics is not None else []
+        metering: list[grpc.aio.ServerInterceptor] = (
+            [MetricsInterceptor(self.metrics)] if self.metrics is not None else []
+        )
+        # Then the server span, outside the error mapping for the same reason; the gate,
+        # the limits and the handler run inside it.
+        if tracing is not None and tracing.traces:
+            metering.append(TracingInterceptor(tracing.tracer))
         # The call's method and ids, for JSON log lines (outside the error mapping, so its
         # log line of an INTERNAL error carries them).
         context = [CallContextInterceptor()] if self.settings.log_format == "json" else []
@@ -309,7 +345,6 @@ class AgentrtServer:
             RegistryServicer(database, self.authenticator.tag_policies),
             server,
         )
-        bound = BoundAgents()
         worker = WorkerServicer(runtime, bound, step_process)
         runtime_service_pb2_grpc.add_RuntimeServiceServicer_to_server(
             RuntimeServicer(runtime, bound), server
@@ -418,7 +453,12 @@ class AgentrtServer:
         self.stopping = "stopped"
 
     async def _release(self) -> None:
-        """Stop the step writer process (after the calls it serves), then close the database."""
+        """Make the telemetry of what was committed, stop the step writer process (after the
+        calls it serves), close the database, then export the last spans."""
+        if self._telemetry is not None:
+            self.stopping = "making the last spans"
+            await asyncio.to_thread(self._telemetry.stop)
+            self._telemetry = None
         if self._step_process is not None:
             self.stopping = "stopping the step writer process"
             await self._step_process.stop()
@@ -427,6 +467,10 @@ class AgentrtServer:
             self.stopping = "closing the database"
             await asyncio.to_thread(self.database.dispose)
             self.database = None
+        if self.tracing is not None:
+            self.stopping = "exporting the last spans"
+            await asyncio.to_thread(self.tracing.shutdown)
+            self.tracing = None
 
 
 def runtime_settings(settings: ServerSettings) -> RuntimeSettings:

@@ -21,6 +21,7 @@ from agentrt_core.errors import (
 )
 from agentrt_core.lru import LruCache
 from agentrt_core.resolution import BoundDefinition
+from agentrt_core.trace_context import trace_id_of
 from runtime_service.blob_rules import blob_missing
 from runtime_service.fence import FenceClaim, fence_error
 from runtime_service.records import BLANK_STEP, Step, new_step
@@ -203,6 +204,7 @@ class _NewStep:
                 "end_time": None if status in ("STARTED", "WAITING_APPROVAL") else self.now,
                 "retry_of_step_id": self.retry_of,
                 "input_revision": self.run.input_revision,
+                "trace_id": trace_id_of(self.run.attempt_traceparent),
                 **fields,
                 # What the step does, for the ledger's readers: the worker's words, else the
                 # tool or check it calls (the contract's promise for an empty operation).

@@ -286,6 +286,8 @@ class RunView:
     attempt_cost_usd: float
     #: The attempt's steps FAILED in a row (:func:`failed_in_a_row`).
     attempt_failed_in_a_row: int
+    #: The attempt's ``traceparent``: its steps' spans are in its trace.
+    attempt_traceparent: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from agentrt_core import audit_bundle, proto_json
 from agentrt_core.actors import display_actor
 from agentrt_core.ids import has_prefix
 from agentrt_core.jcs import digest_bytes
+from agentrt_core.trace_context import parse, trace_id_of
 from agentrt_sdk import AgentrtClient
 from runtime_service.cli import render
 from runtime_service.cli.client import (
@@ -265,6 +266,7 @@ def _run_lines(run: mpb.Run, indent: str) -> list[str]:
         f"{usage.input_tokens + usage.output_tokens} tokens, ${usage.cost_usd:.4f}",
         f"{indent}  created {when(run.create_time)} by {creator}, ended {when(run.end_time)}"
         + (f": {run.terminal_message}" if run.terminal_message else ""),
+        *([f"{indent}  trace {trace_id_of(run.traceparent)}"] if run.traceparent else []),
     ]
 
 
@@ -279,6 +281,10 @@ def _attempt_line(attempt: mpb.Attempt, indent: str) -> str:
     )
     if attempt.error.message:
         line += f" ({attempt.error.message})"
+    if attempt.traceparent:
+        parsed = parse(attempt.traceparent)
+        if parsed is not None:
+            line += f" trace {parsed.trace_id} span {parsed.span_id}"
     return line
 
 
@@ -327,6 +333,9 @@ def step_lines(step: mpb.Step, names: dict[str, str], indent: str) -> list[str]:
         lines.append(f"{indent}   approval {decision} by {approver}")
     if step.error_message:
         lines.append(f"{indent}   error: {' '.join(step.error_message.split())}")
+    if step.trace_id:
+        # From the record to its span in the tracing backend (docs/operations.md, "Traces").
+        lines.append(f"{indent}   trace {step.trace_id} span {step.span_id}")
     return lines
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from agentrt.runtime.v1 import enum_pb2, runtime_service_pb2_grpc
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt_base.access import VISIBLE, check_namespace
+from agentrt_base.tracing import call_traceparent
 from agentrt_core.errors import InvalidArgument
 from agentrt_core.event_chain import StoredEvent
 from agentrt_core.lru import LruCache
@@ -228,6 +229,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
             ),
             labels=dict(request.labels),
             request_id=request.request_id,
+            traceparent=call_traceparent(context),
         )
         return pb.CreateRunResponse(run=pm.run(await self._runs.create_run(spec)))
 

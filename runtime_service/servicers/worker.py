@@ -30,6 +30,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         self._steps = StepsService(runtime, bound)
         self._turns = TurnsService(runtime)
         self._checkpoints = CheckpointsService(runtime)
+        self._database = runtime.database
         # BeginStep and EndStep go to it when there is one: it runs the same step engine, off
         # this process's GIL. It answers None only when it cannot take the call (it is
         # restarting, or the call broke its code): this process's engine then takes it.
@@ -133,7 +134,9 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
     ) -> pb.BeginStepResponse:
         begun = None
         if self._step_process is not None:
-            begun = await self._step_process.call(BEGIN_STEP, request.SerializeToString())
+            # The step writer process writes it: the same transaction, in another process.
+            with self._database.traced("write"):
+                begun = await self._step_process.call(BEGIN_STEP, request.SerializeToString())
         if begun is None:
             begun = await self._steps.begin_step(step_request(request))
         else:
@@ -144,7 +147,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
     async def EndStep(self, request: pb.EndStepRequest, context: Context) -> pb.EndStepResponse:
         ended = None
         if self._step_process is not None:
-            ended = await self._step_process.call(END_STEP, request.SerializeToString())
+            with self._database.traced("write"):
+                ended = await self._step_process.call(END_STEP, request.SerializeToString())
         if ended is None:
             step = await self._steps.end_step(
                 fence_of(request.fence),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from agentrt_base.db import Database
 from agentrt_core import publishing
 from agentrt_core.jcs import canonical_bytes
 from agentrt_core.lru import LruCache
@@ -35,6 +36,15 @@ class BoundAgents:
     def cached(self, digest: str) -> Bound | None:
         """The bound definition if it is already built (no database needed), else None."""
         return self._cache.get(digest)
+
+    def definition_now(self, database: Database, digest: str) -> BoundDefinition:
+        """A run's bound definition on the calling thread (not the event loop's): from the
+        cache, else read once on a read connection (it is immutable and committed before the
+        run)."""
+        cached = self.cached(digest)
+        if cached is None:
+            cached = database.read_sync(lambda session: self.get(session, digest))
+        return cached.definition
 
     def get(self, session: Session, digest: str) -> Bound:
         cached = self._cache.get(digest)

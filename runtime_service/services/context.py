@@ -31,6 +31,9 @@ class Runtime:
     #: The uploads this server is receiving (PutBlob), not yet stored: the metrics' staged
     #: bytes.
     uploads: set[Upload] = field(default_factory=set)
+    #: The server emits spans (``agentrt_base.tracing``): an attempt of a run created outside
+    #: any trace starts a trace of its own.
+    traces: bool = False
 
     async def write(self, fn: Callable[[Session], T]) -> T:
         """Run ``fn`` in one write transaction; after it commits, wake the keys it touched.

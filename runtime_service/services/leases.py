@@ -161,7 +161,9 @@ class LeasesService:
         # run's end (ENQUEUE) must not appear to start before that run ended.
         now = utcnow()
         token, stored_hash = new_lease_token()
-        attempt = attempts.start(session, run, worker_id, principal, ttl, now, stored_hash)
+        attempt = attempts.start(
+            session, run, worker_id, principal, ttl, now, stored_hash, start_trace=self._rt.traces
+        )
         transitions.apply(
             session,
             run,

@@ -72,6 +72,9 @@ class RunSpec:
     concurrency_policy: str = ""
     labels: dict[str, str] = field(default_factory=dict)
     request_id: str = ""
+    #: The trace context the call came in (``tracing.call_traceparent``, already valid or
+    #: ""): the run records it, and its attempts' spans are its children.
+    traceparent: str = ""
 
 
 def _check_request_id(value: str, problems: ViolationCollector) -> None:
@@ -340,6 +343,7 @@ class RunsService:
                     labels=spec.labels,
                     blocked_by_run_id=blocked_by,
                     creator_principal=principal,
+                    traceparent=spec.traceparent,
                 ),
                 now,
             )

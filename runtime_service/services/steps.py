@@ -40,12 +40,8 @@ class StepsService:
         self._engine = StepEngine(self._definition_now)
 
     def _definition_now(self, digest: str) -> BoundDefinition:
-        """A run's bound definition, for the engine (on the writer's thread): from the cache,
-        else read once on a read connection (it is immutable and committed before the run)."""
-        cached = self._bound.cached(digest)
-        if cached is None:
-            cached = self._rt.database.read_sync(lambda session: self._bound.get(session, digest))
-        return cached.definition
+        """A run's bound definition, for the engine (on the writer's thread)."""
+        return self._bound.definition_now(self._rt.database, digest)
 
     async def definition(self, digest: str) -> BoundDefinition:
         cached = self._bound.cached(digest)
@@ -100,24 +96,7 @@ class StepsService:
         was written: both paths settle here, in the server). A step born ended (a denied tool
         call) is begun and ended at once."""
         assert self._rt.observer is not None
-        model = step.reported_model_id or step.requested_model_id
-        self._rt.observer.observed(
-            [
-                StepRecorded(
-                    agent_id,
-                    step.type,
-                    step.status,
-                    begun,
-                    not begun or step.end_time is not None,
-                    step.candidate_reason,
-                    step.provider,
-                    model,
-                    step.input_tokens,
-                    step.output_tokens,
-                    step.cost_usd,
-                )
-            ]
-        )
+        self._rt.observer.observed([StepRecorded.of(agent_id, step, begun=begun)])
 
     async def _stop_on_budget(self, stop: BudgetStop) -> AgentrtError:
         """End the run FAILED (BUDGET_EXCEEDED) through the run lifecycle; return the error

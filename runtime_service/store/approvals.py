@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from agentrt.runtime.v1 import enum_pb2, event_pb2
 from agentrt_core.proto_json import enum_value
 from runtime_service.observations import ApprovalResolved, StepRecorded, observe
+from runtime_service.records import step_of
 from runtime_service.store import transitions
 from runtime_service.store.ledger import StepRow
 from runtime_service.store.tables import RunRow
@@ -34,7 +35,7 @@ def resolve(
     step.status = "SUCCEEDED" if decision == "APPROVE" else "DENIED"
     step.end_time = now
     observe(session, ApprovalResolved(run.namespace, run.agent_id, decision, now - step.start_time))
-    observe(session, StepRecorded(run.agent_id, step.type, step.status, begun=False, ended=True))
+    observe(session, StepRecorded.ended_step(run.agent_id, step_of(step)))
     transitions.append_run_event(
         session,
         run,

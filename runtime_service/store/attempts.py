@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from agentrt.runtime.v1 import enum_pb2, event_pb2
 from agentrt_core.ids import new_id
 from agentrt_core.proto_json import enum_value
+from agentrt_core.trace_context import attempt_context
 from runtime_service.observations import AttemptStarted, observe
 from runtime_service.store import transitions
 from runtime_service.store.ledger import CheckpointRow, InputRow, StepRow
@@ -25,15 +26,19 @@ def start(
     ttl: dt.timedelta,
     now: dt.datetime,
     lease_token_hash: str,
+    *,
+    start_trace: bool = False,
 ) -> AttemptRow:
     """A new ACTIVE attempt of ``run`` (locked by the caller) for the worker labelled
     ``worker_id``, authenticated as ``worker_principal``, leased for ``ttl`` from ``now``; it
     becomes the run's current attempt under a new lease epoch. Only the hash of its lease
-    token is stored."""
+    token is stored. Its trace context is the child of the run's, or with ``start_trace``
+    (the server traces) a new trace's root for a run created outside any trace."""
     run.attempt_count += 1
     run.lease_epoch += 1
+    attempt_id = new_id("att")
     attempt = AttemptRow(
-        id=new_id("att"),
+        id=attempt_id,
         run_id=run.id,
         number=run.attempt_count,
         reason=run.next_attempt_reason or "INITIAL",
@@ -55,12 +60,21 @@ def start(
         output_ref="",
         lease_token_hash=lease_token_hash,
         worker_principal=worker_principal,
+        traceparent=attempt_context(run.traceparent, attempt_id, start_trace=start_trace),
     )
     session.add(attempt)
     run.current_attempt_id = attempt.id
     waited = now - run.create_time if attempt.number == 1 else None
     observe(
-        session, AttemptStarted(run.namespace, run.agent_id, attempt.reason, attempt.number, waited)
+        session,
+        AttemptStarted(
+            run.namespace,
+            run.agent_id,
+            attempt.reason,
+            attempt.number,
+            waited,
+            transitions.attempt_trace(run, attempt),
+        ),
     )
     return attempt
 

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from agentrt.runtime.v1 import event_pb2
 from agentrt_core.ids import new_id
+from agentrt_core.trace_context import trace_id_of
 from runtime_service import step_events
 from runtime_service.observations import StepRecorded, observe
 from runtime_service.records import BLANK_STEP, new_step
@@ -54,6 +55,7 @@ def write(
             "start_time": now,
             "end_time": now,
             "input_revision": run.input_revision,
+            "trace_id": trace_id_of(attempt.traceparent),
         }
     )
     checkpoint = CheckpointRow(
@@ -70,7 +72,7 @@ def write(
     run.latest_checkpoint_id = checkpoint.id
     # A checkpoint is a step of the ledger too, born ended (it resolves nothing).
     session.execute(_INSERT_STEP, step.values())
-    observe(session, StepRecorded(run.agent_id, "CHECKPOINT", "SUCCEEDED", begun=True, ended=True))
+    observe(session, StepRecorded.of(run.agent_id, step, begun=True))
     transitions.append_run_event(session, run, step_events.started(step), now)
     transitions.append_run_event(session, run, step_events.ended(step), now)
     transitions.append_run_event(

@@ -116,6 +116,9 @@ class StepRow(Base):
     tools_json: Mapped[str] = mapped_column(sa.Text)
     # The failed model call a fallback follows (empty before migration 0014).
     fallback_from_step_id: Mapped[str] = mapped_column(_ID, server_default="")
+    # The trace the step's span is in: its attempt's (the span id is a function of the step
+    # id, ``trace_context.span_id_of``). Empty when the attempt was untraced.
+    trace_id: Mapped[str] = mapped_column(sa.String(32), server_default="")
 
 
 #: The conditions of the usage indexes (see StepUsageRow), which their queries repeat.

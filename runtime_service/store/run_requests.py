@@ -55,6 +55,8 @@ class NewRun:
     blocked_by_run_id: str
     #: The authenticated principal of the CreateRun call.
     creator_principal: str
+    #: The W3C trace context the run was created in ("" when untraced).
+    traceparent: str = ""
 
 
 def create(session: Session, new: NewRun, now: dt.datetime) -> RunRow:
@@ -116,6 +118,7 @@ def create(session: Session, new: NewRun, now: dt.datetime) -> RunRow:
         last_event_sequence=0,
         last_event_hash="",
         creator_principal=new.creator_principal,
+        traceparent=new.traceparent,
     )
     session.add(run)
     session.flush()

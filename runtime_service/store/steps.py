@@ -97,9 +97,10 @@ _RUN_VIEW = (
     " r.permission_ceiling, r.max_steps, r.max_model_tokens, r.max_cost_usd, r.input_tokens,"
     " r.output_tokens, r.cost_usd, r.step_count, r.last_step_sequence, r.input_revision,"
     " r.last_event_sequence, r.last_event_hash, {steers}, a.status, a.lease_expire_time,"
-    " a.lease_token_hash, a.input_tokens, a.output_tokens, a.cost_usd, a.failed_in_a_row"
+    " a.lease_token_hash, a.input_tokens, a.output_tokens, a.cost_usd, a.failed_in_a_row,"
+    " a.traceparent"
 )
-_RUN_VIEW_SIZE = 26
+_RUN_VIEW_SIZE = 27
 _LEASE_EXPIRE = 20
 _PENDING_STEERS = (
     "(SELECT count(*) FROM runtime_inputs i"

@@ -137,6 +137,10 @@ class RunRow(Base):
     # The authenticated principal that created the run (``agentrt_base.auth.caller_name``);
     # empty for runs created before principals were recorded (migration 0012).
     creator_principal: Mapped[str] = mapped_column(sa.String(200), server_default="")
+    # The W3C traceparent of the span that created the run (``agentrt_core.trace_context``):
+    # its attempts' spans are its children. Empty when neither the caller nor the server
+    # traced (and for runs created before traces were recorded, migration 0016).
+    traceparent: Mapped[str] = mapped_column(sa.String(55), server_default="")
 
 
 class AttemptRow(Base):
@@ -179,6 +183,9 @@ class AttemptRow(Base):
     # every step the attempt records (the step writer process records no principal of its
     # own). Empty for attempts started before principals were recorded (migration 0012).
     worker_principal: Mapped[str] = mapped_column(sa.String(200), server_default="")
+    # The W3C traceparent of the attempt's invoke_agent span, as AcquireRun handed it to the
+    # worker (``agentrt_core.trace_context.attempt_context``); empty when untraced.
+    traceparent: Mapped[str] = mapped_column(sa.String(55), server_default="")
 
 
 class EventRow(Base):

@@ -18,8 +18,14 @@ from agentrt_core.completion import CheckResult
 from agentrt_core.proto_json import enum_value
 from runtime_service import events, lifecycle, notify, step_events
 from runtime_service.lifecycle import Actor, RunStatus, Trigger
-from runtime_service.observations import RunMoved, observe
-from runtime_service.records import step_of
+from runtime_service.observations import (
+    AttemptEnded,
+    AttemptTrace,
+    RunMoved,
+    StepRecorded,
+    observe,
+)
+from runtime_service.records import attempt_of, step_of
 from runtime_service.store.ledger import InputRow, StepRow, TurnRow
 from runtime_service.store.tables import AttemptRow, RunRow
 
@@ -71,6 +77,7 @@ def end_attempt(
         attempt.error_message = error_message
     run.current_attempt_id = ""
     _close_attempt_work(session, run, attempt, status, now)
+    observe(session, AttemptEnded(attempt_trace(run, attempt), attempt_of(attempt)))
     append_run_event(
         session,
         run,
@@ -96,6 +103,22 @@ def end_attempt(
     )
 
 
+def attempt_trace(run: RunRow, attempt: AttemptRow) -> AttemptTrace:
+    """What the spans of ``attempt`` say of it (``observations.AttemptTrace``)."""
+    return AttemptTrace(
+        attempt.id,
+        attempt.number,
+        attempt.traceparent,
+        run.traceparent,
+        run.id,
+        run.thread_id,
+        run.namespace,
+        run.agent_id,
+        run.agent_version_label,
+        run.agent_digest,
+    )
+
+
 def _close_attempt_work(
     session: Session, run: RunRow, attempt: AttemptRow, status: str, now: dt.datetime
 ) -> None:
@@ -106,8 +129,10 @@ def _close_attempt_work(
     ):
         step.status, step.end_time = "CANCELLED", now
         step.error_class, step.error_message = "CANCELLED", f"the attempt ended {status}"
+        record = step_of(step)
         # The same step.ended as EndStep records (step_events: one mapping of a step to it).
-        append_run_event(session, run, step_events.ended(step_of(step)), now)
+        append_run_event(session, run, step_events.ended(record), now)
+        observe(session, StepRecorded.ended_step(run.agent_id, record))
     for turn in session.scalars(
         sa.select(TurnRow).where(TurnRow.attempt_id == attempt.id, TurnRow.status == "OPEN")
     ):

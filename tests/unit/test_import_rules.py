@@ -365,6 +365,8 @@ CLIENT_IMPORTS = frozenset(
         "yaml",
         "typing_extensions",
         "idna",
+        # The OpenTelemetry API (agentrt_sdk/tracing.py: the worker joins the run's trace).
+        "opentelemetry",
         # grpc's __init__ probes for these optional add-ons; a client-only install has none
         # (tests/e2e/test_client_install.py shows they are not installed there).
         "grpc_tools",

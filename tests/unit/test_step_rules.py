@@ -133,6 +133,7 @@ def run_view(**over: Any) -> RunView:
         "attempt_output_tokens": 0,
         "attempt_cost_usd": 0.0,
         "attempt_failed_in_a_row": 0,
+        "attempt_traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01",
     }
     values.update(over)
     return RunView(**values)
@@ -198,6 +199,7 @@ def test_a_model_call_is_recorded_with_its_resolution() -> None:
         "m1",
     )
     assert '"search"' in step.skills_json and '"read_file"' in step.tools_json
+    assert step.trace_id == "a" * 32  # the attempt's trace: the auditor's way to its spans
     assert not decision.deliver_steers
 
 

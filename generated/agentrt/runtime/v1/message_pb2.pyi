@@ -446,6 +446,7 @@ class Run(_message.Message):
     LAST_EVENT_SEQUENCE_FIELD_NUMBER: _builtins.int
     NAMESPACE_FIELD_NUMBER: _builtins.int
     CREATOR_PRINCIPAL_FIELD_NUMBER: _builtins.int
+    TRACEPARENT_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """`run_...`."""
     thread_id: _builtins.str
@@ -497,6 +498,13 @@ class Run(_message.Message):
     """The authenticated principal that created the run ("anonymous" when the
     server authenticates nobody; empty for runs created before principals
     were recorded).
+    """
+    traceparent: _builtins.str
+    """The W3C trace context (https://www.w3.org/TR/trace-context/#traceparent-header)
+    the run was created in: CreateRun's server span, a child of the caller's
+    `traceparent` metadata when it sent one; with tracing off at the server, the
+    caller's own. Each attempt's span is its child (Attempt.traceparent). Empty
+    when neither the caller nor the server traced.
     """
     @_builtins.property
     def agent(self) -> Global___AgentBinding:
@@ -574,10 +582,11 @@ class Run(_message.Message):
         last_event_sequence: _builtins.int = ...,
         namespace: _builtins.str = ...,
         creator_principal: _builtins.str = ...,
+        traceparent: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "budget", b"budget", "create_time", b"create_time", "deadline_time", b"deadline_time", "end_time", b"end_time", "goal", b"goal", "start_time", b"start_time", "update_time", b"update_time", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "amendments", b"amendments", "attempt_count", b"attempt_count", "budget", b"budget", "cancel_requested", b"cancel_requested", "concurrency_policy", b"concurrency_policy", "create_time", b"create_time", "creator_principal", b"creator_principal", "current_attempt_id", b"current_attempt_id", "deadline_time", b"deadline_time", "derived_from_run_id", b"derived_from_run_id", "end_time", b"end_time", "goal", b"goal", "id", b"id", "input_revision", b"input_revision", "labels", b"labels", "last_event_sequence", b"last_event_sequence", "latest_checkpoint_id", b"latest_checkpoint_id", "max_attempts", b"max_attempts", "namespace", b"namespace", "output_ref", b"output_ref", "parent_run_id", b"parent_run_id", "pause_requested", b"pause_requested", "permission_ceiling", b"permission_ceiling", "priority", b"priority", "result_summary", b"result_summary", "runtime_version", b"runtime_version", "start_time", b"start_time", "status", b"status", "step_count", b"step_count", "terminal_message", b"terminal_message", "terminal_reason", b"terminal_reason", "thread_id", b"thread_id", "update_time", b"update_time", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "amendments", b"amendments", "attempt_count", b"attempt_count", "budget", b"budget", "cancel_requested", b"cancel_requested", "concurrency_policy", b"concurrency_policy", "create_time", b"create_time", "creator_principal", b"creator_principal", "current_attempt_id", b"current_attempt_id", "deadline_time", b"deadline_time", "derived_from_run_id", b"derived_from_run_id", "end_time", b"end_time", "goal", b"goal", "id", b"id", "input_revision", b"input_revision", "labels", b"labels", "last_event_sequence", b"last_event_sequence", "latest_checkpoint_id", b"latest_checkpoint_id", "max_attempts", b"max_attempts", "namespace", b"namespace", "output_ref", b"output_ref", "parent_run_id", b"parent_run_id", "pause_requested", b"pause_requested", "permission_ceiling", b"permission_ceiling", "priority", b"priority", "result_summary", b"result_summary", "runtime_version", b"runtime_version", "start_time", b"start_time", "status", b"status", "step_count", b"step_count", "terminal_message", b"terminal_message", "terminal_reason", b"terminal_reason", "thread_id", b"thread_id", "traceparent", b"traceparent", "update_time", b"update_time", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -607,6 +616,7 @@ class Attempt(_message.Message):
     RESULT_SUMMARY_FIELD_NUMBER: _builtins.int
     OUTPUT_REF_FIELD_NUMBER: _builtins.int
     WORKER_PRINCIPAL_FIELD_NUMBER: _builtins.int
+    TRACEPARENT_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """`att_...`."""
     run_id: _builtins.str
@@ -633,6 +643,13 @@ class Attempt(_message.Message):
     attempt's worker, and of every step it recorded ("anonymous" when the
     server authenticates nobody; empty for attempts started before
     principals were recorded).
+    """
+    traceparent: _builtins.str
+    """The W3C trace context of the attempt's `invoke_agent {agent}` span, which
+    the server emits from the ledger when the attempt ends. A worker makes its
+    own spans for the attempt children of this (AcquireRun hands it over), so
+    they join the run's trace in any language. Its span id is a function of the
+    attempt id. Empty when untraced.
     """
     @_builtins.property
     def start_time(self) -> _timestamp_pb2.Timestamp: ...
@@ -669,10 +686,11 @@ class Attempt(_message.Message):
         result_summary: _builtins.str = ...,
         output_ref: _builtins.str = ...,
         worker_principal: _builtins.str = ...,
+        traceparent: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "error", b"error", "lease_expire_time", b"lease_expire_time", "start_time", b"start_time", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "error", b"error", "id", b"id", "lease_epoch", b"lease_epoch", "lease_expire_time", b"lease_expire_time", "number", b"number", "output_ref", b"output_ref", "reason", b"reason", "result_summary", b"result_summary", "resume_from_checkpoint_id", b"resume_from_checkpoint_id", "run_id", b"run_id", "start_time", b"start_time", "status", b"status", "usage", b"usage", "worker_id", b"worker_id", "worker_principal", b"worker_principal"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "error", b"error", "id", b"id", "lease_epoch", b"lease_epoch", "lease_expire_time", b"lease_expire_time", "number", b"number", "output_ref", b"output_ref", "reason", b"reason", "result_summary", b"result_summary", "resume_from_checkpoint_id", b"resume_from_checkpoint_id", "run_id", b"run_id", "start_time", b"start_time", "status", b"status", "traceparent", b"traceparent", "usage", b"usage", "worker_id", b"worker_id", "worker_principal", b"worker_principal"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -961,6 +979,8 @@ class Step(_message.Message):
     APPROVAL_FIELD_NUMBER: _builtins.int
     APPROVAL_STEP_ID_FIELD_NUMBER: _builtins.int
     COMPLETION_CHECK_FIELD_NUMBER: _builtins.int
+    TRACE_ID_FIELD_NUMBER: _builtins.int
+    SPAN_ID_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """`stp_...`."""
     run_id: _builtins.str
@@ -1001,6 +1021,17 @@ class Step(_message.Message):
     """
     completion_check: _builtins.str
     """COMPLETION_CHECK: the check's name."""
+    trace_id: _builtins.str
+    """The trace the step's span is in (its attempt's; 32 lowercase hex), so an
+    auditor goes from the record to the trace. Empty when the attempt was not
+    traced.
+    """
+    span_id: _builtins.str
+    """The step's span in that trace (16 lowercase hex): the server emits it from
+    the ledger when the step ends (`chat {model}` for a MODEL_CALL,
+    `execute_tool {tool}` for a TOOL_CALL), a child of the attempt's span. Empty
+    with trace_id.
+    """
     @_builtins.property
     def start_time(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -1054,10 +1085,12 @@ class Step(_message.Message):
         approval: Global___Approval | None = ...,
         approval_step_id: _builtins.str = ...,
         completion_check: _builtins.str = ...,
+        trace_id: _builtins.str = ...,
+        span_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "end_time", b"end_time", "start_time", b"start_time", "tool_arguments", b"tool_arguments", "usage", b"usage", "versions", b"versions"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "approval_step_id", b"approval_step_id", "attempt_id", b"attempt_id", "completion_check", b"completion_check", "consumed_input_ids", b"consumed_input_ids", "end_time", b"end_time", "error_class", b"error_class", "error_message", b"error_message", "id", b"id", "idempotency_key", b"idempotency_key", "input_ref", b"input_ref", "input_revision", b"input_revision", "operation", b"operation", "output_ref", b"output_ref", "retry_of_step_id", b"retry_of_step_id", "retryable", b"retryable", "run_id", b"run_id", "sequence", b"sequence", "side_effect", b"side_effect", "start_time", b"start_time", "status", b"status", "summary", b"summary", "tool_arguments", b"tool_arguments", "tool_name", b"tool_name", "turn_id", b"turn_id", "type", b"type", "usage", b"usage", "versions", b"versions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "approval_step_id", b"approval_step_id", "attempt_id", b"attempt_id", "completion_check", b"completion_check", "consumed_input_ids", b"consumed_input_ids", "end_time", b"end_time", "error_class", b"error_class", "error_message", b"error_message", "id", b"id", "idempotency_key", b"idempotency_key", "input_ref", b"input_ref", "input_revision", b"input_revision", "operation", b"operation", "output_ref", b"output_ref", "retry_of_step_id", b"retry_of_step_id", "retryable", b"retryable", "run_id", b"run_id", "sequence", b"sequence", "side_effect", b"side_effect", "span_id", b"span_id", "start_time", b"start_time", "status", b"status", "summary", b"summary", "tool_arguments", b"tool_arguments", "tool_name", b"tool_name", "trace_id", b"trace_id", "turn_id", b"turn_id", "type", b"type", "usage", b"usage", "versions", b"versions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
