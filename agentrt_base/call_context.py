@@ -11,12 +11,13 @@ format, so the text format costs nothing.
 from __future__ import annotations
 
 import contextvars
-import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Final
 
 import grpc
+
+from agentrt_base.handler_wrap import BIDI_STREAM, CLIENT_STREAM, Handler, WrappingInterceptor, call
 
 #: The fields a request may carry that a log line reports, in the order it reports them.
 ID_FIELDS: Final = ("thread_id", "run_id", "attempt_id", "step_id")
@@ -29,8 +30,6 @@ class Call:
 
 
 CALL: contextvars.ContextVar[Call | None] = contextvars.ContextVar("agentrt_call", default=None)
-
-Handler = Callable[..., Any]
 
 
 #: Each request type's id fields, found once from its descriptor.
@@ -52,54 +51,24 @@ def ids_of(request: Any) -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
-class CallContextInterceptor(grpc.aio.ServerInterceptor):
+class CallContextInterceptor(WrappingInterceptor):
     """Sets :data:`CALL` around every call's handler."""
 
-    def __init__(self) -> None:
-        self._wrapped: dict[
-            str, tuple[grpc.RpcMethodHandler[Any, Any], grpc.RpcMethodHandler[Any, Any]]
-        ] = {}
+    def wrap_unary(self, method: str, kind: str, behavior: Handler) -> Handler:
+        streaming_request = kind in (CLIENT_STREAM, BIDI_STREAM)
 
-    async def intercept_service(  # type: ignore[override]
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        method = handler_call_details.method
-        cached = self._wrapped.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = _wrap(method, handler)
-        self._wrapped[method] = (handler, wrapped)
-        return wrapped
-
-
-def _wrap(method: str, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
-    kwargs = {
-        "request_deserializer": handler.request_deserializer,
-        "response_serializer": handler.response_serializer,
-    }
-
-    def unary(behavior: Handler, streaming_request: bool) -> Handler:
         async def wrapper(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             ids = () if streaming_request else ids_of(request)
             token = CALL.set(Call(method, ids))
             try:
-                result = behavior(request, context)
-                return await result if inspect.isawaitable(result) else result
+                return await call(behavior, request, context)
             finally:
                 CALL.reset(token)
 
         return wrapper
 
-    def stream(behavior: Handler, streaming_request: bool) -> Handler:
-        if not inspect.isasyncgenfunction(behavior):
-            return unary(behavior, streaming_request)
+    def wrap_stream(self, method: str, kind: str, behavior: Handler) -> Handler:
+        streaming_request = kind == BIDI_STREAM
 
         async def generator(
             request: Any, context: grpc.aio.ServicerContext[Any, Any]
@@ -119,13 +88,3 @@ def _wrap(method: str, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMeth
                 yield response
 
         return generator
-
-    if handler.unary_unary:
-        return grpc.unary_unary_rpc_method_handler(unary(handler.unary_unary, False), **kwargs)
-    if handler.stream_unary:
-        return grpc.stream_unary_rpc_method_handler(unary(handler.stream_unary, True), **kwargs)
-    if handler.unary_stream:
-        return grpc.unary_stream_rpc_method_handler(stream(handler.unary_stream, False), **kwargs)
-    if handler.stream_stream:
-        return grpc.stream_stream_rpc_method_handler(stream(handler.stream_stream, True), **kwargs)
-    return handler

@@ -14,14 +14,14 @@ per name it made up.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any, Final
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 
+from agentrt_base.handler_wrap import Handler, WrappingInterceptor, call
 from agentrt_base.metrics import (
     GRPC_HANDLED,
     GRPC_HANDLING_SECONDS,
@@ -29,13 +29,6 @@ from agentrt_base.metrics import (
     GRPC_REFUSED,
     Metrics,
 )
-
-Handler = Callable[..., Any]
-
-UNARY: Final = "unary"
-CLIENT_STREAM: Final = "client_stream"
-SERVER_STREAM: Final = "server_stream"
-BIDI_STREAM: Final = "bidi_stream"
 
 
 def split_method(method: str) -> tuple[str, str]:
@@ -109,63 +102,18 @@ def final_code(
 _BY_VALUE: Final = {code.value[0]: code for code in grpc.StatusCode}
 
 
-class MetricsInterceptor(grpc.aio.ServerInterceptor):
+class MetricsInterceptor(WrappingInterceptor):
     """Counts and times every RPC of every service mounted on the server."""
 
     def __init__(self, metrics: Metrics) -> None:
+        super().__init__()
         self._metrics = metrics
-        # As in the error mapping: a method's handler is the same object on every call, so it
-        # is wrapped once.
-        self._wrapped: dict[
-            str, tuple[grpc.RpcMethodHandler[Any, Any], grpc.RpcMethodHandler[Any, Any]]
-        ] = {}
 
-    async def intercept_service(  # type: ignore[override]
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        method = handler_call_details.method
-        cached = self._wrapped.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = self._wrap(method, handler)
-        self._wrapped[method] = (handler, wrapped)
-        return wrapped
+    def wrap_unary(self, method: str, kind: str, behavior: Handler) -> Handler:
+        return _timed(_MethodMetrics(self._metrics, method, kind), behavior)
 
-    def _wrap(
-        self, method: str, handler: grpc.RpcMethodHandler[Any, Any]
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        kwargs = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary:
-            counted = _MethodMetrics(self._metrics, method, UNARY)
-            return grpc.unary_unary_rpc_method_handler(
-                _timed(counted, handler.unary_unary), **kwargs
-            )
-        if handler.stream_unary:
-            counted = _MethodMetrics(self._metrics, method, CLIENT_STREAM)
-            return grpc.stream_unary_rpc_method_handler(
-                _timed(counted, handler.stream_unary), **kwargs
-            )
-        if handler.unary_stream:
-            counted = _MethodMetrics(self._metrics, method, SERVER_STREAM)
-            return grpc.unary_stream_rpc_method_handler(
-                _timed_stream(counted, handler.unary_stream), **kwargs
-            )
-        if handler.stream_stream:
-            counted = _MethodMetrics(self._metrics, method, BIDI_STREAM)
-            return grpc.stream_stream_rpc_method_handler(
-                _timed_stream(counted, handler.stream_stream), **kwargs
-            )
-        return handler
+    def wrap_stream(self, method: str, kind: str, behavior: Handler) -> Handler:
+        return _timed_stream(_MethodMetrics(self._metrics, method, kind), behavior)
 
 
 def _timed(counted: _MethodMetrics, behavior: Handler) -> Handler:
@@ -174,8 +122,7 @@ def _timed(counted: _MethodMetrics, behavior: Handler) -> Handler:
         counted.in_flight.inc()
         error: BaseException | None = None
         try:
-            result = behavior(request, context)
-            return await result if inspect.isawaitable(result) else result
+            return await call(behavior, request, context)
         except BaseException as exc:
             error = exc
             raise
@@ -186,10 +133,6 @@ def _timed(counted: _MethodMetrics, behavior: Handler) -> Handler:
 
 
 def _timed_stream(counted: _MethodMetrics, behavior: Handler) -> Handler:
-    if not inspect.isasyncgenfunction(behavior):
-        # A streaming handler that writes through the context (health's Watch) is a coroutine.
-        return _timed(counted, behavior)
-
     async def generator(
         request: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:

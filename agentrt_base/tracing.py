@@ -218,13 +218,15 @@ class Tracing:
         ``db.operation.name``), the child of the call's span. Outside any call (the reaper,
         the health probe) there is no span: a root span a second would be noise."""
         tracer = self.tracer
-        attributes = {"db.system.name": system, "db.namespace": namespace}
+        attributes = {"db.system.name": system}
+        if namespace:
+            attributes["db.namespace"] = namespace
 
         def span(operation: str) -> contextlib.AbstractContextManager[object]:
             if not trace.get_current_span().is_recording():
                 return contextlib.nullcontext()
             return tracer.start_as_current_span(
-                f"{operation} {namespace}" if namespace else operation,
+                f"{operation} {namespace or system}",
                 kind=SpanKind.CLIENT,
                 attributes={**attributes, "db.operation.name": operation},
             )

@@ -43,9 +43,12 @@ CHAT: Final = "chat"
 EXECUTE_TOOL: Final = "execute_tool"
 INVOKE_AGENT: Final = "invoke_agent"
 
-#: Statuses in which a step or an attempt did what it was for; any other ends with an
-#: ``error.type``.
+#: A step did what it was for only when it SUCCEEDED: a failed, denied or cancelled one
+#: ends with an ``error.type`` (its error class, else its status).
 _SUCCEEDED: Final = frozenset({"SUCCEEDED"})
+#: An attempt failed only when it FAILED or was LOST: one that stopped to wait for an
+#: approval, paused or was cancelled ended as it was asked to.
+_ATTEMPT_FAILED: Final = frozenset({"FAILED", "LOST"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +129,10 @@ def _error(status: str, error_class: str) -> str:
     return error_class or status
 
 
+def _attempt_error(attempt: Attempt) -> str:
+    return attempt.error_class or attempt.status if attempt.status in _ATTEMPT_FAILED else ""
+
+
 def attempt_span(trace: AttemptTrace, attempt: Attempt, provider: str) -> LedgerSpan:
     """The ``invoke_agent`` span of an ended attempt; ``provider``: the model policy's
     primary candidate's."""
@@ -149,7 +156,7 @@ def attempt_span(trace: AttemptTrace, attempt: Attempt, provider: str) -> Ledger
         attempt.start_time,
         attempt.end_time or attempt.start_time,
         attributes,
-        _error(attempt.status, attempt.error_class),
+        _attempt_error(attempt),
     )
 
 
@@ -252,7 +259,7 @@ def attempt_measurements(trace: AttemptTrace, attempt: Attempt, provider: str) -
     attributes = {"gen_ai.operation.name": INVOKE_AGENT, "gen_ai.agent.name": trace.agent_id}
     if provider:
         attributes["gen_ai.provider.name"] = provider
-    error = _error(attempt.status, attempt.error_class)
+    error = _attempt_error(attempt)
     if error:
         attributes["error.type"] = error
     return [Measurement(AGENT_DURATION, _seconds(attempt.start_time, attempt.end_time), attributes)]

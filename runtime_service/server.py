@@ -295,8 +295,9 @@ class AgentrtServer:
             observers.append(RunMetrics(self.metrics, runtime))
         if tracing is not None and tracing.traces:
             runtime.traces = True
+            # A SQLite database's name is a file path: not a namespace worth a span name.
             database.span = tracing.database_span(
-                database.dialect_name, database.url.database or ""
+                database.dialect_name, "" if database.is_sqlite else database.url.database or ""
             )
         if tracing is not None or self.metrics is not None:
             self._telemetry = LedgerTelemetry(
