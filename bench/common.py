@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,21 +103,27 @@ def _forward_problems(lines: Iterable[str]) -> None:
             print(f"  [server] {line.rstrip()}", file=sys.stderr, flush=True)
 
 
-def server_env(root: Path = ROOT) -> dict[str, str]:
-    """The environment of a server that runs the code of the checkout at ``root``.
+def server_env(root: Path = ROOT, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a server that runs the code of the checkout at ``root`` (with
+    ``extra``: ``OTEL_*`` for a traced server, say).
 
     The virtualenv's editable install points at one checkout; ``PYTHONPATH`` comes before it
     on ``sys.path``, so the server imports ``root``'s packages and generated stubs instead.
     """
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "generated")])}
+    path = os.pathsep.join([str(root), str(root / "generated")])
+    return {**os.environ, **(extra or {}), "PYTHONPATH": path}
 
 
 @contextlib.contextmanager
 def server_process(
-    database_url: str, root: Path = ROOT, extra_args: Sequence[str] = ()
+    database_url: str,
+    root: Path = ROOT,
+    extra_args: Sequence[str] = (),
+    extra_env: Mapping[str, str] | None = None,
 ) -> Iterator[str]:
     """``agentrt serve`` in its own process, running the code of the checkout at ``root``
-    with ``extra_args`` (``--metrics-listen …``); yields its address once it is ready."""
+    with ``extra_args`` (``--metrics-listen …``) and ``extra_env`` (``OTEL_*``); yields its
+    address once it is ready."""
     port = free_port()
     process = subprocess.Popen(
         [
@@ -131,7 +137,7 @@ def server_process(
             database_url,
             *extra_args,
         ],
-        env=server_env(root),
+        env=server_env(root, extra_env),
         # ``-m`` puts the working directory first on sys.path, ahead of PYTHONPATH: it must
         # be ``root`` too, or another checkout there would shadow it.
         cwd=root,

@@ -79,12 +79,14 @@ FAIL on identical code) and 0.96, CPU per pair 0.99 to 1.04; single repetitions'
 * the CPU per pair, barely moved by other load, is the steadiest check of a change in the
   step path's cost (10 ms clock ticks: about 20 µs per pair at 512 pairs).
 
-Observability mode, the cost of metrics (issue 29): ``--observability``. The same A/B
-machinery on this checkout's code twice: side A serves as it is, side B with
-``--metrics-listen`` and its ``/metrics`` scraped every second while it is measured (the
-runs gauge reads the database at each scrape). The criterion: B/A of the median pairs/s
->= 0.95 on each engine, as the geometric mean of two runs with the servers started in
-either order (which alone moved an A/A run on PostgreSQL by 14 %).
+Observability mode, the cost of metrics and of tracing (issue 29): ``--observability``. The
+same A/B machinery on this checkout's code twice, for each of the two: one side serves as it
+is, the other with ``--metrics-listen`` and its ``/metrics`` scraped every second while it is
+measured (the runs gauge reads the database at each scrape), or with the ``OTEL_*``
+variables exporting every trace (and the GenAI metrics) to an OTLP receiver on this machine.
+The criteria: on/off of the median pairs/s >= 0.95 for metrics and >= 0.85 for tracing on
+each engine, as the geometric mean of two runs with the servers started in either order
+(which alone moved an A/A run on PostgreSQL by 14 %).
 
     .venv/bin/python bench/steps_bench.py --observability [--engines sqlite,postgres]
 """
@@ -94,6 +96,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -105,8 +108,8 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -645,6 +648,8 @@ AB_THRESHOLD = 0.95
 AB_MIN_REPETITIONS = 5
 #: Issue 29: the step path with metrics on keeps at least this share of its pairs/s.
 OBSERVABILITY_THRESHOLD = 0.95
+#: Tracing on (every trace sampled and exported) against off: issue 29's criterion.
+TRACING_THRESHOLD = 0.85
 #: The figure each engine's criterion is on (the step path refactor's): SQLite's step RPC /
 #: empty ratio, PostgreSQL's pairs/s.
 AB_CRITERION = {"sqlite": "ratio", "postgres": "pairs"}
@@ -676,6 +681,8 @@ class Side:
     server_args: tuple[str, ...] = ()
     #: Where this side's /metrics is scraped while it is measured (None: not served).
     metrics_url: str | None = None
+    #: Its server's environment besides this process's (``OTEL_*`` on a traced side).
+    server_env: Mapping[str, str] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -783,7 +790,9 @@ async def run_ab(
         try:
             for side in sides:
                 url = stack.enter_context(database(engine))
-                address = stack.enter_context(server_process(url, side.root, side.server_args))
+                address = stack.enter_context(
+                    server_process(url, side.root, side.server_args, side.server_env)
+                )
                 targets[side.name] = await Target.open(address, AB_WORKERS)
                 code[side.name] = running_code(side, targets[side.name].pid)
                 print(f"  [{engine} {side.name}] {code[side.name]}", file=sys.stderr, flush=True)
@@ -875,55 +884,118 @@ def ab_table(
     return rows
 
 
-def main_observability(engines: list[str], pairs: int, calls: int, repetitions: int) -> None:
-    """Issue 29's cost: this checkout's code with metrics off and on (scraped), in the same
-    run, measured as the A/B mode measures two commits, twice per engine: first with metrics
-    off as side A (its server started first), then with metrics on as side A. An A/A run on
-    PostgreSQL (the same code on both sides) measured the second server 0.86x the first: the
-    order the servers start in moves the figure by more than the criterion, so each order is
-    measured and the cost is the geometric mean of the two (on/off) ratios, in which that
-    bias cancels. Criterion: that mean of the median pairs/s >= :data:`OBSERVABILITY_THRESHOLD`
-    on each engine."""
+@contextlib.contextmanager
+def otlp_sink() -> Iterator[tuple[str, Callable[[], str]]]:
+    """A real OTLP/gRPC receiver on this machine, in a process of its own (so its work is
+    not the load generator's), counting what it receives: yields its endpoint and a function
+    reporting the counts so far (``tests/otlp_receiver.py``, ``--count``)."""
     port = free_port()
+    report = Path(tempfile.mkdtemp(prefix="agentrt-otlp-")) / "counts.json"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.otlp_receiver",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--count",
+            str(report),
+        ],
+        cwd=ROOT,
+        env=server_env(ROOT),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        if "listening" not in process.stdout.readline():
+            raise RuntimeError("the OTLP receiver did not start")
+        yield f"http://127.0.0.1:{port}", lambda: report.read_text() if report.exists() else "{}"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def observability_sides(feature: str, endpoint: str) -> tuple[Side, Side]:
+    """(off, on) for ``feature``: "metrics" (``--metrics-listen``, scraped) or "tracing"
+    (the ``OTEL_*`` variables: every trace sampled, exported to ``endpoint``)."""
     describe = git("describe", "--always", "--dirty")
     subject = git("log", "-1", "--format=%s")[:60]
     label = f"{describe} {subject}"
-    flags = ("--metrics-listen", f"127.0.0.1:{port}")
-    url = f"http://127.0.0.1:{port}/metrics"
-    orders = [
-        [Side("A", "metrics off", ROOT, label), Side("B", "metrics on", ROOT, label, flags, url)],
-        [Side("A", "metrics on", ROOT, label, flags, url), Side("B", "metrics off", ROOT, label)],
-    ]
-    started = time.perf_counter()
-    results = {
-        engine: [asyncio.run(run_ab(engine, sides, pairs, calls, repetitions)) for sides in orders]
-        for engine in engines
+    off = Side("", f"{feature} off", ROOT, label)
+    if feature == "metrics":
+        port = free_port()
+        flags = ("--metrics-listen", f"127.0.0.1:{port}")
+        url = f"http://127.0.0.1:{port}/metrics"
+        return off, Side("", "metrics on", ROOT, label, flags, url)
+    traced = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+        "OTEL_TRACES_SAMPLER": "always_on",
+        # The GenAI metrics over OTLP are measured with tracing: they are made by the same
+        # thread from the same ledger facts.
+        "OTEL_SERVICE_NAME": "agentrt-bench",
     }
+    return off, Side("", "tracing on", ROOT, label, server_env=traced)
+
+
+def main_observability(engines: list[str], pairs: int, calls: int, repetitions: int) -> None:
+    """Issue 29's cost: this checkout's code with metrics on (scraped) and with tracing on
+    (every trace sampled, spans and GenAI metrics exported to a receiver on this machine),
+    each against both off, in the same run, measured as the A/B mode measures two commits,
+    twice per engine and feature: first with it off as side A (its server started first),
+    then with it on as side A. An A/A run on PostgreSQL (the same code on both sides)
+    measured the second server 0.86x the first: the order the servers start in moves the
+    figure by more than the criterion, so each order is measured and the cost is the
+    geometric mean of the two (on/off) ratios, in which that bias cancels. Criteria: that
+    mean of the median pairs/s >= :data:`OBSERVABILITY_THRESHOLD` for metrics and
+    >= :data:`TRACING_THRESHOLD` for tracing, on each engine."""
+    started = time.perf_counter()
+    with otlp_sink() as (endpoint, counts):
+        results: dict[tuple[str, str], list[Any]] = {}
+        plans: dict[str, list[list[Side]]] = {}
+        for feature in ("metrics", "tracing"):
+            off, on = observability_sides(feature, endpoint)
+            plans[feature] = [
+                [dataclasses.replace(off, name="A"), dataclasses.replace(on, name="B")],
+                [dataclasses.replace(on, name="A"), dataclasses.replace(off, name="B")],
+            ]
+            for engine in engines:
+                results[engine, feature] = [
+                    asyncio.run(run_ab(engine, sides, pairs, calls, repetitions))
+                    for sides in plans[feature]
+                ]
+        received = counts()
+    label = plans["metrics"][0][0].describe
     print(f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; cores: {os.cpu_count()}\n")
     print(f"- code: {label}")
-    print("- metrics off: `agentrt serve` as it is; on: with `--metrics-listen`, /metrics")
-    print(f"  scraped every {SCRAPE_EVERY:g} s while that side is measured")
+    print("- off: `agentrt serve` as it is; metrics on: with `--metrics-listen`, /metrics")
+    print(f"  scraped every {SCRAPE_EVERY:g} s while that side is measured; tracing on: with")
+    print("  OTEL_EXPORTER_OTLP_ENDPOINT at a receiver on this machine (a process of its own)")
+    print("  and OTEL_TRACES_SAMPLER=always_on: every RPC's span, its database spans, every")
+    print("  step's and attempt's GenAI span and the GenAI metrics exported")
+    print(f"- the receiver received: {received}")
     print(
         f"- {pairs_for(AB_WORKERS, pairs) * AB_WORKERS} pairs and {calls} empty calls per loop; "
-        "A goes first in odd repetitions, B in even ones; each engine twice, A's server"
-        " started first"
+        "A goes first in odd repetitions, B in even ones; each engine and feature twice, A's"
+        " server started first"
     )
-    for engine, runs in results.items():
+    thresholds = {"metrics": OBSERVABILITY_THRESHOLD, "tracing": TRACING_THRESHOLD}
+    for (engine, feature), runs in results.items():
         ratios = []
-        for sides, (samples, _code) in zip(orders, runs, strict=True):
+        for sides, (samples, _code) in zip(plans[feature], runs, strict=True):
             print()
             print("\n".join(ab_table(engine, sides, samples, verdict=False)))
-            on, off = (s.name for s in sorted(sides, key=lambda s: s.metrics_url is None))
+            with_it, without = (s.name for s in sorted(sides, key=lambda s: s.ref.endswith(" off")))
             ratios.append(
-                statistics.median(ab_figure(samples[on], "pairs"))
-                / statistics.median(ab_figure(samples[off], "pairs"))
+                statistics.median(ab_figure(samples[with_it], "pairs"))
+                / statistics.median(ab_figure(samples[without], "pairs"))
             )
         mean = math.sqrt(ratios[0] * ratios[1])
-        verdict = "PASS" if mean >= OBSERVABILITY_THRESHOLD else "FAIL"
+        verdict = "PASS" if mean >= thresholds[feature] else "FAIL"
         print(
-            f"\n- **{engine}: metrics on / off, median pairs/s: {ratios[0]:.3f} (off started"
+            f"\n- **{engine}: {feature} on / off, median pairs/s: {ratios[0]:.3f} (off started"
             f" first), {ratios[1]:.3f} (on started first); geometric mean {mean:.3f} —"
-            f" {verdict}** (criterion: >= {OBSERVABILITY_THRESHOLD})"
+            f" {verdict}** (criterion: >= {thresholds[feature]})"
         )
     print(f"\nWall time: {time.perf_counter() - started:.0f} s")
 
