@@ -45,53 +45,14 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace import TraceFlags as OtelTraceFlags
 
+from agentrt_core.otel_env import OtelConfigError, exports
 from agentrt_core.trace_context import TraceParent, parse
+
+#: The ``OTEL_*`` variables ask for something this server cannot do (one line).
+TracingConfigError = OtelConfigError
 
 #: The instrumentation scope of every span and instrument the server makes.
 SCOPE: Final = "agentrt"
-
-_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
-_PROTOCOL: Final = "OTEL_EXPORTER_OTLP_PROTOCOL"
-
-
-class TracingConfigError(ValueError):
-    """The ``OTEL_*`` variables ask for something this server cannot do; one line."""
-
-
-def _exporters(environ: Mapping[str, str], signal: str) -> list[str]:
-    value = environ.get(f"OTEL_{signal.upper()}_EXPORTER", "")
-    return [part.strip().lower() for part in value.split(",") if part.strip()]
-
-
-def _wanted(environ: Mapping[str, str], signal: str) -> bool:
-    """Whether ``signal`` ("traces" or "metrics") is to be exported: an OTLP endpoint named
-    for it (or for all signals), or its exporter set to ``otlp``; never with ``none`` or
-    with the SDK disabled."""
-    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return False
-    exporters = _exporters(environ, signal)
-    if "none" in exporters:
-        return False
-    unsupported = [name for name in exporters if name != "otlp"]
-    if unsupported:
-        raise TracingConfigError(
-            f"OTEL_{signal.upper()}_EXPORTER={','.join(exporters)}: this server exports"
-            " over OTLP only (otlp or none)"
-        )
-    for variable in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL", _PROTOCOL):
-        protocol = environ.get(variable, "").strip().lower()
-        if protocol and protocol != "grpc":
-            raise TracingConfigError(
-                f"{variable}={protocol}: this server exports OTLP over gRPC only (grpc)"
-            )
-        if protocol:
-            break
-    return bool(
-        "otlp" in exporters
-        or environ.get(_ENDPOINT)
-        or environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
-    )
-
 
 #: The span id (16 hex) the next span started on this thread takes, when preset.
 _PRESET_SPAN: contextvars.ContextVar[int | None] = contextvars.ContextVar(
@@ -137,7 +98,7 @@ class Tracing:
         """The tracing the ``OTEL_*`` variables ask for, or None when they ask for none.
         Raises :class:`TracingConfigError` for settings it cannot honour."""
         env = os.environ if environ is None else environ
-        traces, metrics = _wanted(env, "traces"), _wanted(env, "metrics")
+        traces, metrics = exports(env, "traces"), exports(env, "metrics")
         if not traces and not metrics:
             return None
         defaults: dict[str, Any] = {} if env.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: "agentrt"}

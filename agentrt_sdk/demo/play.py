@@ -41,7 +41,9 @@ from typing import Any
 from agentrt.runtime.v1 import enum_pb2, event_pb2
 from agentrt_core.proto_json import short_name
 from agentrt_sdk.client import AgentrtClient
+from agentrt_sdk.demo import telemetry
 from agentrt_sdk.demo.login_fix import make_workspace
+from agentrt_sdk.tracing import tracer_for
 from agentrt_sdk.transport import RetryPolicy
 
 THREAD_TITLE = "login returns 500"
@@ -51,6 +53,9 @@ THREAD_MESSAGE = (
 FIX_OBJECTIVE = "fix the login failure and keep legacy-token compatibility"
 FOLLOW_UP_OBJECTIVE = "add a legacy-token regression test"
 OPERATOR = "demo-operator"
+#: The demo's spans (the global provider's: ``telemetry.configure`` installs one when the
+#: ``OTEL_*`` variables ask for traces; otherwise they are no-ops).
+_tracer = tracer_for(None)
 
 
 def definition_file() -> Path:
@@ -232,9 +237,11 @@ async def play(target: str | None, database_url: str | None, workdir: Path) -> d
             await client.threads.append_message(thread.id, THREAD_MESSAGE)
             # The label keeps the demo's workers to the demo's runs on a shared server.
             labels = {"demo": workdir.name}
-            run = await client.runs.create(
-                thread.id, "coding_agent:prod", FIX_OBJECTIVE, labels=labels
-            )
+            # As a backend would: its span around the call, whose context CreateRun continues.
+            with _tracer.start_as_current_span("agentrt demo: create run 1"):
+                run = await client.runs.create(
+                    thread.id, "coding_agent:prod", FIX_OBJECTIVE, labels=labels
+                )
             mark("published, run created", f"run 1 {run.id}: worker A works to its checkpoint")
 
             checkpoint = await _until_event(
@@ -252,12 +259,13 @@ async def play(target: str | None, database_url: str | None, workdir: Path) -> d
             await _until_status(client, run.id, enum_pb2.RUN_STATUS_COMPLETED, 30)
             mark("run completed", "run 2, the follow-up, until its approval")
 
-            follow = await client.runs.create(
-                thread.id,
-                "coding_agent:prod",
-                FOLLOW_UP_OBJECTIVE,
-                labels={**labels, "case": "regression-test"},
-            )
+            with _tracer.start_as_current_span("agentrt demo: create run 2"):
+                follow = await client.runs.create(
+                    thread.id,
+                    "coding_agent:prod",
+                    FOLLOW_UP_OBJECTIVE,
+                    labels={**labels, "case": "regression-test"},
+                )
             await _approve_next(client, follow.id, 0)
             mark("follow-up approved", "run 2 until it completes")
             await _until_status(client, follow.id, enum_pb2.RUN_STATUS_COMPLETED, 30)
@@ -479,6 +487,7 @@ def _step_line(step: dict[str, Any]) -> str:
 def main(target: str | None, database_url: str | None, as_json: bool, keep: bool) -> int:
     """The command: play, print, exit 0 when the case played out."""
     workdir = Path(tempfile.mkdtemp(prefix="agentrt-demo-"))
+    stop_tracing = telemetry.configure("agentrt-demo")
     try:
         facts = asyncio.run(play(target, database_url, workdir))
     except (DemoFailed, TimeoutError) as exc:
@@ -489,6 +498,8 @@ def main(target: str | None, database_url: str | None, as_json: bool, keep: bool
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
         raise
+    finally:
+        stop_tracing()
     if as_json:
         print(json.dumps(facts, indent=2, sort_keys=True))
     else:

@@ -14,6 +14,7 @@ import signal
 from pathlib import Path
 
 from agentrt_sdk.client import AgentrtClient
+from agentrt_sdk.demo import telemetry
 from agentrt_sdk.demo.login_fix import login_fix, scripted_model, tools_for
 from agentrt_sdk.worker import Worker
 
@@ -58,7 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-after", metavar="FILE", help="poll for runs once FILE exists")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format=f"{args.worker_id}: %(message)s")
-    asyncio.run(_serve(args))
+    stop_tracing = telemetry.configure("agentrt-demo-worker")
+    try:
+        asyncio.run(_serve(args))
+    finally:
+        stop_tracing()
     return 0
 
 
