@@ -1,95 +1,255 @@
 """The server's OpenTelemetry: traces (and the GenAI metrics) over OTLP/gRPC, configured only
 by the standard ``OTEL_*`` environment variables.
 
-Traces are on when an OTLP endpoint is named (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
-``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) or ``OTEL_TRACES_EXPORTER`` says ``otlp``; metrics
-likewise with ``..._METRICS_...``. With none of them set nothing here is built: no provider,
-no exporter thread, no interceptor (the server mounts :class:`~agentrt_base.grpc_tracing.
-TracingInterceptor` only with a :class:`Tracing`), so the cost is nil. Everything else the
-exporter, the batch processor, the sampler and the resource read from the environment
-themselves (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``,
-``OTEL_BSP_*``, ``OTEL_METRIC_EXPORT_INTERVAL``, ``OTEL_EXPORTER_OTLP_HEADERS``,
-``..._CERTIFICATE``, ``..._INSECURE``…), per the OpenTelemetry SDK environment
-specification (https://opentelemetry.io/docs/specs/otel/configuration/sdk-environment-variables/).
+Which signals are exported is ``agentrt_core.otel_env``'s rule (an OTLP endpoint named, or
+the exporter set to ``otlp``). With neither traces nor metrics asked for, nothing here is
+built: no provider, no process, no thread, no interceptor (the server mounts
+:class:`~agentrt_base.grpc_tracing.TracingInterceptor` only with a :class:`Tracing` that
+traces), so the cost is nil. The rest the OpenTelemetry SDK reads from the environment
+itself: the sampler (``OTEL_TRACES_SAMPLER``), the resource (``OTEL_SERVICE_NAME``,
+``OTEL_RESOURCE_ATTRIBUTES``), the batch processor (``OTEL_BSP_*``), the exporter's headers,
+certificates and timeout, the metric interval
+(https://opentelemetry.io/docs/specs/otel/configuration/sdk-environment-variables/).
+
+**How a span is made.** Measured on the step path, the SDK's spans made and exported in the
+server's process cost 0.63x of its throughput (``bench/results/steps.md``, "Issue 29"): the
+event loop spent its time starting and ending SDK spans, and the batch processor's thread
+held the interpreter lock encoding them. So the server splits the SDK's work in two. Here,
+on the hot path, a span is what the SDK's sampler decided and a few plain values: its ids
+(drawn by the SDK's id generator), its parent, its times and attributes; while it is open its
+context is the current span (a ``NonRecordingSpan``), so children, log lines and CreateRun's
+recorded context see it. Finished, it is a tuple appended to a list. A thread of this class
+writes those lists to the span exporter process (``agentrt_base.span_export``), where they
+become the SDK's ``ReadableSpan`` and go through its ``BatchSpanProcessor`` and OTLP
+exporter. A span the sampler drops is never recorded; its context still carries the
+decision (flags) to its children and to the worker.
 
 The providers are this server's own, not the process-global ones: an application that embeds
 the server keeps its own, and two servers in one test process do not share one.
-
-The spans built from the ledger (``runtime_service.ledger_spans``) are made after the fact,
-with the ledger's times and span ids that are functions of ledger ids
-(``agentrt_core.trace_context``): :meth:`Tracing.record_span` starts them under a preset id,
-through the SDK's public id-generator hook.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import datetime as dt
+import logging
 import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
 from typing import Any, Final
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
-from opentelemetry.trace import TraceFlags as OtelTraceFlags
+from opentelemetry.sdk.trace.sampling import Decision, Sampler
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace.span import TraceState
 
+from agentrt_base.span_export import HEADER, Finished
 from agentrt_core.otel_env import OtelConfigError, exports
-from agentrt_core.trace_context import TraceParent, parse
+from agentrt_core.trace_context import TraceParent
+from agentrt_core.trace_context import parse as parse_traceparent
 
-#: The ``OTEL_*`` variables ask for something this server cannot do (one line).
-TracingConfigError = OtelConfigError
+log = logging.getLogger("agentrt.tracing")
 
 #: The instrumentation scope of every span and instrument the server makes.
 SCOPE: Final = "agentrt"
 
-#: The span id (16 hex) the next span started on this thread takes, when preset.
-_PRESET_SPAN: contextvars.ContextVar[int | None] = contextvars.ContextVar(
-    "agentrt_preset_span", default=None
+#: The ``OTEL_*`` variables ask for something this server cannot do (one line).
+TracingConfigError = OtelConfigError
+
+_SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
+_NOT_SAMPLED: Final = TraceFlags(TraceFlags.DEFAULT)
+#: How often recorded spans are written to the exporter process, at the latest.
+_SHIP_EVERY: Final = 0.2
+
+
+def resource_from_environment(version: str) -> Resource:
+    """The server's resource: ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME`` (read by
+    ``Resource.create``), ``service.name`` ``agentrt`` when they name none, and
+    ``service.version``. What is passed to ``Resource.create`` wins over the variables, so the
+    name is passed only when they set none."""
+    defaults: dict[str, Any] = {}
+    if not os.environ.get("OTEL_SERVICE_NAME") and "service.name=" not in os.environ.get(
+        "OTEL_RESOURCE_ATTRIBUTES", ""
+    ):
+        defaults[SERVICE_NAME] = "agentrt"
+    if version:
+        defaults[SERVICE_VERSION] = version
+    return Resource.create(defaults)
+
+
+#: The parent rules of the SDK's ``ParentBased`` sampler with its default delegates, as its
+#: description states them.
+_PARENT_RULES: Final = (
+    "remoteParentSampled:AlwaysOnSampler,remoteParentNotSampled:AlwaysOffSampler,"
+    "localParentSampled:AlwaysOnSampler,localParentNotSampled:AlwaysOffSampler}"
 )
-_PRESET_TRACE: contextvars.ContextVar[int | None] = contextvars.ContextVar(
-    "agentrt_preset_trace", default=None
-)
 
 
-class _LedgerIds(RandomIdGenerator):
-    """Random ids, except for a span started under :data:`_PRESET_SPAN`: a span from the
-    ledger, whose id is the one the ledger's record implies."""
-
-    def generate_span_id(self) -> int:
-        preset = _PRESET_SPAN.get()
-        return preset if preset is not None else super().generate_span_id()
-
-    def generate_trace_id(self) -> int:
-        preset = _PRESET_TRACE.get()
-        return preset if preset is not None else super().generate_trace_id()
+def fixed_decision(sampler: Sampler) -> Callable[[SpanContext | None], bool] | None:
+    """For a sampler whose decision is fixed by the parent alone (``always_on``,
+    ``always_off``, ``parentbased_always_on``, the default, and ``parentbased_always_off``,
+    recognised by the description the SDK gives them), that decision without the call: the
+    sampler's call builds a context, a result and its attributes for every span, a third of
+    what a span costs the event loop. Any other sampler (a ratio, a custom one) is asked
+    each time. ``tests/unit/test_trace_context.py`` checks these agree with the SDK's."""
+    description = sampler.get_description()
+    if description == "AlwaysOnSampler":
+        return lambda parent: True
+    if description == "AlwaysOffSampler":
+        return lambda parent: False
+    if description == "ParentBased{root:AlwaysOnSampler," + _PARENT_RULES:
+        return lambda parent: parent is None or bool(parent.trace_flags.sampled)
+    if description == "ParentBased{root:AlwaysOffSampler," + _PARENT_RULES:
+        return lambda parent: parent is not None and bool(parent.trace_flags.sampled)
+    return None
 
 
 def _ns(moment: dt.datetime) -> int:
     return int(moment.timestamp() * 1_000_000_000)
 
 
-@dataclass
-class Tracing:
-    """This server's tracer (and meter, when metrics are exported over OTLP)."""
+class Live:
+    """An open span recorded by :class:`Tracing`: its context (current while it is open),
+    its parent, its start and attributes. :meth:`end` records it."""
 
-    provider: TracerProvider
-    tracer: trace.Tracer
-    #: Whether spans are exported (False: only the GenAI metrics are).
-    traces: bool
-    meter_provider: MeterProvider | None = None
-    meter: Meter | None = None
+    __slots__ = ("attributes", "context", "kind", "name", "parent", "start_ns", "tracing")
+
+    def __init__(
+        self,
+        tracing: Tracing,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+    ) -> None:
+        self.tracing, self.name, self.context, self.parent = tracing, name, context, parent
+        self.kind, self.attributes = kind, attributes
+        self.start_ns = time.time_ns()
+
+    @property
+    def recording(self) -> bool:
+        return bool(self.context.trace_flags.sampled)
+
+    def current(self) -> otel_context.Context:
+        """A context whose current span is this one (for children and log lines)."""
+        return trace.set_span_in_context(NonRecordingSpan(self.context))
+
+    def end(self, error_type: str = "") -> None:
+        """Finish it now; ``error_type``: its ``error.type`` (status ERROR)."""
+        if not self.recording:
+            return
+        if error_type:
+            self.attributes["error.type"] = error_type
+        context, parent = self.context, self.parent
+        self.tracing.ship(
+            (
+                self.name,
+                context.trace_id,
+                context.span_id,
+                parent.span_id if parent is not None else 0,
+                parent is not None and parent.is_remote,
+                int(context.trace_flags),
+                context.trace_state.to_header() if context.trace_state else "",
+                self.kind.value,
+                self.start_ns,
+                time.time_ns(),
+                self.attributes,
+                bool(error_type),
+                SCOPE,
+            )
+        )
+
+
+class _DatabaseSpan:
+    """The span of one transaction, as a context manager (``Database.span``)."""
+
+    __slots__ = ("_live", "_operation", "_token", "_tracing")
+
+    def __init__(self, tracing: Tracing, operation: str) -> None:
+        self._tracing, self._operation = tracing, operation
+        self._live: Live | None = None
+        self._token: object = None
+
+    def __enter__(self) -> object:
+        parent = trace.get_current_span().get_span_context()
+        # Only inside a sampled call: outside one (the reaper, the health probe) a root span
+        # a second would be noise.
+        if not parent.is_valid or not parent.trace_flags.sampled:
+            return None
+        tracing = self._tracing
+        operation = self._operation
+        live = tracing.start(
+            f"{operation} {tracing.database_target}",
+            SpanKind.CLIENT,
+            parent,
+            {**tracing.database_attributes, "db.operation.name": operation},
+        )
+        self._live, self._token = live, otel_context.attach(live.current())
+        return live
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._live is not None:
+            otel_context.detach(self._token)  # type: ignore[arg-type]
+            self._live.end(kind.__name__ if kind is not None else "")
+
+
+class Tracing:
+    """This server's tracing (and meter, when metrics are exported over OTLP)."""
+
+    def __init__(
+        self,
+        *,
+        traces: bool,
+        sampler: Sampler,
+        resource: Resource,
+        version: str,
+        meter_provider: MeterProvider | None,
+    ) -> None:
+        #: Whether spans are exported (False: only the GenAI metrics are).
+        self.traces = traces
+        self.sampler = sampler
+        self._fixed = fixed_decision(sampler)
+        self.resource = resource
+        self.meter_provider = meter_provider
+        self.meter: Meter | None = (
+            meter_provider.get_meter(SCOPE, version or None) if meter_provider else None
+        )
+        self.database_target = ""
+        self.database_attributes: dict[str, str] = {}
+        self._ids = RandomIdGenerator()
+        self._pending: list[Finished] = []
+        self._wake = threading.Event()
+        self._stopping = False
+        self._dropped = 0
+        self._version = version
+        self._exporter: subprocess.Popen[bytes] | None = None
+        self._shipper: threading.Thread | None = None
+        if traces:
+            self._exporter = _start_exporter(version)
+            self._shipper = threading.Thread(
+                target=self._ship_forever, name="agentrt-span-shipper", daemon=True
+            )
+            self._shipper.start()
 
     @classmethod
     def from_environment(
@@ -101,28 +261,84 @@ class Tracing:
         traces, metrics = exports(env, "traces"), exports(env, "metrics")
         if not traces and not metrics:
             return None
-        defaults: dict[str, Any] = {} if env.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: "agentrt"}
-        if version:
-            defaults[SERVICE_VERSION] = version
-        # OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME are read by Resource.create; what is
-        # passed here wins over them, so the service name is passed only when they set none.
-        resource = Resource.create(defaults)
-        provider = TracerProvider(resource=resource, id_generator=_LedgerIds())
-        if traces:
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        resource = resource_from_environment(version)
         meter_provider = None
         if metrics:
             meter_provider = MeterProvider(
                 resource=resource,
                 metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())],
             )
+        # The SDK's sampler as OTEL_TRACES_SAMPLER (and _ARG) configure it: a provider reads
+        # them when given none (the provider itself makes no span here).
+        sampler = TracerProvider(resource=resource, shutdown_on_exit=False).sampler
         return cls(
-            provider,
-            provider.get_tracer(SCOPE, version or None),
-            traces,
-            meter_provider,
-            meter_provider.get_meter(SCOPE, version or None) if meter_provider else None,
+            traces=traces,
+            sampler=sampler,
+            resource=resource,
+            version=version,
+            meter_provider=meter_provider,
         )
+
+    # -- making spans -----------------------------------------------------------------------
+
+    def start(
+        self,
+        name: str,
+        kind: SpanKind,
+        parent: SpanContext | None,
+        attributes: dict[str, Any],
+    ) -> Live:
+        """Open a span (not yet current: :meth:`Live.current` is its context), a child of
+        ``parent`` (None or invalid: a root), sampled as the SDK's sampler decides."""
+        if parent is not None and not parent.is_valid:
+            parent = None
+        trace_id = parent.trace_id if parent is not None else self._ids.generate_trace_id()
+        if self._fixed is not None:
+            context = SpanContext(
+                trace_id,
+                self._ids.generate_span_id(),
+                is_remote=False,
+                trace_flags=_SAMPLED if self._fixed(parent) else _NOT_SAMPLED,
+                trace_state=parent.trace_state if parent is not None else None,
+            )
+            return Live(self, name, context, parent, kind, attributes)
+        parent_context = (
+            trace.set_span_in_context(NonRecordingSpan(parent), otel_context.Context())
+            if parent is not None
+            else None
+        )
+        decision = self.sampler.should_sample(
+            parent_context,
+            trace_id,
+            name,
+            kind,
+            attributes,
+            trace_state=parent.trace_state if parent is not None else None,
+        )
+        if decision.attributes:
+            attributes.update(decision.attributes)
+        sampled = decision.decision == Decision.RECORD_AND_SAMPLE
+        context = SpanContext(
+            trace_id,
+            self._ids.generate_span_id(),
+            is_remote=False,
+            trace_flags=_SAMPLED if sampled else _NOT_SAMPLED,
+            trace_state=decision.trace_state,
+        )
+        return Live(self, name, context, parent, kind, attributes)
+
+    def name_database(self, system: str, namespace: str) -> None:
+        """Name the database the transaction spans describe (``db.system.name``,
+        ``db.namespace``)."""
+        self.database_target = namespace or system
+        self.database_attributes = {"db.system.name": system}
+        if namespace:
+            self.database_attributes["db.namespace"] = namespace
+
+    def transaction(self, operation: str) -> _DatabaseSpan:
+        """The span of one transaction doing ``operation`` ("write", "read"): a CLIENT span in
+        the database conventions, the child of the call's span (``Database.span``)."""
+        return _DatabaseSpan(self, operation)
 
     def record_span(
         self,
@@ -136,69 +352,111 @@ class Tracing:
         attributes: Mapping[str, Any],
         error: str = "",
     ) -> None:
-        """A finished span from the ledger: ``context`` its own trace and span id, ``parent``
-        its parent's (None: the root of its trace), the ledger's ``start`` and ``end``.
-        ``error``: the span's ``error.type``; its status is then ERROR."""
-        if parent is not None:
-            parent_context = trace.set_span_in_context(
-                NonRecordingSpan(
-                    SpanContext(
-                        int(parent.trace_id, 16),
-                        int(parent.span_id, 16),
-                        is_remote=True,
-                        trace_flags=OtelTraceFlags(parent.flags & 0x01),
-                    )
-                ),
-                otel_context.Context(),
-            )
-        else:
-            parent_context = otel_context.Context()
-        span_token = _PRESET_SPAN.set(int(context.span_id, 16))
-        trace_token = _PRESET_TRACE.set(int(context.trace_id, 16))
-        try:
-            span = self.tracer.start_span(
-                name,
-                context=parent_context,
-                kind=kind,
-                attributes=dict(attributes),
-                start_time=_ns(start),
-            )
-        finally:
-            _PRESET_TRACE.reset(trace_token)
-            _PRESET_SPAN.reset(span_token)
+        """A finished span from the ledger: ``context`` its own trace and span id (and the
+        sampling decision its trace was given), ``parent`` its parent's (None: the root of
+        its trace), the ledger's ``start`` and ``end``. ``error``: its ``error.type``."""
+        if not context.sampled:
+            return
+        values = dict(attributes)
         if error:
-            span.set_attribute("error.type", error)
-            span.set_status(Status(StatusCode.ERROR))
-        span.end(end_time=max(_ns(end), _ns(start)))
-
-    def database_span(
-        self, system: str, namespace: str
-    ) -> Callable[[str], contextlib.AbstractContextManager[object]]:
-        """What starts the span of one transaction (``agentrt_base.db.Database.span``): a
-        CLIENT span in the database conventions (``db.system.name``, ``db.namespace``,
-        ``db.operation.name``), the child of the call's span. Outside any call (the reaper,
-        the health probe) there is no span: a root span a second would be noise."""
-        tracer = self.tracer
-        attributes = {"db.system.name": system}
-        if namespace:
-            attributes["db.namespace"] = namespace
-
-        def span(operation: str) -> contextlib.AbstractContextManager[object]:
-            if not trace.get_current_span().is_recording():
-                return contextlib.nullcontext()
-            return tracer.start_as_current_span(
-                f"{operation} {namespace or system}",
-                kind=SpanKind.CLIENT,
-                attributes={**attributes, "db.operation.name": operation},
+            values["error.type"] = error
+        start_ns = _ns(start)
+        self.ship(
+            (
+                name,
+                int(context.trace_id, 16),
+                int(context.span_id, 16),
+                int(parent.span_id, 16) if parent is not None else 0,
+                parent is not None,  # a parent from the ledger was made elsewhere: remote
+                context.flags,
+                "",
+                kind.value,
+                start_ns,
+                max(_ns(end), start_ns),
+                values,
+                bool(error),
+                SCOPE,
             )
+        )
 
-        return span
+    # -- shipping them to the exporter process -----------------------------------------------
 
-    def shutdown(self) -> None:
-        """Export what is pending (bounded by the exporters' own timeouts) and stop."""
-        self.provider.shutdown()
+    def ship(self, finished: Finished) -> None:
+        """Queue a finished, sampled span for the exporter process."""
+        if len(self._pending) >= _MAX_PENDING:
+            self._dropped += 1  # the exporter cannot keep up: drop, as the SDK's queue does
+            return
+        self._pending.append(finished)
+
+    def _ship_forever(self) -> None:
+        while True:
+            stopping = self._wake.wait(_SHIP_EVERY)
+            batch, self._pending = self._pending, []
+            if batch:
+                self._write(batch)
+            if self._dropped:
+                log.warning("dropped %d spans: the span exporter did not keep up", self._dropped)
+                self._dropped = 0
+            if stopping and self._stopping:
+                return
+
+    def _write(self, batch: list[Finished]) -> None:
+        exporter = self._exporter
+        if exporter is None or exporter.stdin is None:
+            return
+        body = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            exporter.stdin.write(HEADER.pack(len(body)) + body)
+            exporter.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            if exporter.poll() is None:
+                raise
+            # It died (killed, or its exporter crashed): one line, and a new one for what
+            # comes next; this batch is lost, as a crashed exporter's would be.
+            log.warning(
+                "the span exporter exited (%s: %s); starting another", exporter.returncode, exc
+            )
+            self._exporter = _start_exporter(self._version)
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Ship what is recorded, let the exporter process export it and exit (within
+        ``timeout``), and stop the meter."""
+        if self._shipper is not None:
+            self._stopping = True
+            self._wake.set()
+            self._shipper.join(timeout)
+        exporter = self._exporter
+        if exporter is not None:
+            if exporter.stdin is not None:
+                with contextlib.suppress(OSError):
+                    exporter.stdin.close()
+            try:
+                exporter.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("the span exporter did not finish in %g s; stopping it", timeout)
+                exporter.kill()
+                exporter.wait()
         if self.meter_provider is not None:
             self.meter_provider.shutdown()
+
+
+#: Spans recorded and not yet shipped, at most (the SDK's OTEL_BSP_MAX_QUEUE_SIZE default is
+#: 2,048 for the batch processor's queue; this one holds up to 0.2 s of a busy server's).
+_MAX_PENDING: Final = 20_000
+
+
+def _start_exporter(version: str) -> subprocess.Popen[bytes]:
+    """The span exporter process (``agentrt_base.span_export``), with this interpreter and
+    this checkout's packages first on its path (a checkout run without installing, and a
+    bench's older checkout, must export with their own code)."""
+    root = str(Path(__file__).resolve().parents[1])
+    path = os.environ.get("PYTHONPATH", "")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, path) if p)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "agentrt_base.span_export", version],
+        stdin=subprocess.PIPE,
+        env=env,
+    )
 
 
 def current_traceparent() -> str:
@@ -221,6 +479,30 @@ def call_traceparent(context: Any) -> str:
         return current
     for key, value in context.invocation_metadata() or ():
         if key == "traceparent" and isinstance(value, str):
-            parsed = parse(value)
+            parsed = parse_traceparent(value)
             return parsed.header() if parsed is not None else ""
     return ""
+
+
+def incoming_parent(metadata: Any) -> SpanContext | None:
+    """The caller's span, from the W3C ``traceparent`` (and ``tracestate``) of a call's
+    metadata (None: none, or not valid: a new trace, never an error)."""
+    traceparent = tracestate = ""
+    for key, value in metadata or ():
+        if key == "traceparent" and isinstance(value, str):
+            traceparent = value
+        elif key == "tracestate" and isinstance(value, str):
+            tracestate = value
+    if not traceparent:
+        return None
+    parsed = parse_traceparent(traceparent)
+    if parsed is None:
+        return None
+    state = TraceState.from_header([tracestate]) if tracestate else None
+    return SpanContext(
+        int(parsed.trace_id, 16),
+        int(parsed.span_id, 16),
+        is_remote=True,
+        trace_flags=TraceFlags(parsed.flags & 0x01),
+        trace_state=state,
+    )

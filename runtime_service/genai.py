@@ -116,7 +116,6 @@ def _common(trace: AttemptTrace) -> dict[str, Any]:
     return {
         "gen_ai.conversation.id": trace.thread_id,
         "agentrt.agent.digest": trace.agent_digest,
-        "agentrt.namespace": trace.namespace,
         "agentrt.run.id": trace.run_id,
         "agentrt.attempt.id": trace.attempt_id,
         "agentrt.attempt.number": trace.number,
@@ -142,6 +141,7 @@ def attempt_span(trace: AttemptTrace, attempt: Attempt, provider: str) -> Ledger
         "gen_ai.agent.name": trace.agent_id,
         "gen_ai.agent.version": trace.agent_version,
         **_common(trace),
+        "agentrt.namespace": trace.namespace,
         "agentrt.attempt.reason": attempt.reason,
         "agentrt.attempt.status": attempt.status,
         "agentrt.worker.id": attempt.worker_id,
@@ -164,13 +164,8 @@ def step_span(trace: AttemptTrace, step: Step) -> LedgerSpan:
     """The span of an ended step: ``chat {model}`` for a model call, ``execute_tool
     {tool}`` for a tool call, an INTERNAL span named for its type otherwise."""
     attributes = _common(trace)
-    attributes.update(
-        {
-            "agentrt.step.id": step.id,
-            "agentrt.step.sequence": step.sequence,
-            "agentrt.step.status": step.status,
-        }
-    )
+    attributes["agentrt.step.id"] = step.id
+    attributes["agentrt.step.sequence"] = step.sequence
     if step.operation:
         attributes["agentrt.step.operation"] = step.operation
     end = step.end_time or step.start_time
@@ -183,12 +178,10 @@ def step_span(trace: AttemptTrace, step: Step) -> LedgerSpan:
         attributes["agentrt.model.candidate_reason"] = step.candidate_reason
         if step.fallback_from_step_id:
             attributes["agentrt.model.fallback_from_step_id"] = step.fallback_from_step_id
-        attributes["agentrt.model_policy.digest"] = step.model_policy_digest
-        attributes["agentrt.system_prompt.digest"] = step.system_prompt_digest
-        skills = [f"{s['name']}@{s['version']}" for s in _list(step.skills_json)]
-        if skills:
-            attributes["agentrt.skills"] = skills
-            attributes["agentrt.skill.digests"] = [s["digest"] for s in _list(step.skills_json)]
+        if step.skills_json not in ("", "[]"):
+            attributes["agentrt.skills"] = [
+                f"{s['name']}@{s['version']}" for s in _list(step.skills_json)
+            ]
         if step.cost_usd:
             attributes["agentrt.usage.cost_usd"] = float(step.cost_usd)
         model = step.requested_model_id or step.candidate_name

@@ -296,9 +296,10 @@ class AgentrtServer:
         if tracing is not None and tracing.traces:
             runtime.traces = True
             # A SQLite database's name is a file path: not a namespace worth a span name.
-            database.span = tracing.database_span(
+            tracing.name_database(
                 database.dialect_name, "" if database.is_sqlite else database.url.database or ""
             )
+            database.span = tracing.transaction
         if tracing is not None or self.metrics is not None:
             self._telemetry = LedgerTelemetry(
                 database,
@@ -334,7 +335,7 @@ class AgentrtServer:
         # Then the server span, outside the error mapping for the same reason; the gate,
         # the limits and the handler run inside it.
         if tracing is not None and tracing.traces:
-            metering.append(TracingInterceptor(tracing.tracer))
+            metering.append(TracingInterceptor(tracing))
         # The call's method and ids, for JSON log lines (outside the error mapping, so its
         # log line of an INTERNAL error carries them).
         context = [CallContextInterceptor()] if self.settings.log_format == "json" else []

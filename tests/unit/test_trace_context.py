@@ -85,7 +85,7 @@ def test_tracing_follows_the_otlp_variables() -> None:
     assert tracing is not None
     try:
         assert tracing.traces and tracing.meter is None
-        resource = tracing.provider.resource.attributes
+        resource = tracing.resource.attributes
         assert resource["service.name"] == "agentrt" and resource["service.version"] == "9.9"
     finally:
         tracing.shutdown()
@@ -119,3 +119,41 @@ def test_what_the_server_cannot_export_is_refused_in_one_line(
     with pytest.raises(TracingConfigError, match=says) as info:
         Tracing.from_environment(environ)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "name", ["always_on", "always_off", "parentbased_always_on", "parentbased_always_off"]
+)
+def test_the_fixed_sampling_decisions_are_the_sdks(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decisions ``fixed_decision`` takes without asking the sampler are the ones the
+    SDK's sampler of that name gives, for a root and for every kind of parent."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import Decision
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
+
+    from agentrt_base.tracing import fixed_decision
+
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", name)
+    sampler = TracerProvider(shutdown_on_exit=False).sampler
+    fixed = fixed_decision(sampler)
+    assert fixed is not None
+    parents: list[SpanContext | None] = [None]
+    for remote in (True, False):
+        for flags in (0, 1):
+            parents.append(SpanContext(int(TRACE, 16), int(SPAN, 16), remote, TraceFlags(flags)))
+    for parent in parents:
+        context = set_span_in_context(NonRecordingSpan(parent)) if parent is not None else None
+        asked = sampler.should_sample(context, int(TRACE, 16), "x")
+        assert fixed(parent) == (asked.decision == Decision.RECORD_AND_SAMPLE), (name, parent)
+
+
+def test_other_samplers_are_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from agentrt_base.tracing import fixed_decision
+
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.5")
+    assert fixed_decision(TracerProvider(shutdown_on_exit=False).sampler) is None
