@@ -72,6 +72,8 @@ TracingConfigError = OtelConfigError
 
 _SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED: Final = TraceFlags(TraceFlags.DEFAULT)
+#: The operations a transaction span names (``agentrt_base.db``).
+DATABASE_OPERATIONS: Final = ("read", "write")
 #: How often recorded spans are written to the exporter process, at the latest.
 _SHIP_EVERY: Final = 0.2
 
@@ -176,14 +178,14 @@ class Live:
 
 
 class _DatabaseSpan:
-    """The span of one transaction, as a context manager (``Database.span``)."""
+    """The span of one transaction, as a context manager (``Database.span``). A leaf: nothing
+    runs under it that makes spans, so it is recorded without being made current."""
 
-    __slots__ = ("_live", "_operation", "_token", "_tracing")
+    __slots__ = ("_live", "_operation", "_tracing")
 
     def __init__(self, tracing: Tracing, operation: str) -> None:
         self._tracing, self._operation = tracing, operation
         self._live: Live | None = None
-        self._token: object = None
 
     def __enter__(self) -> object:
         parent = trace.get_current_span().get_span_context()
@@ -191,16 +193,11 @@ class _DatabaseSpan:
         # a second would be noise.
         if not parent.is_valid or not parent.trace_flags.sampled:
             return None
-        tracing = self._tracing
-        operation = self._operation
-        live = tracing.start(
-            f"{operation} {tracing.database_target}",
-            SpanKind.CLIENT,
-            parent,
-            {**tracing.database_attributes, "db.operation.name": operation},
-        )
-        self._live, self._token = live, otel_context.attach(live.current())
-        return live
+        name, attributes = self._tracing.database_spans[self._operation]
+        # The attributes are shared by every span of the operation: an ended span's are
+        # only read (an error adds error.type to a copy).
+        self._live = self._tracing.start(name, SpanKind.CLIENT, parent, attributes)
+        return self._live
 
     def __exit__(
         self,
@@ -209,7 +206,8 @@ class _DatabaseSpan:
         tb: TracebackType | None,
     ) -> None:
         if self._live is not None:
-            otel_context.detach(self._token)  # type: ignore[arg-type]
+            if kind is not None:
+                self._live.attributes = dict(self._live.attributes)
             self._live.end(kind.__name__ if kind is not None else "")
 
 
@@ -234,8 +232,8 @@ class Tracing:
         self.meter: Meter | None = (
             meter_provider.get_meter(SCOPE, version or None) if meter_provider else None
         )
-        self.database_target = ""
-        self.database_attributes: dict[str, str] = {}
+        #: Each database operation's span name and attributes (:meth:`name_database`).
+        self.database_spans: dict[str, tuple[str, dict[str, Any]]] = {}
         self._ids = RandomIdGenerator()
         self._pending: list[Finished] = []
         self._wake = threading.Event()
@@ -329,11 +327,17 @@ class Tracing:
 
     def name_database(self, system: str, namespace: str) -> None:
         """Name the database the transaction spans describe (``db.system.name``,
-        ``db.namespace``)."""
-        self.database_target = namespace or system
-        self.database_attributes = {"db.system.name": system}
+        ``db.namespace``): ``{operation} {namespace or system}``, per operation."""
+        attributes: dict[str, Any] = {"db.system.name": system}
         if namespace:
-            self.database_attributes["db.namespace"] = namespace
+            attributes["db.namespace"] = namespace
+        self.database_spans = {
+            operation: (
+                f"{operation} {namespace or system}",
+                {**attributes, "db.operation.name": operation},
+            )
+            for operation in DATABASE_OPERATIONS
+        }
 
     def transaction(self, operation: str) -> _DatabaseSpan:
         """The span of one transaction doing ``operation`` ("write", "read"): a CLIENT span in

@@ -108,6 +108,7 @@ class LedgerTelemetry:
         #: Whether any GenAI metric is kept (OTLP, Prometheus, or both).
         self._measuring = bool(self._instruments) or metrics is not None
         self._attempts: LruCache[str, AttemptTrace] = LruCache(_KEPT)
+        self._parsed: LruCache[str, TraceParent | None] = LruCache(_KEPT)
         # A list the event loop appends to and the thread takes whole every _EVERY seconds:
         # waking the thread for each step (a queue's get) cost the loop a switch of the
         # interpreter lock per step, measured as much as making the span itself.
@@ -170,7 +171,10 @@ class LedgerTelemetry:
         if self._tracing is None or not step.trace_id:
             return
         trace = self._attempts.get(step.attempt_id) or self._read_attempt(step.attempt_id)
-        attempt = parse(trace.traceparent) if trace is not None else None
+        attempt = self._parsed.get(trace.traceparent) if trace is not None else None
+        if attempt is None and trace is not None:
+            attempt = parse(trace.traceparent)
+            self._parsed.put(trace.traceparent, attempt)
         if trace is None or attempt is None:
             return
         context = attempt.child(span_id_of("step", step.id))
