@@ -278,9 +278,8 @@ GENAI_AGENT_DURATION = Spec(
     "agentrt_gen_ai_invoke_agent_duration_seconds",
     "histogram",
     "gen_ai.invoke_agent.duration: each ended attempt's duration (acquired to ended), by"
-    " operation, provider (the model policy's primary), agent and error type (empty when it"
-    " succeeded).",
-    ("gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_agent_name", "error_type"),
+    " agent and error type (empty unless it FAILED or was LOST).",
+    ("gen_ai_agent_name", "error_type"),
     buckets=_GENAI_SECONDS_BUCKETS,
     threaded=True,
 )
@@ -288,8 +287,8 @@ GENAI_TOOL_DURATION = Spec(
     "agentrt_gen_ai_execute_tool_duration_seconds",
     "histogram",
     "gen_ai.execute_tool.duration: each ended TOOL_CALL step's duration on the ledger, by"
-    " operation, tool, tool type and error type (empty when it succeeded).",
-    ("gen_ai_operation_name", "gen_ai_tool_name", "gen_ai_tool_type", "error_type"),
+    " tool, tool type, agent and error type (empty when it succeeded).",
+    ("gen_ai_tool_name", "gen_ai_tool_type", "gen_ai_agent_name", "error_type"),
     buckets=_GENAI_SECONDS_BUCKETS,
     threaded=True,
 )

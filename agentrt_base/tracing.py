@@ -120,8 +120,12 @@ def fixed_decision(sampler: Sampler) -> Callable[[SpanContext | None], bool] | N
     return None
 
 
+_EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
 def _ns(moment: dt.datetime) -> int:
-    return int(moment.timestamp() * 1_000_000_000)
+    """Nanoseconds since the epoch, exactly (a float timestamp rounds the microseconds)."""
+    return (moment - _EPOCH) // dt.timedelta(microseconds=1) * 1000
 
 
 class Live:

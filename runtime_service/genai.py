@@ -1,18 +1,22 @@
 """The ledger in the OpenTelemetry GenAI conventions: what span an attempt and a step are,
 with which attributes, and what they add to the GenAI metrics.
 
-One mapping, used by the spans (``runtime_service.ledger_spans``), by the OTLP metrics and by
+One mapping, used by the spans (``runtime_service.ledger_telemetry``), by the OTLP metrics and by
 their Prometheus equivalents (``runtime_service.run_metrics``), so a span, an OTLP point and
 a Prometheus sample of one step say the same. Pure: records in, plain values out.
 
 The conventions followed are those of ``open-telemetry/semantic-conventions-genai`` at the
-release :data:`CONVENTIONS` names (still Development status there); the registry entries of
-every ``gen_ai.*`` attribute emitted are vendored in ``third_party/otel-semconv-genai`` and a
-test checks each name and type against them. Where this mapping deviates, it says so:
+commit :data:`CONVENTIONS` names (the repository has no tagged release yet; everything in it
+is Development status); the YAML of its attribute registry, spans and metrics is vendored in
+``third_party/otel-semconv-genai`` and tests check every emitted ``gen_ai.*`` attribute's
+name and type, each span's required attributes and each metric's instrument, unit and
+attributes against it (``tests/genai_registry.py``). How this mapping reads them:
 
-* an attempt is ``invoke_agent {agent}`` of kind INTERNAL: the agent runs in the worker,
-  which is part of the same system; ``gen_ai.provider.name`` (required there) is the
-  provider of the model policy's primary candidate, the one an attempt starts with;
+* an attempt is the conventions' *client* ``invoke_agent {gen_ai.agent.name}`` span (kind
+  CLIENT): the server hands the run to a worker, a remote agent service in the conventions'
+  words, which is the type that carries ``gen_ai.agent.id`` and ``gen_ai.agent.version``
+  (the internal type has neither). Its ``gen_ai.provider.name`` (required for that type) is
+  the provider of the model policy's primary candidate, the one an attempt starts with;
 * skills are attributes of a model call's span (``agentrt.skills``), not spans: a skill is
   resolved into the prompt of a model call and does not run on its own, so it has no
   duration of its own to show;
@@ -22,7 +26,7 @@ test checks each name and type against them. Where this mapping deviates, it say
   id the model gave it (``agentrt.step.id`` names it).
 
 Everything agentrt adds is under ``agentrt.``: the agent's digest, run, attempt and step ids,
-the step's status, the resolved versions (model policy, tool schema digests).
+the candidate chosen and why, the skills and the tool's pinned versions and schema digest.
 """
 
 from __future__ import annotations
@@ -36,8 +40,8 @@ from typing import Any, Final
 from runtime_service.observations import AttemptTrace
 from runtime_service.records import Attempt, Step
 
-#: The GenAI conventions release this mapping follows (third_party/otel-semconv-genai).
-CONVENTIONS: Final = "open-telemetry/semantic-conventions-genai v0.1.0"
+#: The GenAI conventions this mapping follows (third_party/otel-semconv-genai/README.md).
+CONVENTIONS: Final = "open-telemetry/semantic-conventions-genai@004902b8cb70 (untagged)"
 
 CHAT: Final = "chat"
 EXECUTE_TOOL: Final = "execute_tool"
@@ -97,13 +101,8 @@ METRIC_ATTRIBUTES: Final[dict[str, tuple[str, ...]]] = {
         "gen_ai.response.model",
         "error.type",
     ),
-    AGENT_DURATION: (
-        "gen_ai.operation.name",
-        "gen_ai.provider.name",
-        "gen_ai.agent.name",
-        "error.type",
-    ),
-    TOOL_DURATION: ("gen_ai.operation.name", "gen_ai.tool.name", "gen_ai.tool.type", "error.type"),
+    AGENT_DURATION: ("gen_ai.agent.name", "error.type"),
+    TOOL_DURATION: ("gen_ai.tool.name", "gen_ai.tool.type", "gen_ai.agent.name", "error.type"),
 }
 
 
@@ -152,7 +151,7 @@ def attempt_span(trace: AttemptTrace, attempt: Attempt, provider: str) -> Ledger
         attributes["gen_ai.provider.name"] = provider
     return LedgerSpan(
         f"{INVOKE_AGENT} {trace.agent_id}",
-        True,
+        False,
         attempt.start_time,
         attempt.end_time or attempt.start_time,
         attributes,
@@ -220,6 +219,8 @@ def _model_attributes(step: Step) -> dict[str, str]:
 
 
 def _tool_attributes(step: Step) -> dict[str, str]:
+    # gen_ai.tool.type: the tool runs in the worker, on the model's request (the
+    # conventions' example values are function, extension and datastore).
     return {
         "gen_ai.operation.name": EXECUTE_TOOL,
         "gen_ai.tool.name": step.tool_name,
@@ -227,8 +228,9 @@ def _tool_attributes(step: Step) -> dict[str, str]:
     }
 
 
-def step_measurements(step: Step) -> list[Measurement]:
-    """What an ended step adds to the GenAI metrics (nothing for other step types)."""
+def step_measurements(agent_id: str, step: Step) -> list[Measurement]:
+    """What an ended step of agent ``agent_id`` adds to the GenAI metrics (nothing for other
+    step types)."""
     seconds = _seconds(step.start_time, step.end_time)
     error = _error(step.status, step.error_class)
     if step.type == "MODEL_CALL":
@@ -240,18 +242,22 @@ def step_measurements(step: Step) -> list[Measurement]:
                 out.append(Measurement(TOKEN_USAGE, tokens, {**base, "gen_ai.token.type": kind}))
         return out
     if step.type == "TOOL_CALL":
-        base = _tool_attributes(step)
+        # The metric's attributes are the tool's and the agent's, not the operation's.
+        tool = {
+            "gen_ai.tool.name": step.tool_name,
+            "gen_ai.tool.type": "function",
+            "gen_ai.agent.name": agent_id,
+        }
         return [
-            Measurement(TOOL_DURATION, seconds, {**base, "error.type": error} if error else base)
+            Measurement(TOOL_DURATION, seconds, {**tool, "error.type": error} if error else tool)
         ]
     return []
 
 
-def attempt_measurements(trace: AttemptTrace, attempt: Attempt, provider: str) -> list[Measurement]:
-    """What an ended attempt adds to the GenAI metrics."""
-    attributes = {"gen_ai.operation.name": INVOKE_AGENT, "gen_ai.agent.name": trace.agent_id}
-    if provider:
-        attributes["gen_ai.provider.name"] = provider
+def attempt_measurements(trace: AttemptTrace, attempt: Attempt) -> list[Measurement]:
+    """What an ended attempt adds to the GenAI metrics (the metric's attributes are the
+    agent's name and the error: no operation, no provider)."""
+    attributes = {"gen_ai.agent.name": trace.agent_id}
     error = _attempt_error(attempt)
     if error:
         attributes["error.type"] = error

@@ -123,7 +123,7 @@ class LedgerTelemetry:
         for seen in observations:
             if isinstance(seen, StepRecorded):
                 if seen.step is not None:
-                    self._told.append(seen.step)
+                    self._told.append((seen.agent_id, seen.step))
             elif isinstance(seen, AttemptStarted | AttemptEnded):
                 self._told.append(seen)
 
@@ -148,8 +148,8 @@ class LedgerTelemetry:
                     self._attempts.put(item.trace.attempt_id, item.trace)
             elif isinstance(item, AttemptEnded):
                 self._attempt_ended(item)
-            elif isinstance(item, Step):
-                self._step_ended(item)
+            elif isinstance(item, tuple):
+                self._step_ended(*item)
         except Exception:  # our bug: logged, and the next one is made
             log.exception("cannot make the telemetry of %r", item)
 
@@ -157,7 +157,7 @@ class LedgerTelemetry:
         trace, attempt = ended.trace, ended.attempt
         provider = genai.primary_provider(self._definition(trace.agent_digest).model_policy.spec)
         if self._measuring:
-            self._measure(genai.attempt_measurements(trace, attempt, provider))
+            self._measure(genai.attempt_measurements(trace, attempt))
         context = parse(attempt.traceparent)
         if self._tracing is None or context is None:
             return
@@ -165,9 +165,9 @@ class LedgerTelemetry:
             genai.attempt_span(trace, attempt, provider), context, parse(trace.run_traceparent)
         )
 
-    def _step_ended(self, step: Step) -> None:
+    def _step_ended(self, agent_id: str, step: Step) -> None:
         if self._measuring:
-            self._measure(genai.step_measurements(step))
+            self._measure(genai.step_measurements(agent_id, step))
         if self._tracing is None or not step.trace_id:
             return
         trace = self._attempts.get(step.attempt_id) or self._read_attempt(step.attempt_id)
