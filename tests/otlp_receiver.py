@@ -233,7 +233,12 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
     def Export(
         self, request: trace_service_pb2.ExportTraceServiceRequest, context: grpc.ServicerContext
     ) -> trace_service_pb2.ExportTraceServiceResponse:
-        self._receiver._received(spans=_flatten_spans(request))
+        if self._receiver.keep:
+            self._receiver._received(spans=_flatten_spans(request))
+        else:
+            self._receiver._counted(
+                sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
+            )
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
@@ -246,7 +251,10 @@ class _MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
         request: metrics_service_pb2.ExportMetricsServiceRequest,
         context: grpc.ServicerContext,
     ) -> metrics_service_pb2.ExportMetricsServiceResponse:
-        self._receiver._received(points=_flatten_metrics(request))
+        if self._receiver.keep:
+            self._receiver._received(points=_flatten_metrics(request))
+        else:
+            self._receiver._counted(0, metric_exports=1)
         return metrics_service_pb2.ExportMetricsServiceResponse()
 
 
@@ -262,11 +270,22 @@ class OtlpReceiver:
     port 0, so no race with another test for it). Start and stop it with ``with``, or
     ``start()``/``stop()``. Safe to read from the test while exports arrive."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep: bool = True, listen: str = "127.0.0.1:0") -> None:
+        """``keep=False``: only count what arrives (:attr:`counts`), for a benchmark that
+        exports for minutes (``bench/steps_bench.py --observability``)."""
+        self.keep = keep
+        self._listen = listen
         self._store = _Store()
         self._changed = threading.Condition()
         self._server: grpc.Server | None = None
         self.port = 0
+        #: Spans and metric exports received (counted whether kept or not).
+        self.counts = {"spans": 0, "metric_exports": 0}
+
+    def _counted(self, spans: int, metric_exports: int = 0) -> None:
+        with self._changed:
+            self.counts["spans"] += spans
+            self.counts["metric_exports"] += metric_exports
 
     def start(self) -> OtlpReceiver:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -276,7 +295,7 @@ class OtlpReceiver:
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(  # type: ignore[no-untyped-call]
             _MetricsService(self), server
         )
-        self.port = server.add_insecure_port("127.0.0.1:0")
+        self.port = server.add_insecure_port(self._listen)
         server.start()
         self._server = server
         return self
@@ -325,7 +344,10 @@ class OtlpReceiver:
         }
 
     def _received(self, spans: Iterable[Span] = (), points: Iterable[MetricPoint] = ()) -> None:
+        spans, points = list(spans), list(points)
         with self._changed:
+            self.counts["spans"] += len(spans)
+            self.counts["metric_exports"] += bool(points)
             self._store.spans.extend(spans)
             self._store.points.extend(points)
             self._store.exports += 1
@@ -456,3 +478,31 @@ def resource_of(spans: Iterable[Span]) -> Mapping[str, object]:
     for span in spans:
         return span.resource
     raise AssertionError("no spans")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tests.otlp_receiver --listen HOST:PORT --count FILE``: a counting receiver
+    in a process of its own (the benchmark's), writing its counts as JSON to FILE every
+    second, until SIGTERM or SIGINT."""
+    import argparse
+    import json
+    import signal
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(prog="otlp-receiver")
+    parser.add_argument("--listen", required=True)
+    parser.add_argument("--count", required=True, type=Path)
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    with OtlpReceiver(keep=False, listen=args.listen) as receiver:
+        print(f"listening on {args.listen}", flush=True)
+        while not stop.wait(1.0):
+            args.count.write_text(json.dumps(receiver.counts))
+        args.count.write_text(json.dumps(receiver.counts))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
