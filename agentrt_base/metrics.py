@@ -239,7 +239,7 @@ APPROVAL_WAIT = Spec(
 )
 #: The GenAI metrics' Prometheus equivalents (``runtime_service.genai``): the conventions'
 #: name under the ``agentrt_`` prefix with its unit's suffix, its attributes as labels
-#: (dots made underscores), its advisory buckets. Made on the ledger telemetry thread.
+#: (dots made underscores), its advisory buckets (``runtime_service.genai``).
 _GENAI_TOKEN_BUCKETS: Final = tuple(float(4**n) for n in range(14))  # 1 … 67,108,864
 _GENAI_SECONDS_BUCKETS: Final = tuple(0.01 * 2**n for n in range(14))  # 0.01 … 81.92
 GENAI_TOKEN_USAGE = Spec(
@@ -256,7 +256,6 @@ GENAI_TOKEN_USAGE = Spec(
         "gen_ai_token_type",
     ),
     buckets=_GENAI_TOKEN_BUCKETS,
-    threaded=True,
 )
 GENAI_OPERATION_DURATION = Spec(
     "agentrt_gen_ai_client_operation_duration_seconds",
@@ -272,7 +271,6 @@ GENAI_OPERATION_DURATION = Spec(
         "error_type",
     ),
     buckets=_GENAI_SECONDS_BUCKETS,
-    threaded=True,
 )
 GENAI_AGENT_DURATION = Spec(
     "agentrt_gen_ai_invoke_agent_duration_seconds",
@@ -281,7 +279,6 @@ GENAI_AGENT_DURATION = Spec(
     " agent and error type (empty unless it FAILED or was LOST).",
     ("gen_ai_agent_name", "error_type"),
     buckets=_GENAI_SECONDS_BUCKETS,
-    threaded=True,
 )
 GENAI_TOOL_DURATION = Spec(
     "agentrt_gen_ai_execute_tool_duration_seconds",
@@ -290,7 +287,6 @@ GENAI_TOOL_DURATION = Spec(
     " tool, tool type, agent and error type (empty when it succeeded).",
     ("gen_ai_tool_name", "gen_ai_tool_type", "gen_ai_agent_name", "error_type"),
     buckets=_GENAI_SECONDS_BUCKETS,
-    threaded=True,
 )
 
 #: Every metric, in the order docs/operations.md lists them.

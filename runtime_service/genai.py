@@ -37,6 +37,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from agentrt_base.metrics import (
+    GENAI_AGENT_DURATION,
+    GENAI_OPERATION_DURATION,
+    GENAI_TOKEN_USAGE,
+    GENAI_TOOL_DURATION,
+    Spec,
+)
 from runtime_service.observations import AttemptTrace
 from runtime_service.records import Attempt, Step
 
@@ -109,6 +116,19 @@ METRIC_ATTRIBUTES: Final[dict[str, tuple[str, ...]]] = {
 def prometheus_label(attribute: str) -> str:
     """The Prometheus label of an OTel attribute (the OTel-to-Prometheus translation)."""
     return attribute.replace(".", "_")
+
+
+#: Each GenAI metric's Prometheus equivalent (``agentrt_base.metrics``), by its OTel name.
+PROMETHEUS: Final[dict[str, Spec]] = {
+    TOKEN_USAGE: GENAI_TOKEN_USAGE,
+    OPERATION_DURATION: GENAI_OPERATION_DURATION,
+    AGENT_DURATION: GENAI_AGENT_DURATION,
+    TOOL_DURATION: GENAI_TOOL_DURATION,
+}
+for _name, _spec in PROMETHEUS.items():
+    # One list of a GenAI metric's attributes: its Prometheus family's labels are theirs.
+    if _spec.labels != tuple(map(prometheus_label, METRIC_ATTRIBUTES[_name])):
+        raise RuntimeError(f"{_spec.name}'s labels are not {_name}'s attributes")
 
 
 def _common(trace: AttemptTrace) -> dict[str, Any]:

@@ -31,14 +31,6 @@ from opentelemetry.trace import SpanKind
 from sqlalchemy.orm import Session
 
 from agentrt_base.db import Database
-from agentrt_base.metrics import (
-    GENAI_AGENT_DURATION,
-    GENAI_OPERATION_DURATION,
-    GENAI_TOKEN_USAGE,
-    GENAI_TOOL_DURATION,
-    Metrics,
-    Spec,
-)
 from agentrt_base.tracing import Tracing
 from agentrt_core.lru import LruCache
 from agentrt_core.resolution import BoundDefinition
@@ -62,13 +54,6 @@ _KEPT: Final = 4096
 #: How often the thread takes what it was told (its spans are batched for export anyway).
 _EVERY: Final = 0.1
 
-#: Each GenAI metric's Prometheus family (``agentrt_base.metrics``), by its OTel name.
-_PROMETHEUS: Final[dict[str, Spec]] = {
-    genai.TOKEN_USAGE: GENAI_TOKEN_USAGE,
-    genai.OPERATION_DURATION: GENAI_OPERATION_DURATION,
-    genai.AGENT_DURATION: GENAI_AGENT_DURATION,
-    genai.TOOL_DURATION: GENAI_TOOL_DURATION,
-}
 #: Each GenAI metric's unit and description (the conventions').
 _OTEL: Final = {
     genai.TOKEN_USAGE: ("{token}", "Number of input and output tokens used."),
@@ -79,34 +64,33 @@ _OTEL: Final = {
 
 
 class LedgerTelemetry:
-    """The observer that makes spans (``tracing``), OTLP GenAI metrics (``tracing.meter``)
-    and their Prometheus equivalents (``metrics``) from the ledger."""
+    """The observer that makes spans (``tracing``) and the OTLP GenAI metrics
+    (``tracing.meter``) from the ledger (their Prometheus equivalents are ``run_metrics``'s,
+    made on the event loop from the same measurements)."""
 
     def __init__(
         self,
         database: Database,
         definition: Callable[[str], BoundDefinition],
         *,
-        tracing: Tracing | None,
-        metrics: Metrics | None,
+        tracing: Tracing,
     ) -> None:
         self._database = database
         self._definition = definition
-        self._tracing = tracing if tracing is not None and tracing.traces else None
-        self._metrics = metrics
+        self._tracing = tracing if tracing.traces else None
         self._instruments: dict[str, Histogram] = {}
-        meter = tracing.meter if tracing is not None else None
+        meter = tracing.meter
         if meter is not None:
             for name, (unit, description) in _OTEL.items():
-                spec = _PROMETHEUS[name]
+                spec = genai.PROMETHEUS[name]
                 self._instruments[name] = meter.create_histogram(
                     name,
                     unit=unit,
                     description=description,
                     explicit_bucket_boundaries_advisory=list(spec.buckets),
                 )
-        #: Whether any GenAI metric is kept (OTLP, Prometheus, or both).
-        self._measuring = bool(self._instruments) or metrics is not None
+        #: Whether the GenAI metrics are exported over OTLP.
+        self._measuring = bool(self._instruments)
         self._attempts: LruCache[str, AttemptTrace] = LruCache(_KEPT)
         self._parsed: LruCache[str, TraceParent | None] = LruCache(_KEPT)
         # A list the event loop appends to and the thread takes whole every _EVERY seconds:
@@ -197,14 +181,9 @@ class LedgerTelemetry:
 
     def _measure(self, measurements: Sequence[genai.Measurement]) -> None:
         for measurement in measurements:
-            instrument = self._instruments.get(measurement.metric)
-            if instrument is not None:
-                instrument.record(measurement.value, dict(measurement.attributes))
-            if self._metrics is not None:
-                spec = _PROMETHEUS[measurement.metric]
-                keys = genai.METRIC_ATTRIBUTES[measurement.metric]
-                labels = [measurement.attributes.get(key, "") for key in keys]
-                self._metrics.histogram(spec).labels(*labels).observe(measurement.value)
+            self._instruments[measurement.metric].record(
+                measurement.value, dict(measurement.attributes)
+            )
 
     def _read_attempt(self, attempt_id: str) -> AttemptTrace | None:
         def read(session: Session) -> AttemptTrace | None:
@@ -218,9 +197,3 @@ class LedgerTelemetry:
         if trace is not None:
             self._attempts.put(attempt_id, trace)
         return trace
-
-
-for _name, _spec in _PROMETHEUS.items():
-    # One list of a GenAI metric's attributes: its Prometheus family's labels are theirs.
-    if _spec.labels != tuple(map(genai.prometheus_label, genai.METRIC_ATTRIBUTES[_name])):
-        raise RuntimeError(f"{_spec.name}'s labels are not {_name}'s attributes")

@@ -39,8 +39,10 @@ from agentrt_base.metrics import (
     STEPS_STARTED,
     Metrics,
 )
+from runtime_service import genai
 from runtime_service.observations import (
     ApprovalResolved,
+    AttemptEnded,
     AttemptStarted,
     Observation,
     ReaperAction,
@@ -74,6 +76,7 @@ class RunMetrics:
         self._tokens = metrics.counter(MODEL_TOKENS)
         self._cost = metrics.counter(MODEL_COST)
         self._approval_wait = metrics.histogram(APPROVAL_WAIT)
+        self._genai = {name: metrics.histogram(spec) for name, spec in genai.PROMETHEUS.items()}
         self._runtime = runtime
         self._active = _EverySecond(lambda: runtime.database.read_sync(_active_runs))
         self._stored = _EverySecond(lambda: runtime.database.read_sync(_stored_bytes))
@@ -92,6 +95,8 @@ class RunMetrics:
                         self._duration.labels(seen.namespace, seen.agent_id, seen.status).observe(
                             seen.lifetime.total_seconds()
                         )
+            elif isinstance(seen, AttemptEnded):
+                self._measure(genai.attempt_measurements(seen.trace, seen.attempt))
             elif isinstance(seen, AttemptStarted):
                 self._started.labels(seen.namespace, seen.agent_id, seen.reason).inc()
                 if seen.waited is not None:
@@ -115,6 +120,8 @@ class RunMetrics:
         if not seen.ended:
             return
         self._steps_ended.labels(seen.agent_id, seen.type, seen.status).inc()
+        if seen.step is not None:
+            self._measure(genai.step_measurements(seen.agent_id, seen.step))
         if seen.type == "MODEL_CALL":
             model = (seen.agent_id, seen.provider, seen.model)
             if seen.input_tokens:
@@ -123,6 +130,14 @@ class RunMetrics:
                 self._tokens.labels(*model, "output").inc(seen.output_tokens)
             if seen.cost_usd > 0:
                 self._cost.labels(*model).inc(seen.cost_usd)
+
+    def _measure(self, measurements: Sequence[genai.Measurement]) -> None:
+        """The GenAI metrics' Prometheus equivalents: each attribute a label (empty when a
+        measurement has none)."""
+        for measurement in measurements:
+            keys = genai.METRIC_ATTRIBUTES[measurement.metric]
+            labels = [measurement.attributes.get(key, "") for key in keys]
+            self._genai[measurement.metric].labels(*labels).observe(measurement.value)
 
     def blob_bytes(self) -> Mapping[tuple[str, ...], float]:
         # A list first: the set changes on the event loop's thread meanwhile.

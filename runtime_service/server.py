@@ -300,12 +300,9 @@ class AgentrtServer:
                 database.dialect_name, "" if database.is_sqlite else database.url.database or ""
             )
             database.span = tracing.transaction
-        if tracing is not None or self.metrics is not None:
+        if tracing is not None:
             self._telemetry = LedgerTelemetry(
-                database,
-                lambda digest: bound.definition_now(database, digest),
-                tracing=tracing,
-                metrics=self.metrics,
+                database, lambda digest: bound.definition_now(database, digest), tracing=tracing
             )
             observers.append(self._telemetry)
         if observers:
