@@ -14,6 +14,7 @@ per name it made up.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Final
@@ -21,7 +22,7 @@ from typing import Any, Final
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 
-from agentrt_base.handler_wrap import Handler, WrappingInterceptor, call
+from agentrt_base.handler_wrap import Handler, WrappingInterceptor
 from agentrt_base.metrics import (
     GRPC_HANDLED,
     GRPC_HANDLING_SECONDS,
@@ -122,7 +123,9 @@ def _timed(counted: _MethodMetrics, behavior: Handler) -> Handler:
         counted.in_flight.inc()
         error: BaseException | None = None
         try:
-            return await call(behavior, request, context)
+            # Inline, not handler_wrap.call: a coroutine frame less on every call.
+            result = behavior(request, context)
+            return await result if inspect.isawaitable(result) else result
         except BaseException as exc:
             error = exc
             raise

@@ -22,6 +22,7 @@ be a span name (and an attribute value) of the caller's choosing.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
@@ -30,7 +31,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind
 
 from agentrt_base.grpc_metrics import final_code
-from agentrt_base.handler_wrap import Handler, WrappingInterceptor, call
+from agentrt_base.handler_wrap import Handler, WrappingInterceptor
 from agentrt_base.tracing import Live, Tracing, incoming_parent
 
 #: The codes a server's span reports as errors (the gRPC conventions' server list).
@@ -77,7 +78,9 @@ class TracingInterceptor(WrappingInterceptor):
             error: BaseException | None = None
             token = otel_context.attach(span.current())
             try:
-                return await call(behavior, request, context)
+                # Inline, not handler_wrap.call: a coroutine frame less on every call.
+                result = behavior(request, context)
+                return await result if inspect.isawaitable(result) else result
             except BaseException as exc:
                 error = exc
                 raise

@@ -59,7 +59,7 @@ from opentelemetry.trace.span import TraceState
 
 from agentrt_base.span_export import HEADER, Finished
 from agentrt_core.otel_env import OtelConfigError, exports
-from agentrt_core.trace_context import TraceParent
+from agentrt_core.trace_context import TraceParent, parse_tracestate
 from agentrt_core.trace_context import parse as parse_traceparent
 
 log = logging.getLogger("agentrt.tracing")
@@ -226,6 +226,7 @@ class Tracing:
         resource: Resource,
         version: str,
         meter_provider: MeterProvider | None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         #: Whether spans are exported (False: only the GenAI metrics are).
         self.traces = traces
@@ -244,10 +245,13 @@ class Tracing:
         self._stopping = False
         self._dropped = 0
         self._version = version
+        # The environment the exporter process is started with, now and on a restart: the
+        # one the server started under, whatever the process's environment is later.
+        self._environ = dict(os.environ if environ is None else environ)
         self._exporter: subprocess.Popen[bytes] | None = None
         self._shipper: threading.Thread | None = None
         if traces:
-            self._exporter = _start_exporter(version)
+            self._exporter = _start_exporter(version, self._environ)
             self._shipper = threading.Thread(
                 target=self._ship_forever, name="agentrt-span-shipper", daemon=True
             )
@@ -258,7 +262,10 @@ class Tracing:
         cls, environ: Mapping[str, str] | None = None, *, version: str = ""
     ) -> Tracing | None:
         """The tracing the ``OTEL_*`` variables ask for, or None when they ask for none.
-        Raises :class:`TracingConfigError` for settings it cannot honour."""
+        ``environ`` (default the process's) decides, and is laid over the process's
+        environment for the span exporter process; the in-process metric exporter and
+        resource read the process's own. Raises :class:`TracingConfigError` for settings it
+        cannot honour."""
         env = os.environ if environ is None else environ
         traces, metrics = exports(env, "traces"), exports(env, "metrics")
         if not traces and not metrics:
@@ -279,6 +286,7 @@ class Tracing:
             resource=resource,
             version=version,
             meter_provider=meter_provider,
+            environ={**os.environ, **env},
         )
 
     # -- making spans -----------------------------------------------------------------------
@@ -424,7 +432,12 @@ class Tracing:
             log.warning(
                 "the span exporter exited (%s: %s); starting another", exporter.returncode, exc
             )
-            self._exporter = _start_exporter(self._version)
+            self._exporter = _start_exporter(self._version, self._environ)
+
+    @property
+    def exporter_pid(self) -> int | None:
+        """The span exporter process's id (None when spans are not exported)."""
+        return self._exporter.pid if self._exporter is not None else None
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Ship what is recorded, let the exporter process export it and exit (within
@@ -453,13 +466,13 @@ class Tracing:
 _MAX_PENDING: Final = 20_000
 
 
-def _start_exporter(version: str) -> subprocess.Popen[bytes]:
+def _start_exporter(version: str, environ: Mapping[str, str]) -> subprocess.Popen[bytes]:
     """The span exporter process (``agentrt_base.span_export``), with this interpreter and
     this checkout's packages first on its path (a checkout run without installing, and a
     bench's older checkout, must export with their own code)."""
     root = str(Path(__file__).resolve().parents[1])
-    path = os.environ.get("PYTHONPATH", "")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, path) if p)}
+    path = environ.get("PYTHONPATH", "")
+    env = {**environ, "PYTHONPATH": os.pathsep.join(p for p in (root, path) if p)}
     return subprocess.Popen(
         [sys.executable, "-m", "agentrt_base.span_export", version],
         stdin=subprocess.PIPE,
@@ -506,7 +519,10 @@ def incoming_parent(metadata: Any) -> SpanContext | None:
     parsed = parse_traceparent(traceparent)
     if parsed is None:
         return None
-    state = TraceState.from_header([tracestate]) if tracestate else None
+    # Parsed by our rule first: the SDK's parser logs every malformed member it meets, and
+    # these bytes are the caller's.
+    members = parse_tracestate(tracestate) if tracestate else None
+    state = TraceState(members) if members else None
     return SpanContext(
         int(parsed.trace_id, 16),
         int(parsed.span_id, 16),

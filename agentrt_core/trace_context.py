@@ -75,6 +75,38 @@ def parse(value: str) -> TraceParent | None:
     return TraceParent(trace_id, span_id, int(flags, 16))
 
 
+#: W3C tracestate (https://www.w3.org/TR/trace-context/#tracestate-header): a list-member's
+#: key (simple or tenant@system) and value, at most 32 members; only this many characters
+#: of a header are taken at all (the length the Recommendation asks vendors to propagate).
+_STATE_KEY = re.compile(
+    r"(?:[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13})\Z"
+)
+_STATE_VALUE = re.compile(r"[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]\Z")
+MAX_TRACESTATE: Final = 512
+_MAX_MEMBERS: Final = 32
+
+
+def parse_tracestate(value: str) -> list[tuple[str, str]] | None:
+    """The list-members of a ``tracestate`` header, or None when it is longer than
+    :data:`MAX_TRACESTATE`, has more than 32 members or any that break the grammar: then it
+    is dropped whole (a receiver that cannot parse it must not pass a changed one on), and
+    nothing of a caller's malformed header reaches a log line."""
+    if len(value) > MAX_TRACESTATE:
+        return None
+    members: list[tuple[str, str]] = []
+    for part in value.split(","):
+        part = part.strip(" \t")
+        if not part:
+            continue  # empty list-members are allowed and ignored
+        key, sep, item = part.partition("=")
+        if not sep or not _STATE_KEY.match(key) or not _STATE_VALUE.match(item):
+            return None
+        members.append((key, item))
+    if len(members) > _MAX_MEMBERS or len({key for key, _ in members}) != len(members):
+        return None
+    return members
+
+
 def trace_id_of(traceparent: str) -> str:
     """The trace id of a recorded ``traceparent`` ("" when there is none)."""
     parsed = parse(traceparent)

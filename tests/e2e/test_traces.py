@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +30,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from agentrt.runtime.v1 import enum_pb2, message_pb2
+from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt_core.trace_context import parse, span_id_of
 from agentrt_sdk import AgentrtClient
 from agentrt_sdk.demo.login_fix import login_fix, make_workspace, scripted_model, tools_for
@@ -35,6 +38,7 @@ from agentrt_sdk.worker import Worker
 from runtime_service.cli.audit import tree_lines
 from tests.genai_registry import attribute_problems, metric_problems, span_problems
 from tests.otlp_receiver import OtlpReceiver, Span
+from tests.runtime_support import Stubs
 from tests.support import ServerThread
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "coding_agent.yaml"
@@ -336,3 +340,61 @@ def test_provenance_and_audit_lead_from_the_record_to_the_trace(played: Played) 
     lines = "\n".join(tree_lines(record))
     for step in record.steps:
         assert f"trace {played.trace_id} span {step.span_id}" in lines
+
+
+def test_a_hostile_trace_context_is_ignored_and_logs_nothing_of_it(
+    traced: ServerThread, receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A malformed ``traceparent`` starts a new trace and a malformed ``tracestate`` is
+    dropped whole: the call succeeds, and none of the caller's bytes reach a log line."""
+    marker = "hostile" * 200
+    with Stubs.open(traced.address) as stubs:
+        thread = stubs.thread()
+        for metadata in (
+            (("traceparent", marker),),
+            (("traceparent", f"00-{'a' * 32}-{'b' * 16}-01"), ("tracestate", f"k={marker}")),
+            (("traceparent", f"00-{'a' * 32}-{'b' * 16}-01"), ("tracestate", "=,=" * 300)),
+        ):
+            run = stubs.runtime.CreateRun(
+                pb.CreateRunRequest(
+                    thread_id=thread.id,
+                    agent_ref="coding_agent:prod",
+                    goal=message_pb2.Goal(objective="hostile"),
+                ),
+                metadata=metadata,
+                timeout=10,
+            ).run
+            recorded = parse(run.traceparent)
+            assert recorded is not None  # CreateRun's own span: a new trace, or the caller's
+            if metadata[0][1] == marker:
+                assert recorded.trace_id != "a" * 32
+            else:
+                assert recorded.trace_id == "a" * 32
+    assert marker[:50] not in caplog.text
+
+
+def test_a_dead_exporter_process_is_replaced(traced: ServerThread, receiver: OtlpReceiver) -> None:
+    """The span exporter process killed: the server starts another, and the spans of calls
+    made after it died arrive (the batch in flight when it died is lost, as a crashed
+    exporter's would be)."""
+    tracing = traced.server.tracing
+    assert tracing is not None
+    dead = tracing.exporter_pid
+    assert dead is not None
+    os.kill(dead, signal.SIGKILL)
+    killed_at = time.time_ns()
+    with Stubs.open(traced.address) as stubs:
+        deadline = time.monotonic() + 30
+        while True:
+            stubs.thread()
+            try:
+                receiver.wait_for_spans(
+                    lambda spans: any(
+                        s.name.endswith("/CreateThread") and s.start_ns >= killed_at for s in spans
+                    ),
+                    timeout=1,
+                )
+                break
+            except AssertionError:
+                assert time.monotonic() < deadline, "no span arrived after the exporter died"
+    assert tracing.exporter_pid not in (None, dead)

@@ -157,3 +157,27 @@ def test_other_samplers_are_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
     monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.5")
     assert fixed_decision(TracerProvider(shutdown_on_exit=False).sampler) is None
+
+
+@pytest.mark.parametrize(
+    ("header", "members"),
+    [
+        (
+            "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7",
+            [("congo", "t61rcWkgMzE"), ("rojo", "00f067aa0ba902b7")],
+        ),
+        ("tenant@vendor=x", [("tenant@vendor", "x")]),
+        (" , a=1 ,", [("a", "1")]),  # empty list-members are ignored
+        ("K=V", None),  # keys are lower case
+        ("a=1,a=2", None),  # a key once
+        ("a=b\x00", None),
+        ("=,=" * 500, None),  # longer than is read at all
+        (",".join(f"k{i}=v" for i in range(33)), None),  # more than 32 members
+    ],
+)
+def test_tracestate_is_read_by_the_w3c_grammar_or_dropped_whole(
+    header: str, members: list[tuple[str, str]] | None
+) -> None:
+    from agentrt_core.trace_context import parse_tracestate
+
+    assert parse_tracestate(header) == members
