@@ -77,11 +77,12 @@ def test_without_a_context_nothing_is_made_up(stubs: Stubs) -> None:
         f"ff-{TRACE}-00f067aa0ba902b7-01",
         f"00-{TRACE.upper()}-00f067aa0ba902b7-01",
         f"00-{'0' * 32}-00f067aa0ba902b7-01",
-        "00-" + "a" * 8000,
+        # Long, but under gRPC's own 8 KiB metadata limit (past it gRPC refuses the call).
+        "00-" + "a" * 4000,
     ],
 )
 def test_a_malformed_traceparent_is_no_context_and_no_error(stubs: Stubs, header: str) -> None:
     stubs.publish_agent()
-    run = create_run(stubs, (("traceparent", header), ("tracestate", "=,=" * 500)))
+    run = create_run(stubs, (("traceparent", header), ("tracestate", "=,=" * 300)))
     assert run.traceparent == ""
     assert parse(run.traceparent) is None
