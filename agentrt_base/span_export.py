@@ -1,12 +1,14 @@
 """The span exporter process: ``python -m agentrt_base.span_export VERSION``.
 
-The server records each finished span as a plain tuple (``agentrt_base.tracing``) and writes
-them, batched, to this process's standard input; here they are encoded as OTLP protobuf and
-sent by the OpenTelemetry SDK's OTLP/gRPC span exporter, which reads its settings (endpoint,
-headers, certificates, compression, timeout) from the ``OTEL_*`` variables as it would
-anywhere and retries as it always does. The work that costs is done here, on a process and
-an interpreter lock of its own, not on the server's event loop: measured, the SDK's spans
-made and exported in the server took the step path to 0.63x of its untraced throughput.
+The server records each finished span as a plain tuple (``agentrt_base.tracing``), and each
+value of its OTLP metrics, and writes them, batched, to this process's standard input; here
+the measurements are recorded with the SDK's meter and exported periodically, and the spans
+are encoded as OTLP protobuf and sent by the OpenTelemetry SDK's OTLP/gRPC span exporter.
+Both exporters read their settings (endpoint, headers, certificates, compression, timeout,
+interval) from the ``OTEL_*`` variables as they would anywhere and retry as they always do.
+The work that costs is done here, on a process and an interpreter lock of its own, not on
+the server's event loop: measured, the SDK's spans made and exported in the server took the
+step path to 0.63x of its untraced throughput.
 
 The exporter's encoder is replaced (:class:`_TupleExporter` overrides its
 ``_translate_data`` hook): the SDK's turns its ``ReadableSpan`` objects into protobuf at
@@ -39,12 +41,17 @@ HEADER: Final = struct.Struct(">I")
 #: (0: a root), parent_is_remote, trace_flags, trace_state (W3C tracestate header, "" for
 #: none), kind (SpanKind value), start_ns, end_ns, attributes, error (status ERROR), scope).
 Finished = tuple[str, int, int, int, bool, int, str, int, int, int, dict[str, Any], bool, str]
+#: One value of a histogram exported over OTLP: (name, unit, description, bucket bounds,
+#: value, attributes).
+Measured = tuple[str, str, str, tuple[float, ...], float, dict[str, Any]]
+#: What one frame carries: the spans and the measurements recorded since the last.
+Frame = tuple[list[Finished], list[Measured]]
 
 #: Spans per export request at most (OTEL_BSP_MAX_EXPORT_BATCH_SIZE's meaning, default 512).
 _BATCH_VARIABLE: Final = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
 
 
-def frames(stream: BinaryIO) -> Iterator[list[Finished]]:
+def frames(stream: BinaryIO) -> Iterator[Frame]:
     """The batches on ``stream``, until it ends."""
     while True:
         header = stream.read(HEADER.size)
@@ -63,15 +70,58 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="agentrt span exporter: %(message)s")
     args = sys.argv[1:] if argv is None else argv
     version = args[0] if args else ""
-    exporter = _tuple_exporter(version)
+    from agentrt_core.otel_env import exports
+
+    exporter = _tuple_exporter(version) if exports(os.environ, "traces") else None
+    meter = _Meter(version) if exports(os.environ, "metrics") else None
     size = max(1, int(os.environ.get(_BATCH_VARIABLE, "") or 512))
     try:
-        for batch in frames(sys.stdin.buffer):
-            for start in range(0, len(batch), size):
-                exporter.export(batch[start : start + size])
+        for spans, measured in frames(sys.stdin.buffer):
+            if meter is not None:
+                meter.record(measured)
+            if exporter is not None:
+                for start in range(0, len(spans), size):
+                    exporter.export(spans[start : start + size])
     finally:
-        exporter.shutdown()
+        if exporter is not None:
+            exporter.shutdown()
+        if meter is not None:
+            meter.shutdown()
     return 0
+
+
+class _Meter:
+    """The SDK's meter and its periodic OTLP/gRPC export (``OTEL_METRIC_EXPORT_INTERVAL``),
+    recording the histograms the server measured."""
+
+    def __init__(self, version: str) -> None:
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+        from agentrt_base.tracing import SCOPE, resource_from_environment
+
+        self._provider = MeterProvider(
+            resource=resource_from_environment(version),
+            metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())],
+        )
+        self._meter = self._provider.get_meter(SCOPE, version or None)
+        self._histograms: dict[str, Any] = {}
+
+    def record(self, measured: Sequence[Measured]) -> None:
+        for name, unit, description, bounds, value, attributes in measured:
+            histogram = self._histograms.get(name)
+            if histogram is None:
+                histogram = self._histograms[name] = self._meter.create_histogram(
+                    name,
+                    unit=unit,
+                    description=description,
+                    explicit_bucket_boundaries_advisory=list(bounds),
+                )
+            histogram.record(value, attributes)
+
+    def shutdown(self) -> None:
+        self._provider.shutdown()
 
 
 def _tuple_exporter(version: str) -> Any:

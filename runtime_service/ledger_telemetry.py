@@ -26,7 +26,6 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from opentelemetry.metrics import Histogram
 from opentelemetry.trace import SpanKind
 from sqlalchemy.orm import Session
 
@@ -65,8 +64,9 @@ _OTEL: Final = {
 
 class LedgerTelemetry:
     """The observer that makes spans (``tracing``) and the OTLP GenAI metrics
-    (``tracing.meter``) from the ledger (their Prometheus equivalents are ``run_metrics``'s,
-    made on the event loop from the same measurements)."""
+    (``tracing.measure``: recorded in the exporter process) from the ledger; their
+    Prometheus equivalents are ``run_metrics``'s, made on the event loop from the same
+    measurements."""
 
     def __init__(
         self,
@@ -78,19 +78,8 @@ class LedgerTelemetry:
         self._database = database
         self._definition = definition
         self._tracing = tracing if tracing.traces else None
-        self._instruments: dict[str, Histogram] = {}
-        meter = tracing.meter
-        if meter is not None:
-            for name, (unit, description) in _OTEL.items():
-                spec = genai.PROMETHEUS[name]
-                self._instruments[name] = meter.create_histogram(
-                    name,
-                    unit=unit,
-                    description=description,
-                    explicit_bucket_boundaries_advisory=list(spec.buckets),
-                )
-        #: Whether the GenAI metrics are exported over OTLP.
-        self._measuring = bool(self._instruments)
+        self._measuring = tracing.metrics
+        self._exporting = tracing
         self._attempts: LruCache[str, AttemptTrace] = LruCache(_KEPT)
         self._parsed: LruCache[str, TraceParent | None] = LruCache(_KEPT)
         # A list the event loop appends to and the thread takes whole every _EVERY seconds:
@@ -181,8 +170,16 @@ class LedgerTelemetry:
 
     def _measure(self, measurements: Sequence[genai.Measurement]) -> None:
         for measurement in measurements:
-            self._instruments[measurement.metric].record(
-                measurement.value, dict(measurement.attributes)
+            unit, description = _OTEL[measurement.metric]
+            self._exporting.measure(
+                (
+                    measurement.metric,
+                    unit,
+                    description,
+                    tuple(genai.PROMETHEUS[measurement.metric].buckets),
+                    measurement.value,
+                    dict(measurement.attributes),
+                )
             )
 
     def _read_attempt(self, attempt_id: str) -> AttemptTrace | None:

@@ -84,7 +84,7 @@ def test_tracing_follows_the_otlp_variables() -> None:
     )
     assert tracing is not None
     try:
-        assert tracing.traces and tracing.meter is None
+        assert tracing.traces and not tracing.metrics
         resource = tracing.resource.attributes
         assert resource["service.name"] == "agentrt" and resource["service.version"] == "9.9"
     finally:
@@ -94,7 +94,7 @@ def test_tracing_follows_the_otlp_variables() -> None:
     )
     assert metrics_only is not None
     try:
-        assert not metrics_only.traces and metrics_only.meter is not None
+        assert not metrics_only.traces and metrics_only.metrics
     finally:
         metrics_only.shutdown()
 
