@@ -19,17 +19,19 @@ on the hot path, a span is what the SDK's sampler decided and a few plain values
 (drawn by the SDK's id generator), its parent, its times and attributes; while it is open its
 context is the current span (a ``NonRecordingSpan``), so children, log lines and CreateRun's
 recorded context see it. Finished, it is a tuple appended to a list. A thread of this class
-writes those lists to the span exporter process (``agentrt_base.span_export``), where they
-become the SDK's ``ReadableSpan`` and go through its ``BatchSpanProcessor`` and OTLP
-exporter. A span the sampler drops is never recorded; its context still carries the
-decision (flags) to its children and to the worker.
+writes those lists (and the GenAI metrics' values, :meth:`Tracing.measure`) to the exporter
+process (``agentrt_base.span_export``), where the spans are encoded as OTLP and sent by the
+SDK's OTLP/gRPC exporter and the values recorded by the SDK's meter. A span the sampler drops
+is never recorded; its context still carries the decision (flags) to its children and to the
+worker.
 
-The providers are this server's own, not the process-global ones: an application that embeds
-the server keeps its own, and two servers in one test process do not share one.
+Nothing here touches the process-global OpenTelemetry providers: an application that embeds
+the server keeps its own, and two servers in one test process do not share anything.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime as dt
 import logging
@@ -235,8 +237,10 @@ class Tracing:
         #: Each database operation's span name and attributes (:meth:`name_database`).
         self.database_spans: dict[str, tuple[str, dict[str, Any]]] = {}
         self._ids = RandomIdGenerator()
-        self._pending: list[Finished] = []
-        self._measured: list[Measured] = []
+        # Deques the recording threads append to and the shipper drains (not lists swapped
+        # for new ones: an append racing the swap could land in the list already shipped).
+        self._pending: collections.deque[Finished] = collections.deque()
+        self._measured: collections.deque[Measured] = collections.deque()
         self._wake = threading.Event()
         self._stopping = False
         self._dropped = 0
@@ -404,8 +408,8 @@ class Tracing:
     def _ship_forever(self) -> None:
         while True:
             stopping = self._wake.wait(_SHIP_EVERY)
-            batch, self._pending = self._pending, []
-            measured, self._measured = self._measured, []
+            batch = _drain(self._pending)
+            measured = _drain(self._measured)
             if batch or measured:
                 self._write((batch, measured))
             if self._dropped:
@@ -460,6 +464,11 @@ class Tracing:
 #: Spans recorded and not yet shipped, at most (the SDK's OTEL_BSP_MAX_QUEUE_SIZE default is
 #: 2,048 for the batch processor's queue; this one holds up to 0.2 s of a busy server's).
 _MAX_PENDING: Final = 20_000
+
+
+def _drain(queue: collections.deque[Any]) -> list[Any]:
+    """What ``queue`` holds now, taken out of it (appends meanwhile stay for the next)."""
+    return [queue.popleft() for _ in range(len(queue))]
 
 
 def _start_exporter(version: str, environ: Mapping[str, str]) -> subprocess.Popen[bytes]:

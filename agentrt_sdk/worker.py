@@ -158,6 +158,15 @@ class Worker:
         stopped = asyncio.ensure_future(stop.wait())
         try:
             await asyncio.wait({poll, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            # The worker itself is cancelled (Ctrl-C): the poll goes with it now, while its
+            # channel is open. Left to asyncio.run's final sweep, it could meet the channel
+            # already closed and take that for an outage to retry with backoff (a CI run's
+            # example worker took over 10 s to exit after Ctrl-C).
+            poll.cancel()
+            with contextlib.suppress(asyncio.CancelledError, errors.AgentrtError):
+                await poll
+            raise
         finally:
             stopped.cancel()
         if not poll.done():

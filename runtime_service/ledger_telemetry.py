@@ -21,6 +21,7 @@ database, on this thread.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -82,10 +83,12 @@ class LedgerTelemetry:
         self._exporting = tracing
         self._attempts: LruCache[str, AttemptTrace] = LruCache(_KEPT)
         self._parsed: LruCache[str, TraceParent | None] = LruCache(_KEPT)
-        # A list the event loop appends to and the thread takes whole every _EVERY seconds:
+        # A deque the event loop appends to and the thread drains every _EVERY seconds:
         # waking the thread for each step (a queue's get) cost the loop a switch of the
-        # interpreter lock per step, measured as much as making the span itself.
-        self._told: list[object] = []
+        # interpreter lock per step, measured as much as making the span itself. (A deque,
+        # not a list swapped for a new one: an append racing the swap could land in the
+        # list already drained.)
+        self._told: collections.deque[object] = collections.deque()
         self._stopping = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name="agentrt-ledger-telemetry", daemon=True
@@ -108,9 +111,9 @@ class LedgerTelemetry:
     def _run(self) -> None:
         while True:
             stopping = self._stopping.wait(_EVERY)
-            told, self._told = self._told, []
-            for item in told:
-                self._make(item)
+            told = self._told
+            while told:
+                self._make(told.popleft())
             if stopping:
                 return
 

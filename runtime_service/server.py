@@ -252,6 +252,8 @@ class AgentrtServer:
             self.tracing = Tracing.from_environment(version=__version__)
         except TracingConfigError as exc:
             raise StartupError(str(exc)) from None
+        except OSError as exc:  # the exporter process could not be started
+            raise StartupError(f"cannot start the span exporter process: {exc}") from None
         url = normalise_url(self.settings.database_url)
         # The step writer process needs a database both processes can open: a SQLite file
         # (not an in-memory database) or PostgreSQL.
@@ -281,6 +283,9 @@ class AgentrtServer:
                     raise StartupError(f"cannot start the step writer process: {exc}") from exc
         except BaseException:
             database.dispose()
+            if self.tracing is not None:
+                await asyncio.to_thread(self.tracing.shutdown)
+                self.tracing = None
             raise
         self.database = database
         self._step_process = step_process
