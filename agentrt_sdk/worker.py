@@ -160,9 +160,8 @@ class Worker:
             await asyncio.wait({poll, stopped}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             # The worker itself is cancelled (Ctrl-C): the poll goes with it now, while its
-            # channel is open. Left to asyncio.run's final sweep, it could meet the channel
-            # already closed and take that for an outage to retry with backoff (a CI run's
-            # example worker took over 10 s to exit after Ctrl-C).
+            # channel is open. Left to asyncio.run's final sweep, it would meet the channel
+            # already closed, and could take that for an outage to retry with backoff.
             poll.cancel()
             with contextlib.suppress(asyncio.CancelledError, errors.AgentrtError):
                 await poll

@@ -277,12 +277,18 @@ def test_watch_exits_141_quietly_when_its_reader_goes_after_the_first_line(
 # -- examples/worker.py ----------------------------------------------------------------------
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_the_example_worker_stops_quietly_and_removes_its_workspace(
     sig: signal.Signals, code: int, server_address: str
 ) -> None:
     """The quickstart stops the worker with Ctrl-C (or ``kill``); its scratch copy of the
-    project goes with it."""
+    project goes with it. Started as a terminal starts it: with SIGINT's default action, not
+    the test process's (a process that inherits SIGINT ignored, as from ``nohup … &``, is
+    meant to ignore Ctrl-C; a CI run's test process had it so)."""
     worker = subprocess.Popen(
         [sys.executable, WORKER],
         cwd=ROOT,
@@ -291,6 +297,7 @@ def test_the_example_worker_stops_quietly_and_removes_its_workspace(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_sigint,
     )
     with killed_at_exit(worker):
         assert worker.stdout is not None
