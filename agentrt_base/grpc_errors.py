@@ -39,6 +39,7 @@ from agentrt_base.access import VISIBLE
 from agentrt_base.auth import CALLER
 from agentrt_base.db_failures import database_failure
 from agentrt_base.error_status import internal_status, to_status
+from agentrt_base.handler_wrap import WrappingInterceptor
 from agentrt_base.limits import METHOD_KINDS, Limiter, Slot, anonymous_key
 from agentrt_base.wire import Undecodable, check_request, guard_deserializer
 from agentrt_core import errors, reasons
@@ -399,7 +400,7 @@ def _rebuild(
     return handler
 
 
-class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
+class ErrorMappingInterceptor(WrappingInterceptor):
     """Applies the mapping above to every RPC of every service mounted on the server."""
 
     def __init__(
@@ -419,35 +420,16 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
         #: Where the gate's configuration says it changed: watches and long polls are judged
         #: again under each new one (None: never).
         self._changes = changes
-        # A method's handler is the same object on every call: wrap it once (the server asks
-        # on every call, and building a wrapper and a handler each time cost ~2 us a call).
-        self._wrapped: dict[
-            str, tuple[grpc.RpcMethodHandler[Any, Any], grpc.RpcMethodHandler[Any, Any]]
-        ] = {}
+        # A method's handler is the same object on every call: it is wrapped once (the
+        # server asks on every call, and building a wrapper and a handler each time cost
+        # ~2 us a call); WrappingInterceptor keeps the wrapper.
+        super().__init__()
 
-    # The stub's method is generic over request/response types the same way; mypy still
-    # reports the identical signature as an override mismatch, hence the ignore.
-    async def intercept_service(  # type: ignore[override]
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        handler = await continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None:
-            return handler
-        cached = self._wrapped.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = self._wrap(method, handler)
-        self._wrapped[method] = (handler, wrapped)
-        return wrapped
-
-    def _wrap(
+    def _rewrap(
         self, method: str, handler: grpc.RpcMethodHandler[Any, Any]
     ) -> grpc.RpcMethodHandler[Any, Any]:
+        # Its own rewrap rather than the base's per-kind hooks: the error mapping builds a
+        # method's checks once and shares them between the kinds' wrappers.
         # Only agentrt's own services get the error mapping: health and reflection have their
         # own conventions (health's Watch writes through the context rather than yielding).
         if not method.startswith("/agentrt."):
