@@ -425,7 +425,7 @@ class ErrorMappingInterceptor(WrappingInterceptor):
         # ~2 us a call); WrappingInterceptor keeps the wrapper.
         super().__init__()
 
-    def _rewrap(
+    def rewrap(
         self, method: str, handler: grpc.RpcMethodHandler[Any, Any]
     ) -> grpc.RpcMethodHandler[Any, Any]:
         # Its own rewrap rather than the base's per-kind hooks: the error mapping builds a

@@ -40,6 +40,7 @@ from agentrt_base.db_engines import normalise_url, writer_lock_path
 from agentrt_base.grpc_errors import ErrorMappingInterceptor
 from agentrt_base.grpc_metrics import MetricsInterceptor
 from agentrt_base.grpc_tracing import TracingInterceptor
+from agentrt_base.handler_wrap import Stacked, WrappingInterceptor
 from agentrt_base.limits import Limiter
 from agentrt_base.metrics import Metrics
 from agentrt_base.metrics_http import MetricsEndpoint, MetricsExposureError, metrics_exposure
@@ -331,7 +332,7 @@ class AgentrtServer:
             gate, self.limiter, authorize, authenticator if gate is not None else None
         )
         # The metrics interceptor goes first (outermost): it counts the code the caller got.
-        metering: list[grpc.aio.ServerInterceptor] = (
+        metering: list[WrappingInterceptor] = (
             [MetricsInterceptor(self.metrics)] if self.metrics is not None else []
         )
         # Then the server span, outside the error mapping for the same reason; the gate,
@@ -342,7 +343,7 @@ class AgentrtServer:
         # log line of an INTERNAL error carries them).
         context = [CallContextInterceptor()] if self.settings.log_format == "json" else []
         server = grpc.aio.server(
-            interceptors=[*metering, *context, error_mapping],
+            interceptors=[Stacked([*metering, *context, error_mapping])],
             options=transport_options(self.settings),
         )
         registry_service_pb2_grpc.add_RegistryServiceServicer_to_server(
