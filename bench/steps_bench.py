@@ -79,14 +79,17 @@ FAIL on identical code) and 0.96, CPU per pair 0.99 to 1.04; single repetitions'
 * the CPU per pair, barely moved by other load, is the steadiest check of a change in the
   step path's cost (10 ms clock ticks: about 20 µs per pair at 512 pairs).
 
-Observability mode, the cost of metrics and of tracing (issue 29): ``--observability``. The
-same A/B machinery on this checkout's code twice, for each of the two: one side serves as it
-is, the other with ``--metrics-listen`` and its ``/metrics`` scraped every second while it is
-measured (the runs gauge reads the database at each scrape), or with the ``OTEL_*``
-variables exporting every trace (and the GenAI metrics) to an OTLP receiver on this machine.
-The criteria: on/off of the median pairs/s >= 0.95 for metrics and >= 0.85 for tracing on
-each engine, as the geometric mean of two runs with the servers started in either order
-(which alone moved an A/A run on PostgreSQL by 14 %).
+Observability mode, the cost of metrics and of tracing (issue 29): ``--observability``. This
+checkout's code twice, for each of the two: one side serves as it is, the other with
+``--metrics-listen`` and its ``/metrics`` scraped every second while it is measured (the runs
+gauge reads the database at each scrape), or with the ``OTEL_*`` variables exporting every
+trace (and the GenAI metrics) to an OTLP receiver on this machine. Unlike ``--ab``, every
+repetition starts both servers anew (in turn which first) and measures them A B B A or B A A B:
+two servers of the same code kept for a whole run differed by up to 14 % (an A/A run on
+PostgreSQL), which the two sides' interleaving cannot cancel, and which a fresh pair per
+repetition turns into noise that the median over repetitions absorbs. The criteria: the
+median over the repetitions of on/off pairs/s >= 0.95 for metrics and >= 0.85 for tracing on
+each engine.
 
     .venv/bin/python bench/steps_bench.py --observability [--engines sqlite,postgres]
 """
@@ -938,34 +941,73 @@ def observability_sides(feature: str, endpoint: str) -> tuple[Side, Side]:
     return off, Side("", "tracing on", ROOT, label, server_env=traced)
 
 
+async def run_fresh(
+    engine: str, sides: list[Side], pairs: int, calls: int, repetitions: int
+) -> tuple[dict[str, list[Sample]], list[float]]:
+    """Each side's samples, two per repetition, and each repetition's on/off ratio (side B
+    over side A) of pairs/s.
+
+    Every repetition starts both sides' servers anew on fresh databases, the first side's
+    first in even repetitions and the second side's in odd ones, and measures them A B B A or
+    B A A B (in turn): a repetition's ratio is of the two samples of each side summed, so a
+    drift of the machine within it cancels, and which server started first, or how the two
+    happened to be placed on the cores, is new in every repetition instead of fixed for the
+    whole run (two servers of the same code differed by up to 14 % for a whole run)."""
+    samples: dict[str, list[Sample]] = {side.name: [] for side in sides}
+    ratios: list[float] = []
+    for rep in range(repetitions):
+        order = sides if rep % 2 == 0 else sides[::-1]
+        with contextlib.ExitStack() as stack:
+            targets: dict[str, Target] = {}
+            try:
+                for side in order:
+                    url = stack.enter_context(database(engine))
+                    address = stack.enter_context(
+                        server_process(url, side.root, side.server_args, side.server_env)
+                    )
+                    targets[side.name] = await Target.open(address, AB_WORKERS)
+                    running_code(side, targets[side.name].pid)
+                rates: dict[str, float] = {side.name: 0.0 for side in sides}
+                for side in (*order, *order[::-1]):
+                    async with scraped(side.metrics_url):
+                        one = await targets[side.name].sample(
+                            AB_WORKERS, calls, pairs_for(AB_WORKERS, pairs)
+                        )
+                    samples[side.name].append(one)
+                    rates[side.name] += one.steps.pairs_per_s
+                ratios.append(rates[sides[1].name] / rates[sides[0].name])
+                print(
+                    f"  [{engine} rep {rep + 1}] {sides[1].ref} / {sides[0].ref}: "
+                    f"{ratios[-1]:.3f} ({', '.join(f'{k} {v / 2:,.0f}' for k, v in rates.items())}"
+                    " pairs/s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            finally:
+                for target in targets.values():
+                    await target.close()
+    return samples, ratios
+
+
 def main_observability(engines: list[str], pairs: int, calls: int, repetitions: int) -> None:
     """Issue 29's cost: this checkout's code with metrics on (scraped) and with tracing on
     (every trace sampled, spans and GenAI metrics exported to a receiver on this machine),
-    each against both off, in the same run, measured as the A/B mode measures two commits,
-    twice per engine and feature: first with it off as side A (its server started first),
-    then with it on as side A. An A/A run on PostgreSQL (the same code on both sides)
-    measured the second server 0.86x the first: the order the servers start in moves the
-    figure by more than the criterion, so each order is measured and the cost is the
-    geometric mean of the two (on/off) ratios, in which that bias cancels. Criteria: that
-    mean of the median pairs/s >= :data:`OBSERVABILITY_THRESHOLD` for metrics and
+    each against both off, in the same run, by :func:`run_fresh`. Criteria: the median over
+    the repetitions of on/off pairs/s >= :data:`OBSERVABILITY_THRESHOLD` for metrics and
     >= :data:`TRACING_THRESHOLD` for tracing, on each engine."""
     started = time.perf_counter()
     with otlp_sink() as (endpoint, counts):
-        results: dict[tuple[str, str], list[Any]] = {}
-        plans: dict[str, list[list[Side]]] = {}
+        results: dict[tuple[str, str], tuple[dict[str, list[Sample]], list[float]]] = {}
+        plans: dict[str, list[Side]] = {}
         for feature in ("metrics", "tracing"):
             off, on = observability_sides(feature, endpoint)
-            plans[feature] = [
-                [dataclasses.replace(off, name="A"), dataclasses.replace(on, name="B")],
-                [dataclasses.replace(on, name="A"), dataclasses.replace(off, name="B")],
-            ]
+            plans[feature] = [dataclasses.replace(off, name="A"), dataclasses.replace(on, name="B")]
             for engine in engines:
-                results[engine, feature] = [
-                    asyncio.run(run_ab(engine, sides, pairs, calls, repetitions))
-                    for sides in plans[feature]
-                ]
+                results[engine, feature] = asyncio.run(
+                    run_fresh(engine, plans[feature], pairs, calls, repetitions)
+                )
         received = counts()
-    label = plans["metrics"][0][0].describe
+    label = plans["metrics"][0].describe
     print(f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; cores: {os.cpu_count()}\n")
     print(f"- code: {label}")
     print("- off: `agentrt serve` as it is; metrics on: with `--metrics-listen`, /metrics")
@@ -975,27 +1017,21 @@ def main_observability(engines: list[str], pairs: int, calls: int, repetitions: 
     print("  step's and attempt's GenAI span and the GenAI metrics exported")
     print(f"- the receiver received: {received}")
     print(
-        f"- {pairs_for(AB_WORKERS, pairs) * AB_WORKERS} pairs and {calls} empty calls per loop; "
-        "A goes first in odd repetitions, B in even ones; each engine and feature twice, A's"
-        " server started first"
+        f"- {repetitions} repetitions per engine and feature, each with both servers started"
+        f" anew (in turn which first), measured A B B A or B A A B; {calls} empty calls and"
+        f" {pairs_for(AB_WORKERS, pairs) * AB_WORKERS} pairs per sample"
     )
     thresholds = {"metrics": OBSERVABILITY_THRESHOLD, "tracing": TRACING_THRESHOLD}
-    for (engine, feature), runs in results.items():
-        ratios = []
-        for sides, (samples, _code) in zip(plans[feature], runs, strict=True):
-            print()
-            print("\n".join(ab_table(engine, sides, samples, verdict=False)))
-            with_it, without = (s.name for s in sorted(sides, key=lambda s: s.ref.endswith(" off")))
-            ratios.append(
-                statistics.median(ab_figure(samples[with_it], "pairs"))
-                / statistics.median(ab_figure(samples[without], "pairs"))
-            )
-        mean = math.sqrt(ratios[0] * ratios[1])
-        verdict = "PASS" if mean >= thresholds[feature] else "FAIL"
+    for (engine, feature), (samples, ratios) in results.items():
+        print()
+        print("\n".join(ab_table(engine, plans[feature], samples, verdict=False)))
+        median = statistics.median(ratios)
+        mean = math.exp(statistics.fmean(math.log(r) for r in ratios))
+        verdict = "PASS" if median >= thresholds[feature] else "FAIL"
         print(
-            f"\n- **{engine}: {feature} on / off, median pairs/s: {ratios[0]:.3f} (off started"
-            f" first), {ratios[1]:.3f} (on started first); geometric mean {mean:.3f} —"
-            f" {verdict}** (criterion: >= {thresholds[feature]})"
+            f"\n- on / off pairs/s of each repetition: {', '.join(f'{r:.3f}' for r in ratios)}"
+            f"\n- **{engine}: {feature} on / off, median over the repetitions {median:.3f} —"
+            f" {verdict}** (criterion: >= {thresholds[feature]}); geometric mean {mean:.3f}"
         )
     print(f"\nWall time: {time.perf_counter() - started:.0f} s")
 
