@@ -17,7 +17,6 @@ its own.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -33,6 +32,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
+
+from agentrt_base.buckets import bucket_of
 
 Kind = Literal["counter", "gauge", "histogram"]
 
@@ -381,7 +382,7 @@ class Buckets:
         self.sum = 0.0
 
     def observe(self, amount: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, amount)] += 1
+        self.counts[bucket_of(self.bounds, amount)] += 1
         self.sum += amount
 
 

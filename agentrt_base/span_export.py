@@ -28,7 +28,6 @@ exits when its input ends (the server closed it, or died), after exporting what 
 
 from __future__ import annotations
 
-import bisect
 import logging
 import math
 import os
@@ -40,6 +39,8 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, BinaryIO, Final
+
+from agentrt_base.buckets import bucket_of
 
 #: A frame's header: the pickle's length (big-endian, 4 bytes).
 HEADER: Final = struct.Struct(">I")
@@ -132,8 +133,7 @@ class _Series:
         self.sum, self.min, self.max = 0.0, math.inf, -math.inf
 
     def observe(self, value: float) -> None:
-        # OTLP's buckets, like Prometheus's: bucket i holds bounds[i - 1] < value <= bounds[i].
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.counts[bucket_of(self.bounds, value)] += 1
         self.sum += value
         self.min = min(self.min, value)
         self.max = max(self.max, value)
