@@ -32,10 +32,12 @@ the candidate chosen and why, the skills and the tool's pinned versions and sche
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from types import MappingProxyType
+from typing import Any, Final, NamedTuple
 
 from agentrt_base.metrics import (
     GENAI_AGENT_DURATION,
@@ -76,13 +78,34 @@ class LedgerSpan:
 
 
 @dataclass(frozen=True, slots=True)
-class Measurement:
-    """One value for a GenAI metric: which (:data:`TOKEN_USAGE`, :data:`OPERATION_DURATION`,
-    :data:`AGENT_DURATION`, :data:`TOOL_DURATION`), the value, its attributes."""
+class Series:
+    """One GenAI metric with one set of attributes: what a :class:`Measurement` adds a value
+    to. Made once per attribute set and shared (:func:`_series`), so a step's measurements
+    cost a cache lookup, not the dictionaries and label lists they are described by."""
 
     metric: str
-    value: float
     attributes: Mapping[str, str]
+    #: Its Prometheus equivalent's label values, in :data:`METRIC_ATTRIBUTES`' order (empty
+    #: for an attribute this set lacks).
+    labels: tuple[str, ...]
+
+
+class Measurement(NamedTuple):
+    """One value for a GenAI metric (:data:`TOKEN_USAGE`, :data:`OPERATION_DURATION`,
+    :data:`AGENT_DURATION`, :data:`TOOL_DURATION`) with its attributes, as its
+    :class:`Series`. A tuple: the server makes up to three for every step it ends, on the
+    event loop, and a frozen dataclass costs several times a tuple to make."""
+
+    series: Series
+    value: float
+
+    @property
+    def metric(self) -> str:
+        return self.series.metric
+
+    @property
+    def attributes(self) -> Mapping[str, str]:
+        return self.series.attributes
 
 
 #: The GenAI metrics (the names the conventions give them).
@@ -129,6 +152,53 @@ for _name, _spec in PROMETHEUS.items():
     # One list of a GenAI metric's attributes: its Prometheus family's labels are theirs.
     if _spec.labels != tuple(map(prometheus_label, METRIC_ATTRIBUTES[_name])):
         raise RuntimeError(f"{_spec.name}'s labels are not {_name}'s attributes")
+
+#: Attribute sets whose :class:`Series` are kept (the sets are bounded anyway: agents,
+#: providers, models, tools and error types, never ids).
+_SERIES_KEPT: Final = 4096
+
+
+def _series(metric: str, attributes: dict[str, str]) -> Series:
+    return Series(
+        metric,
+        MappingProxyType(attributes),
+        tuple(attributes.get(key, "") for key in METRIC_ATTRIBUTES[metric]),
+    )
+
+
+@functools.lru_cache(maxsize=_SERIES_KEPT)
+def _model_series(
+    provider: str, requested: str, reported: str, error: str
+) -> tuple[Series, Series, Series]:
+    """A model call's series: its duration's, its input and its output tokens'."""
+    base = _model_call(provider, requested, reported)
+    return (
+        _series(OPERATION_DURATION, {**base, "error.type": error} if error else base),
+        _series(TOKEN_USAGE, {**base, "gen_ai.token.type": "input"}),
+        _series(TOKEN_USAGE, {**base, "gen_ai.token.type": "output"}),
+    )
+
+
+@functools.lru_cache(maxsize=_SERIES_KEPT)
+def _tool_series(tool: str, agent_id: str, error: str) -> Series:
+    # The metric's attributes are the tool's and the agent's, not the operation's.
+    attributes = {
+        "gen_ai.tool.name": tool,
+        "gen_ai.tool.type": "function",
+        "gen_ai.agent.name": agent_id,
+    }
+    if error:
+        attributes["error.type"] = error
+    return _series(TOOL_DURATION, attributes)
+
+
+@functools.lru_cache(maxsize=_SERIES_KEPT)
+def _agent_series(agent_id: str, error: str) -> Series:
+    # The metric's attributes are the agent's name and the error: no operation, no provider.
+    attributes = {"gen_ai.agent.name": agent_id}
+    if error:
+        attributes["error.type"] = error
+    return _series(AGENT_DURATION, attributes)
 
 
 def _common(trace: AttemptTrace) -> dict[str, Any]:
@@ -228,13 +298,17 @@ def step_span(trace: AttemptTrace, step: Step) -> LedgerSpan:
 
 def _model_attributes(step: Step) -> dict[str, str]:
     """What a model call's span and metrics share."""
+    return _model_call(step.provider, step.requested_model_id, step.reported_model_id)
+
+
+def _model_call(provider: str, requested: str, reported: str) -> dict[str, str]:
     attributes = {
         "gen_ai.operation.name": CHAT,
-        "gen_ai.provider.name": step.provider,
-        "gen_ai.request.model": step.requested_model_id,
+        "gen_ai.provider.name": provider,
+        "gen_ai.request.model": requested,
     }
-    if step.reported_model_id:
-        attributes["gen_ai.response.model"] = step.reported_model_id
+    if reported:
+        attributes["gen_ai.response.model"] = reported
     return attributes
 
 
@@ -251,37 +325,29 @@ def _tool_attributes(step: Step) -> dict[str, str]:
 def step_measurements(agent_id: str, step: Step) -> list[Measurement]:
     """What an ended step of agent ``agent_id`` adds to the GenAI metrics (nothing for other
     step types)."""
-    seconds = _seconds(step.start_time, step.end_time)
-    error = _error(step.status, step.error_class)
     if step.type == "MODEL_CALL":
-        base = _model_attributes(step)
-        timed = {**base, "error.type": error} if error else base
-        out = [Measurement(OPERATION_DURATION, seconds, timed)]
-        for kind, tokens in (("input", step.input_tokens), ("output", step.output_tokens)):
-            if tokens:
-                out.append(Measurement(TOKEN_USAGE, tokens, {**base, "gen_ai.token.type": kind}))
+        duration, input_tokens, output_tokens = _model_series(
+            step.provider,
+            step.requested_model_id,
+            step.reported_model_id,
+            _error(step.status, step.error_class),
+        )
+        out = [Measurement(duration, _seconds(step.start_time, step.end_time))]
+        if step.input_tokens:
+            out.append(Measurement(input_tokens, step.input_tokens))
+        if step.output_tokens:
+            out.append(Measurement(output_tokens, step.output_tokens))
         return out
     if step.type == "TOOL_CALL":
-        # The metric's attributes are the tool's and the agent's, not the operation's.
-        tool = {
-            "gen_ai.tool.name": step.tool_name,
-            "gen_ai.tool.type": "function",
-            "gen_ai.agent.name": agent_id,
-        }
-        return [
-            Measurement(TOOL_DURATION, seconds, {**tool, "error.type": error} if error else tool)
-        ]
+        series = _tool_series(step.tool_name, agent_id, _error(step.status, step.error_class))
+        return [Measurement(series, _seconds(step.start_time, step.end_time))]
     return []
 
 
 def attempt_measurements(trace: AttemptTrace, attempt: Attempt) -> list[Measurement]:
-    """What an ended attempt adds to the GenAI metrics (the metric's attributes are the
-    agent's name and the error: no operation, no provider)."""
-    attributes = {"gen_ai.agent.name": trace.agent_id}
-    error = _attempt_error(attempt)
-    if error:
-        attributes["error.type"] = error
-    return [Measurement(AGENT_DURATION, _seconds(attempt.start_time, attempt.end_time), attributes)]
+    """What an ended attempt adds to the GenAI metrics."""
+    series = _agent_series(trace.agent_id, _attempt_error(attempt))
+    return [Measurement(series, _seconds(attempt.start_time, attempt.end_time))]
 
 
 def primary_provider(model_policy: Mapping[str, Any]) -> str:

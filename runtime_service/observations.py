@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, NamedTuple, Protocol
 
 from sqlalchemy.orm import Session
 
@@ -91,13 +91,16 @@ class ReaperAction:
     kind: str
 
 
-@dataclass(frozen=True, slots=True)
-class StepRecorded:
+class StepRecorded(NamedTuple):
     """A step was begun (``begun``: recorded by BeginStep, or a checkpoint's by
     WriteCheckpoint) and/or ended (``ended``: by EndStep, an approval by its decision, or born
     ended, as a denied tool call and a checkpoint are), once: a repeated call with the same
     key is not observed again. For a MODEL_CALL, the model chosen and why
-    (``candidate_reason``), and at its end the tokens and cost the worker reported."""
+    (``candidate_reason``), and at its end the tokens and cost the worker reported.
+
+    A named tuple, not a frozen dataclass like the others: the server makes one for every
+    step it begins and every step it ends, on the event loop, and a frozen dataclass's
+    ``__init__`` (a ``object.__setattr__`` a field) costs several times a tuple's."""
 
     agent_id: str
     type: str

@@ -134,10 +134,8 @@ class RunMetrics:
     def _measure(self, measurements: Sequence[genai.Measurement]) -> None:
         """The GenAI metrics' Prometheus equivalents: each attribute a label (empty when a
         measurement has none)."""
-        for measurement in measurements:
-            keys = genai.METRIC_ATTRIBUTES[measurement.metric]
-            labels = [measurement.attributes.get(key, "") for key in keys]
-            self._genai[measurement.metric].labels(*labels).observe(measurement.value)
+        for series, value in measurements:
+            self._genai[series.metric].labels(*series.labels).observe(value)
 
     def blob_bytes(self) -> Mapping[tuple[str, ...], float]:
         # A list first: the set changes on the event loop's thread meanwhile.
