@@ -87,11 +87,15 @@ trace (and the GenAI metrics) to an OTLP receiver on this machine. Unlike ``--ab
 repetition starts both servers anew (in turn which first) and measures them A B B A or B A A B:
 two servers of the same code kept for a whole run differed by up to 14 % (an A/A run on
 PostgreSQL), which the two sides' interleaving cannot cancel, and which a fresh pair per
-repetition turns into noise that the median over repetitions absorbs. The criteria: the
+repetition turns into noise that the median over repetitions absorbs. ``--rounds N`` measures
+each repetition's pair N times over, each sample an N-th of ``--pairs``: the machine's speed
+moves within seconds, and the closer together the two sides' samples, the more of it their
+ratio cancels. The criteria: the
 median over the repetitions of on/off pairs/s >= 0.95 for metrics and >= 0.85 for tracing on
 each engine.
 
-    .venv/bin/python bench/steps_bench.py --observability [--engines sqlite,postgres]
+    .venv/bin/python bench/steps_bench.py --observability [--engines sqlite,postgres] \
+        [--repetitions 10 --pairs 2048 --rounds 4]
 """
 
 from __future__ import annotations
@@ -942,7 +946,7 @@ def observability_sides(feature: str, endpoint: str) -> tuple[Side, Side]:
 
 
 async def run_fresh(
-    engine: str, sides: list[Side], pairs: int, calls: int, repetitions: int
+    engine: str, sides: list[Side], pairs: int, calls: int, repetitions: int, rounds: int = 1
 ) -> tuple[dict[str, list[Sample]], list[float]]:
     """Each side's samples, two per repetition, and each repetition's on/off ratio (side B
     over side A) of pairs/s.
@@ -952,7 +956,12 @@ async def run_fresh(
     B A A B (in turn): a repetition's ratio is of the two samples of each side summed, so a
     drift of the machine within it cancels, and which server started first, or how the two
     happened to be placed on the cores, is new in every repetition instead of fixed for the
-    whole run (two servers of the same code differed by up to 14 % for a whole run)."""
+    whole run (two servers of the same code differed by up to 14 % for a whole run).
+
+    With ``rounds`` above 1, a repetition measures A B B A (or B A A B) that many times, each
+    sample ``pairs / rounds`` pairs and ``calls / rounds`` empty calls: the machine's speed
+    moves by 10-20 % within seconds, and the shorter the time between one side's sample and
+    the other's, the more of that move the ratio cancels."""
     samples: dict[str, list[Sample]] = {side.name: [] for side in sides}
     ratios: list[float] = []
     for rep in range(repetitions):
@@ -968,18 +977,20 @@ async def run_fresh(
                     targets[side.name] = await Target.open(address, AB_WORKERS)
                     running_code(side, targets[side.name].pid)
                 rates: dict[str, float] = {side.name: 0.0 for side in sides}
-                for side in (*order, *order[::-1]):
+                for side in (*order, *order[::-1]) * rounds:
                     async with scraped(side.metrics_url):
                         one = await targets[side.name].sample(
-                            AB_WORKERS, calls, pairs_for(AB_WORKERS, pairs)
+                            AB_WORKERS,
+                            max(calls // rounds, 1),
+                            pairs_for(AB_WORKERS, pairs // rounds),
                         )
                     samples[side.name].append(one)
                     rates[side.name] += one.steps.pairs_per_s
                 ratios.append(rates[sides[1].name] / rates[sides[0].name])
+                means = ", ".join(f"{k} {v / 2 / rounds:,.0f}" for k, v in rates.items())
                 print(
                     f"  [{engine} rep {rep + 1}] {sides[1].ref} / {sides[0].ref}: "
-                    f"{ratios[-1]:.3f} ({', '.join(f'{k} {v / 2:,.0f}' for k, v in rates.items())}"
-                    " pairs/s)",
+                    f"{ratios[-1]:.3f} ({means} pairs/s)",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -989,7 +1000,9 @@ async def run_fresh(
     return samples, ratios
 
 
-def main_observability(engines: list[str], pairs: int, calls: int, repetitions: int) -> None:
+def main_observability(
+    engines: list[str], pairs: int, calls: int, repetitions: int, rounds: int
+) -> None:
     """Issue 29's cost: this checkout's code with metrics on (scraped) and with tracing on
     (every trace sampled, spans and GenAI metrics exported to a receiver on this machine),
     each against both off, in the same run, by :func:`run_fresh`. Criteria: the median over
@@ -1004,7 +1017,7 @@ def main_observability(engines: list[str], pairs: int, calls: int, repetitions: 
             plans[feature] = [dataclasses.replace(off, name="A"), dataclasses.replace(on, name="B")]
             for engine in engines:
                 results[engine, feature] = asyncio.run(
-                    run_fresh(engine, plans[feature], pairs, calls, repetitions)
+                    run_fresh(engine, plans[feature], pairs, calls, repetitions, rounds)
                 )
         received = counts()
     label = plans["metrics"][0].describe
@@ -1018,8 +1031,9 @@ def main_observability(engines: list[str], pairs: int, calls: int, repetitions: 
     print(f"- the receiver received: {received}")
     print(
         f"- {repetitions} repetitions per engine and feature, each with both servers started"
-        f" anew (in turn which first), measured A B B A or B A A B; {calls} empty calls and"
-        f" {pairs_for(AB_WORKERS, pairs) * AB_WORKERS} pairs per sample"
+        f" anew (in turn which first), measured A B B A or B A A B"
+        f"{f', {rounds} times over' if rounds > 1 else ''}; {max(calls // rounds, 1)} empty"
+        f" calls and {pairs_for(AB_WORKERS, pairs // rounds) * AB_WORKERS} pairs per sample"
     )
     thresholds = {"metrics": OBSERVABILITY_THRESHOLD, "tracing": TRACING_THRESHOLD}
     for (engine, feature), (samples, ratios) in results.items():
@@ -1133,6 +1147,12 @@ def main() -> None:
         action="store_true",
         help="this code with metrics off and on (scraped), as --ab compares two commits",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="--observability: measure each repetition's servers A B B A this many times",
+    )
     parser.add_argument("--dbos-seconds", type=float, default=1.0)
     parser.add_argument("--dbos-child", help=argparse.SUPPRESS)
     parser.add_argument("--dbos-url", help=argparse.SUPPRESS)
@@ -1147,7 +1167,7 @@ def main() -> None:
         return
     if args.observability:
         repetitions = args.repetitions or AB_MIN_REPETITIONS
-        main_observability(engines, args.pairs, args.calls, repetitions)
+        main_observability(engines, args.pairs, args.calls, repetitions, args.rounds)
         return
     started = time.perf_counter()
     results: dict[str, dict[int, Cell]] = {}
