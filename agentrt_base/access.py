@@ -403,6 +403,21 @@ class Authorizer:
         principal = CALLER.get()
         if principal is None:  # health and reflection never get here; agentrt calls do
             return
+        rule = await self._check(principal, method, request)
+        if rule.lists:
+            VISIBLE.set(visibility(principal, rule.permission))
+
+    async def permits(self, principal: Principal, method: str, request: Any) -> bool:
+        """Whether ``principal`` may make this call, asked without making it (the console
+        shows only the controls that would be let through)."""
+        try:
+            await self._check(principal, method, request)
+        except PermissionDenied:
+            return False
+        return True
+
+    async def _check(self, principal: Principal, method: str, request: Any) -> Rule:
+        """The call's rule, or PermissionDenied saying why not."""
         rule = RULES.get(method)
         if rule is None:
             raise PermissionDenied(
@@ -416,8 +431,7 @@ class Authorizer:
             raise _denied(principal, rule.permission, why, resource)
         for link in rule.links:
             await self._check_link(principal, link, request)
-        if rule.lists:
-            VISIBLE.set(visibility(principal, rule.permission))
+        return rule
 
     async def _check_link(self, principal: Principal, link: Link, request: Any) -> None:
         value = field_value(request, link.field.path)

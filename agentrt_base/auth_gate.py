@@ -98,16 +98,25 @@ class Authenticator:
 
     async def authenticate(self, metadata: Iterable[tuple[str, Any]], auth_context: Any) -> None:
         """Set :data:`CALLER` for this call, or raise UNAUTHENTICATED (a no-op without a
-        configuration). Awaits only to verify a JWT whose issuer keys must be fetched, which
-        happens on a worker thread (``oidc.JwksKeys``)."""
+        configuration)."""
+        principal = await self.principal_of(metadata, auth_context)
+        if principal is not None:
+            CALLER.set(principal)
+
+    async def principal_of(
+        self, metadata: Iterable[tuple[str, Any]], auth_context: Any
+    ) -> Principal | None:
+        """Who the credentials prove the caller is (None without a configuration), or
+        UNAUTHENTICATED. The gate's rule, and the console's sign-in's. Awaits only to verify
+        a JWT whose issuer keys must be fetched, which happens on a worker thread
+        (``oidc.JwksKeys``)."""
         config = self._config
         if config is None:
-            return
+            return None
         token = _bearer(metadata)
         if token is not None and oidc.looks_like_jwt(token):
             claims = await oidc.verify(token, config.issuers)
-            CALLER.set(config.mappings[claims["iss"]].principal_for(claims))
-            return
+            return config.mappings[claims["iss"]].principal_for(claims)
         if token is not None:
             # A credential presented is the credential judged: an unknown token is refused
             # even on a connection whose client certificate would be admitted.
@@ -122,7 +131,7 @@ class Authenticator:
                 " client certificate this server knows",
                 reason=reasons.UNAUTHENTICATED,
             )
-        CALLER.set(principal)
+        return principal
 
 
 #: RFC 6750's b64token: what a bearer token may be (API tokens and JWTs are within it).

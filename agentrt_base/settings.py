@@ -18,6 +18,7 @@ DEFAULT_DATABASE_URL = "sqlite:///./agentrt.db"
 
 ENV_LISTEN = "AGENTRT_LISTEN"
 ENV_METRICS_LISTEN = "AGENTRT_METRICS_LISTEN"
+ENV_CONSOLE_LISTEN = "AGENTRT_CONSOLE_LISTEN"
 ENV_LOG_FORMAT = "AGENTRT_LOG_FORMAT"
 #: The server's log formats (``agentrt_base.log_format``).
 LOG_FORMATS = ("text", "json")
@@ -102,6 +103,8 @@ class ServerSettings:
     #: Where ``/metrics`` is served (``agentrt_base.metrics_http``); None: no metrics (and no
     #: metrics interceptor: off costs nothing).
     metrics_listen: str | None = None
+    #: Where the web console is served (``runtime_service.console``); None: no console.
+    console_listen: str | None = None
     #: How the server's log lines are written: "text" or "json" (``agentrt_base.log_format``).
     log_format: str = "text"
     database_url: str = DEFAULT_DATABASE_URL
@@ -164,6 +167,7 @@ class ServerSettings:
         max_connections: int | None = None,
         metrics_listen: str | None = None,
         log_format: str | None = None,
+        console_listen: str | None = None,
     ) -> ServerSettings:
         """Combine flags (which win) with the environment and the defaults; raises
         ValueError (one line) for a malformed value."""
@@ -177,6 +181,7 @@ class ServerSettings:
             blob_upload_rate=_bytes(blob_upload_rate, env, ENV_BLOB_UPLOAD_RATE),
             listen=listen or env.get(ENV_LISTEN) or DEFAULT_LISTEN,
             metrics_listen=metrics_listen or env.get(ENV_METRICS_LISTEN) or None,
+            console_listen=console_listen or env.get(ENV_CONSOLE_LISTEN) or None,
             log_format=resolve_log_format(log_format, env),
             database_url=database_url or env.get(ENV_DATABASE_URL) or DEFAULT_DATABASE_URL,
             step_process=env.get(ENV_STEP_PROCESS, "1").strip().lower()

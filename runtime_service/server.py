@@ -12,9 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import os
-import resource
 import signal
-import socket
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -44,18 +42,21 @@ from agentrt_base.handler_wrap import Stacked, WrappingInterceptor
 from agentrt_base.limits import Limiter
 from agentrt_base.metrics import Metrics
 from agentrt_base.metrics_http import MetricsEndpoint, MetricsExposureError, metrics_exposure
-from agentrt_base.settings import (
-    ENV_SHUTDOWN_DEADLINE,
-    MAX_CONNECTIONS_CEILING,
-    ServerSettings,
-    default_max_connections,
-)
-from agentrt_base.tls import is_loopback, server_credentials
+from agentrt_base.settings import ENV_SHUTDOWN_DEADLINE, ServerSettings
+from agentrt_base.tls import server_credentials
 from agentrt_base.tracing import Tracing, TracingConfigError
 from registry.servicer import RegistryServicer
 from runtime_service import __version__, migrate
+from runtime_service.console.mount import ConsoleMount
+from runtime_service.console.web import ConsoleExposureError
 from runtime_service.health import DatabaseHealth, HealthServicer
 from runtime_service.ledger_telemetry import LedgerTelemetry
+from runtime_service.listening import (
+    StartupError,
+    check_bindable,
+    listen_exposure,
+    transport_options,
+)
 from runtime_service.notify import Notifier
 from runtime_service.observations import Observer, Observers
 from runtime_service.reflection import enable_reflection
@@ -79,119 +80,10 @@ SERVICE_NAMES = (
     audit_service_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
 )
 
-_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
-#: A connection must finish its TLS and HTTP/2 handshake within this (gRPC's own default is
-#: 120 s): a socket opened and left silent holds one of the bounded connections only briefly.
-_HANDSHAKE_TIMEOUT_MS = 20_000
-#: A connection with no call for this long is closed (GOAWAY; a client reconnects on its next
-#: call without error), so idle connections do not hold the server's connection slots.
-_MAX_CONNECTION_IDLE_MS = 5 * 60 * 1000
-
-
-def _open_file_limit() -> int:
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return MAX_CONNECTIONS_CEILING * 2 if soft == resource.RLIM_INFINITY else soft
-
-
-def transport_options(settings: ServerSettings) -> list[tuple[str, int]]:
-    """gRPC's own caps on connections and streams (``docs/security.md``, "Limits"): what the
-    per-principal limits cannot see, since they count calls, not sockets."""
-    options = [
-        # gRPC enables SO_REUSEPORT by default: a second server would then share the
-        # port silently instead of failing. Refuse, so "port in use" is an error.
-        ("grpc.so_reuseport", 0),
-        ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-        ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
-        ("grpc.server_handshake_timeout_ms", _HANDSHAKE_TIMEOUT_MS),
-        ("grpc.max_connection_idle_ms", _MAX_CONNECTION_IDLE_MS),
-    ]
-    if settings.max_streams_per_connection:
-        # Past it a client's further calls on that connection wait (HTTP/2 flow control),
-        # they are not failed.
-        options.append(("grpc.max_concurrent_streams", settings.max_streams_per_connection))
-    connections = settings.max_connections
-    if connections is None:
-        connections = default_max_connections(_open_file_limit())
-    if connections:
-        # Counted from accept, before any handshake; past it a new connection is closed at
-        # once (measured on grpcio 1.85: raw sockets count too).
-        options.append(("grpc.max_allowed_incoming_connections", connections))
-    return options
-
-
-class StartupError(Exception):
-    """The server cannot start; the message is one line for the operator."""
-
 
 def _libpq_conninfo(database: Database) -> str:
     """The database URL as libpq understands it (for the LISTEN connection)."""
     return database.url.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def _exposure(settings: ServerSettings, tokens: bool) -> tuple[int, str]:
-    """The safe default: without a way to authenticate its callers (an auth config, or mTLS),
-    the server listens on loopback only, unless told ``--insecure``. Raises StartupError for
-    an address it refuses; else returns the log level and line that say which it is (logged
-    once bound, so a start refused for another reason stays one line)."""
-    listen, tls = settings.listen, settings.tls
-    mtls = tls is not None and tls.client_ca_file is not None
-    transport = "mTLS" if mtls else "TLS" if tls is not None else "plaintext"
-    if mtls or (tokens and (tls is not None or is_loopback(listen))):
-        return logging.INFO, f"listening on {listen} ({transport}; callers are authenticated)"
-    if tokens:
-        # Bearer tokens over plaintext beyond loopback can be read (and replayed) by anyone on
-        # the path: authenticated, but not safely. Refused like an unauthenticated address.
-        if settings.insecure:
-            return (
-                logging.WARNING,
-                f"listening on {listen} (plaintext) with --insecure: bearer tokens cross the"
-                " network in clear, readable by anyone on the path",
-            )
-        raise StartupError(
-            f"refusing to listen on {listen} in plaintext: bearer tokens would cross the network"
-            " in clear (configure TLS with --tls-cert and --tls-key, listen on 127.0.0.1, or"
-            " accept the risk with --insecure)"
-        )
-    if is_loopback(listen):
-        return (
-            logging.INFO,
-            f"listening on {listen} ({transport}, loopback only: callers are not authenticated)",
-        )
-    if settings.insecure:
-        return (
-            logging.WARNING,
-            f"listening on {listen} ({transport}) with --insecure: anyone who can reach it can"
-            " call it",
-        )
-    raise StartupError(
-        f"refusing to listen on {listen}: callers are not authenticated, so only a"
-        " loopback address is allowed (use 127.0.0.1, configure mTLS with --tls-cert,"
-        " --tls-key and --client-ca, or accept the risk with --insecure)"
-    )
-
-
-def _check_bindable(listen: str) -> None:
-    """Try the address with a plain socket first, so "port in use" is reported in our own one
-    line (gRPC would also log its own multi-part error line to stderr before failing)."""
-    host_text, _, port_text = listen.rpartition(":")
-    host = host_text.strip("[]") or None
-    try:
-        port = int(port_text)
-    except ValueError as exc:
-        raise StartupError(f"cannot listen on {listen}: expected HOST:PORT") from exc
-    if port == 0:
-        return
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        raise StartupError(f"cannot listen on {listen}: {exc.strerror}") from exc
-    for family, kind, proto, _, address in infos:
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(address)
-            except OSError as exc:
-                raise StartupError(f"cannot listen on {listen}: {exc.strerror}") from exc
 
 
 @dataclass
@@ -222,6 +114,7 @@ class AgentrtServer:
     #: set; None: nothing is counted.
     metrics: Metrics | None = field(default=None, init=False)
     _metrics_endpoint: MetricsEndpoint | None = field(default=None, repr=False)
+    _console: ConsoleMount | None = field(default=None, repr=False)
     #: The server's OpenTelemetry (``agentrt_base.tracing``), when the ``OTEL_*`` variables
     #: ask for it; None: no span or OTLP metric is made.
     tracing: Tracing | None = field(default=None, init=False)
@@ -239,16 +132,27 @@ class AgentrtServer:
         """Open and migrate the database, bind, start serving; return the bound port."""
         # Before anything is opened: a refused exposure is a configuration error, and a port
         # in use must not leave behind the SQLite file opening the database creates.
-        exposure = _exposure(self.settings, self.authenticator.configured)
-        _check_bindable(self.settings.listen)
+        exposure = listen_exposure(self.settings, self.authenticator.configured)
+        check_bindable(self.settings.listen)
         metrics_listen = self.settings.metrics_listen
         if metrics_listen is not None:
             try:
                 metrics_exposure(metrics_listen, self.settings.tls, self.settings.insecure)
             except MetricsExposureError as exc:
                 raise StartupError(str(exc)) from None
-            _check_bindable(metrics_listen)
+            check_bindable(metrics_listen)
             self.metrics = Metrics()
+        if self.settings.console_listen is not None:
+            try:
+                self._console = ConsoleMount(
+                    self.settings.console_listen,
+                    self.settings.tls,
+                    self.authenticator,
+                    self.settings.insecure,
+                )
+            except ConsoleExposureError as exc:
+                raise StartupError(str(exc)) from None
+            check_bindable(self.settings.console_listen)
         try:
             self.tracing = Tracing.from_environment(version=__version__)
         except TracingConfigError as exc:
@@ -322,9 +226,8 @@ class AgentrtServer:
         gate = authenticate if authenticator.configured else None
         # Who may do what is decided only for authenticated callers: without an auth config
         # the server listens on loopback only and every local caller may do everything.
-        authorize = (
-            Authorizer(ResourceLookup(runtime)).authorize if authenticator.configured else None
-        )
+        authorizer = Authorizer(ResourceLookup(runtime)) if authenticator.configured else None
+        authorize = authorizer.authorize if authorizer is not None else None
         # No maximum_concurrent_rpcs: it is one count for the whole server, so a single
         # caller could fill it and have everybody else refused; the per-principal limits
         # (self.limiter) bound what each caller holds instead.
@@ -372,6 +275,8 @@ class AgentrtServer:
         if port == 0:
             await self._release()
             raise StartupError(f"cannot listen on {self.settings.listen}: address unavailable")
+        if self._console is not None:
+            self._console.bind(server)
         await server.start()
         log.log(*exposure)
         if self.metrics is not None and metrics_listen is not None:
@@ -385,6 +290,14 @@ class AgentrtServer:
                 await self._release()
                 raise StartupError(f"cannot serve metrics on {metrics_listen}: {exc}") from exc
             self._metrics_endpoint = endpoint
+        if self._console is not None:
+            try:
+                console_url = await self._console.start(authorizer)
+            except (OSError, ConsoleExposureError) as exc:
+                await server.stop(0)
+                await self._release()
+                raise StartupError(f"cannot serve the console: {exc}") from exc
+            log.info("serving the console at %s (%s)", console_url, self._console.how)
         if not database.is_sqlite:
             notifier.start_listening(_libpq_conninfo(database))
         self._notifier = notifier
@@ -416,6 +329,11 @@ class AgentrtServer:
         return self._metrics_endpoint.port if self._metrics_endpoint is not None else None
 
     @property
+    def console_url(self) -> str | None:
+        """The console's address, when it is served."""
+        return self._console.url if self._console is not None else None
+
+    @property
     def address(self) -> str:
         host = self.settings.listen.rsplit(":", 1)[0]
         return f"{host}:{self.port}"
@@ -436,6 +354,9 @@ class AgentrtServer:
             self._database_health = None
         if self._stop_background is not None:
             self._stop_background.set()
+        self.stopping = "closing the console"
+        if self._console is not None:
+            await self._console.stop()
         self.stopping = "draining in-flight calls"
         if self._server is not None:
             await self._server.stop(
@@ -476,6 +397,9 @@ class AgentrtServer:
             self.stopping = "exporting the last spans"
             await asyncio.to_thread(self.tracing.shutdown)
             self.tracing = None
+        if self._console is not None:
+            self._console.remove()
+            self._console = None
 
 
 def runtime_settings(settings: ServerSettings) -> RuntimeSettings:

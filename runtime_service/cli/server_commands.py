@@ -25,6 +25,7 @@ from agentrt_base.settings import (
     ENV_AUTH_CONFIG,
     ENV_BLOB_QUOTA_BYTES,
     ENV_BLOB_UPLOAD_RATE,
+    ENV_CONSOLE_LISTEN,
     ENV_DATABASE_PASSWORD_FILE,
     ENV_DATABASE_URL,
     ENV_INSECURE,
@@ -82,6 +83,12 @@ def add_commands(commands: Subparsers[argparse.ArgumentParser]) -> None:
         metavar="HOST:PORT",
         help=f"serve Prometheus metrics at http://HOST:PORT/metrics (env {ENV_METRICS_LISTEN};"
         " off by default; loopback only unless mTLS or --insecure; docs/operations.md)",
+    )
+    serve.add_argument(
+        "--console-listen",
+        metavar="HOST:PORT",
+        help=f"serve the web console at http://HOST:PORT/ (env {ENV_CONSOLE_LISTEN}; off by"
+        " default; loopback only unless --insecure; docs/console.md)",
     )
     serve.add_argument(
         "--max-blob-bytes",
@@ -199,6 +206,7 @@ def _settings(args: argparse.Namespace, listen: str | None) -> ServerSettings:
         max_connections=getattr(args, "max_connections", None),
         metrics_listen=getattr(args, "metrics_listen", None),
         log_format=getattr(args, "log_format", None),
+        console_listen=getattr(args, "console_listen", None),
     )
     path = database_url.password_file(args.database_password_file)
     if path is None:
@@ -214,7 +222,8 @@ def _settings(args: argparse.Namespace, listen: str | None) -> ServerSettings:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from agentrt_base.db_failures import DatabaseUnavailable
-    from runtime_service.server import StartupError, serve
+    from runtime_service.listening import StartupError
+    from runtime_service.server import serve
 
     try:
         # Logging first: reading the settings may warn (a password on the command line).

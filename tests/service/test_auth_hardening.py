@@ -30,7 +30,8 @@ from agentrt_base.limits import Limiter
 from agentrt_base.settings import ServerSettings
 from agentrt_core.errors import Unauthenticated
 from runtime_service.cli.main import main as agentrt
-from runtime_service.server import AgentrtServer, StartupError
+from runtime_service.listening import StartupError
+from runtime_service.server import AgentrtServer
 from tests import registry_data as data
 from tests.oidc import Issuer, issuer_config
 from tests.runtime_support import Stubs

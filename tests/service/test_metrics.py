@@ -27,9 +27,9 @@ from agentrt.runtime.v1 import runtime_service_pb2_grpc as pb_grpc
 from agentrt_base.metrics import SPECS
 from agentrt_base.metrics_http import MetricsExposureError, metrics_exposure
 from agentrt_base.tls import ServerTls
+from runtime_service.listening import StartupError
 from runtime_service.run_metrics import READ_EVERY
 from runtime_service.runtime_settings import RuntimeSettings
-from runtime_service.server import StartupError
 from tests.runtime_support import Stubs
 from tests.service.steps_support import chunk, header, start
 from tests.support import ServerThread, serving

@@ -22,7 +22,8 @@ from agentrt_base.tls import ServerTls, is_loopback
 from agentrt_core.connect import PLAINTEXT_TO_TLS_HINT, ClientTls, open_channel, speaks_tls
 from agentrt_sdk import AgentrtClient, RetryPolicy, UnavailableError
 from runtime_service.cli.main import main as agentrt
-from runtime_service.server import AgentrtServer, StartupError
+from runtime_service.listening import StartupError
+from runtime_service.server import AgentrtServer
 from tests.certs import Authority
 from tests.e2e.cli_support import AGENTRT, in_process, serve_env, stop, wait_ready
 from tests.support import free_port, serving

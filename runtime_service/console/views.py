@@ -1,0 +1,206 @@
+"""What the console's pages ask the API, and the filters their templates format values with.
+
+Pure: query strings in, request messages out; messages in, text out. The templates read the
+API's messages as they are (``run.agent.agent_id``), so a field the API serves is a field the
+page can show, with nothing restated in between.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import urlencode
+
+import jinja2
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from google.protobuf.struct_pb2 import Struct
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2, runtime_service_pb2
+
+#: The run statuses a list can be filtered by, by their short names.
+RUN_STATUSES: Final[tuple[str, ...]] = tuple(
+    value.name.removeprefix("RUN_STATUS_")
+    for value in enum_pb2.RunStatus.DESCRIPTOR.values
+    if value.number != 0
+)
+_TERMINAL: Final = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """The runs list's filters, as its query string carries them."""
+
+    namespace: str = ""
+    agent_id: str = ""
+    thread_id: str = ""
+    statuses: tuple[str, ...] = ()
+    page_token: str = ""
+
+    @classmethod
+    def of(cls, query: Mapping[str, str]) -> RunFilter:
+        getall = getattr(query, "getall", None)
+        statuses = getall("status", []) if getall is not None else []
+        return cls(
+            namespace=query.get("namespace", "").strip(),
+            agent_id=query.get("agent", "").strip(),
+            thread_id=query.get("thread", "").strip(),
+            # Unknown names are dropped, not sent: the list shows what the filter names.
+            statuses=tuple(s for s in statuses if s in RUN_STATUSES),
+            page_token=query.get("page", ""),
+        )
+
+    def request(self, page_size: int) -> runtime_service_pb2.ListRunsRequest:
+        return runtime_service_pb2.ListRunsRequest(
+            page_size=page_size,
+            page_token=self.page_token,
+            namespace=self.namespace,
+            agent_id=self.agent_id,
+            thread_id=self.thread_id,
+            statuses=[enum_pb2.RunStatus.Value(f"RUN_STATUS_{s}") for s in self.statuses],
+        )
+
+    def next_page(self, token: str) -> str:
+        """The query string of the next page ("" when there is none)."""
+        if not token:
+            return ""
+        pairs = [
+            ("namespace", self.namespace),
+            ("agent", self.agent_id),
+            ("thread", self.thread_id),
+            *(("status", s) for s in self.statuses),
+            ("page", token),
+        ]
+        return urlencode([(k, v) for k, v in pairs if v])
+
+
+def get_run(run_id: str) -> runtime_service_pb2.GetRunRequest:
+    return runtime_service_pb2.GetRunRequest(run_id=run_id)
+
+
+def list_attempts(run_id: str) -> runtime_service_pb2.ListAttemptsRequest:
+    # A run has at most its max_attempts (bounded by the server): one page holds them.
+    return runtime_service_pb2.ListAttemptsRequest(run_id=run_id, page_size=1000)
+
+
+def list_steps(
+    run_id: str, page_size: int, page_token: str
+) -> runtime_service_pb2.ListStepsRequest:
+    return runtime_service_pb2.ListStepsRequest(
+        run_id=run_id, page_size=page_size, page_token=page_token
+    )
+
+
+def watch_run(run_id: str, after: int) -> runtime_service_pb2.WatchRunRequest:
+    return runtime_service_pb2.WatchRunRequest(run_id=run_id, after_sequence=after)
+
+
+def server_sent(event: event_pb2.Event) -> bytes:
+    """One ledger event as a server-sent event: its sequence (the id a reconnecting browser
+    resumes after) and its type; what it holds, the page reads again."""
+    data = json.dumps(
+        {
+            "sequence": event.sequence,
+            "type": enum_name(event.event_type, enum_pb2.EventType, "EVENT_TYPE_"),
+        }
+    )
+    return f"id: {event.sequence}\nevent: ledger\ndata: {data}\n\n".encode()
+
+
+#: The controls of a run page: its action, the API method and what it asks.
+CONTROLS: Final[Mapping[str, tuple[str, Callable[..., Message]]]] = {
+    "cancel": ("CancelRun", runtime_service_pb2.CancelRunRequest),
+    "pause": ("PauseRun", runtime_service_pb2.PauseRunRequest),
+    "resume": ("ResumeRun", runtime_service_pb2.ResumeRunRequest),
+}
+
+
+def live(run: message_pb2.Run) -> bool:
+    """Whether the run can still change (its page follows it)."""
+    return enum_name(run.status, enum_pb2.RunStatus, "RUN_STATUS_") not in _TERMINAL
+
+
+def controls(run: message_pb2.Run) -> list[str]:
+    """The controls that apply to the run as it is (whether the principal may use them is
+    the permission table's to say)."""
+    status = enum_name(run.status, enum_pb2.RunStatus, "RUN_STATUS_")
+    if status in _TERMINAL:
+        return []
+    if status == "PAUSED":
+        return ["resume", "cancel"]
+    return ["pause", "cancel"]
+
+
+def control_method(action: str) -> str:
+    """The full gRPC method name of a control (what the permission table is keyed by)."""
+    return "/agentrt.runtime.v1.RuntimeService/" + CONTROLS[action][0]
+
+
+def control_request(action: str, run_id: str, reason: str = "") -> Message:
+    return CONTROLS[action][1](run_id=run_id, reason=reason)
+
+
+def control_stub(api: Any, action: str) -> Callable[..., Awaitable[Any]]:
+    stub: Callable[..., Awaitable[Any]] = getattr(api.runtime, CONTROLS[action][0])
+    return stub
+
+
+# ---------------------------------------------------------------------- template filters
+
+
+def enum_name(value: int, enum: Any, prefix: str = "") -> str:
+    """An enum value's name without its type prefix; the number when it has none (a value
+    a newer server sent)."""
+    try:
+        return str(enum.Name(value)).removeprefix(prefix)
+    except ValueError:
+        return str(value)
+
+
+def when(value: Timestamp) -> str:
+    """A timestamp as UTC, to the millisecond; "" when unset."""
+    if not value.seconds and not value.nanos:
+        return ""
+    moment = value.ToDatetime(tzinfo=dt.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def as_json(value: Message | Struct) -> str:
+    """A message (tool arguments, parameters) as indented JSON text (escaped by the page)."""
+    return json.dumps(json_format.MessageToDict(value), indent=2, sort_keys=True)
+
+
+def short(digest: str, keep: int = 19) -> str:
+    """``sha256:0123456789ab…``: enough to tell digests apart on a page."""
+    return digest if len(digest) <= keep else digest[:keep] + "…"
+
+
+def _enum_filter(prefix: str, enum: Any) -> Callable[[int], str]:
+    return lambda value: enum_name(value, enum, prefix)
+
+
+def register(environment: jinja2.Environment) -> None:
+    environment.filters.update(
+        {
+            "when": when,
+            "json": as_json,
+            "short": short,
+            "run_status": _enum_filter("RUN_STATUS_", enum_pb2.RunStatus),
+            "attempt_status": _enum_filter("ATTEMPT_STATUS_", enum_pb2.AttemptStatus),
+            "attempt_reason": _enum_filter("ATTEMPT_REASON_", enum_pb2.AttemptReason),
+            "step_type": _enum_filter("STEP_TYPE_", enum_pb2.StepType),
+            "step_status": _enum_filter("STEP_STATUS_", enum_pb2.StepStatus),
+            "error_class": _enum_filter("ERROR_CLASS_", enum_pb2.ErrorClass),
+            "candidate_reason": _enum_filter("CANDIDATE_REASON_", enum_pb2.CandidateReason),
+            "terminal_reason": _enum_filter("TERMINAL_REASON_", enum_pb2.TerminalReason),
+            "decision": _enum_filter("APPROVAL_DECISION_", enum_pb2.ApprovalDecision),
+        }
+    )
+
+
+def labels(items: Sequence[tuple[str, str]]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in items)
