@@ -25,8 +25,9 @@ node_modules/.stamp: package.json package-lock.json
 
 setup: $(VENV)/.stamp
 
+# The web console on 127.0.0.1:8080 unless AGENTRT_CONSOLE_LISTEN says otherwise (empty: off).
 serve: $(VENV)/.stamp
-	$(BIN)/agentrt serve
+	AGENTRT_CONSOLE_LISTEN="$${AGENTRT_CONSOLE_LISTEN-127.0.0.1:8080}" $(BIN)/agentrt serve
 
 # The Node client tests (tests/polyglot) build their TypeScript with the tools in node_modules.
 # Two workers, each taking whole modules so a module's shared server starts once; the whole

@@ -491,9 +491,10 @@ async def serve(settings: ServerSettings) -> signal.Signals:
             gc_policy.settle_long_lived()
             assert server.database is not None
             log.info(
-                "agentrt ready: listening on %s, database %s",
+                "agentrt ready: listening on %s, database %s%s",
                 server.address,
                 server.database.display_url(),
+                f"; console at {server.console_url}" if server.console_url else "",
             )
             await stop.wait()
         log.info("agentrt stopping: draining in-flight calls")

@@ -86,7 +86,7 @@ def serve_env() -> dict[str, str]:
     """This process's environment for ``agentrt serve``, less the listen address and database
     URL a developer's shell may set: each test passes its own."""
     env = checkout_env(os.environ)
-    for name in ("AGENTRT_LISTEN", "AGENTRT_DATABASE_URL"):
+    for name in ("AGENTRT_LISTEN", "AGENTRT_DATABASE_URL", "AGENTRT_CONSOLE_LISTEN"):
         env.pop(name, None)
     return env
 

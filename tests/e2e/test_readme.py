@@ -14,6 +14,7 @@ import re
 import shlex
 import subprocess
 import sys
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,6 +121,8 @@ def test_the_postgresql_lines_serve_from_a_fresh_database(
     host = listen.group(1).rsplit(":", 1)[0]
     env["AGENTRT_LISTEN"] = f"{host}:{port}"
     env["AGENTRT_DATABASE_URL"] = ours.render_as_string(hide_password=False)
+    # The console's port too (make serve's default, 8080, may be taken here).
+    env["AGENTRT_CONSOLE_LISTEN"] = f"127.0.0.1:{free_port()}"
     process = subprocess.Popen(
         ["make", "serve"],
         cwd=ROOT,
@@ -130,12 +133,16 @@ def test_the_postgresql_lines_serve_from_a_fresh_database(
         start_new_session=True,  # make and the server it starts are one group to stop
     )
     try:
-        wait_ready(process, timeout=120)
+        ready = wait_ready(process, timeout=120)
         with grpc.insecure_channel(f"{host}:{port}") as channel:
             response = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(), timeout=10
             )
         assert response.status == health_pb2.HealthCheckResponse.SERVING
+        console = f"http://{env['AGENTRT_CONSOLE_LISTEN']}/"
+        assert f"console at {console}" in ready, "make serve prints the console's URL"
+        with urllib.request.urlopen(console + "runs", timeout=10) as page:
+            assert page.status == 200 and "<h1>Runs</h1>" in page.read().decode()
     finally:
         assert stop_group(process), "make serve did not exit on SIGTERM"
 
