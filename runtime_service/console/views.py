@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -147,6 +148,31 @@ def control_request(action: str, run_id: str, reason: str = "") -> Message:
 def control_stub(api: Any, action: str) -> Callable[..., Awaitable[Any]]:
     stub: Callable[..., Awaitable[Any]] = getattr(api.runtime, CONTROLS[action][0])
     return stub
+
+
+RESOLVE_APPROVAL: Final = "/agentrt.runtime.v1.RuntimeService/ResolveApproval"
+DECISIONS: Final[Mapping[str, int]] = {
+    "approve": enum_pb2.APPROVAL_DECISION_APPROVE,
+    "deny": enum_pb2.APPROVAL_DECISION_DENY,
+}
+
+
+def resolve_approval(
+    run_id: str, step_id: str, decision: str, comment: str, approver: str, request_id: str = ""
+) -> runtime_service_pb2.ResolveApprovalRequest:
+    return runtime_service_pb2.ResolveApprovalRequest(
+        run_id=run_id,
+        step_id=step_id,
+        decision=DECISIONS[decision],  # type: ignore[arg-type]
+        comment=comment,
+        approver=approver,
+        request_id=request_id,
+    )
+
+
+def new_request_id() -> str:
+    """A form's idempotency key (AIP-155): the same form sent twice decides once."""
+    return str(uuid.uuid4())
 
 
 # ---------------------------------------------------------------------- template filters

@@ -18,6 +18,8 @@ still carry a CSRF token).
 from __future__ import annotations
 
 import logging
+import re
+import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +59,9 @@ CONTENT_SECURITY_POLICY: Final = (
 SECURITY_HEADERS: Final = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # Not no-referrer: under it a browser sends ``Origin: null`` with a form's POST (the
+    # Fetch standard's origin serialisation), and the POST check needs the real origin.
+    "Referrer-Policy": "same-origin",
     "X-Frame-Options": "DENY",
     "Cross-Origin-Opener-Policy": "same-origin",
 }
@@ -156,6 +160,7 @@ def application(console: Console) -> web.Application:
             web.get("/runs/{run_id}", pages.run),
             web.get("/runs/{run_id}/events", pages.run_events),
             web.post("/runs/{run_id}/{action:cancel|pause|resume}", pages.control),
+            web.post("/runs/{run_id}/approvals/{step_id}", pages.decide),
             web.static("/static", HERE / "static", append_version=False),
         ]
     )
@@ -168,6 +173,8 @@ CONSOLE: Final = web.AppKey("console", Console)
 SESSION: Final = web.RequestKey("session", Session)
 FORM: Final = web.RequestKey("form", Form)
 
+#: What a form token looks like (``secrets.token_urlsafe(32)``).
+_FORM_TOKEN: Final = re.compile(r"[A-Za-z0-9_-]{43}")
 #: Paths reachable without a session (the sign-in form and what it is drawn with).
 _OPEN: Final = ("/sign-in", "/static/")
 
@@ -305,9 +312,10 @@ class Pages:
     def _sign_in_page(
         self, request: web.Request, next_path: str, error: str, status: int
     ) -> web.Response:
-        from secrets import token_urlsafe
-
-        form_token = token_urlsafe(32)
+        # The browser's own token while it lasts: a sign-in page opened again (another tab, a
+        # redirect) must not make the form already on screen stale.
+        kept = request.cookies.get(SIGN_IN_COOKIE, "")
+        form_token = kept if _FORM_TOKEN.fullmatch(kept) else secrets.token_urlsafe(32)
         response = self.c.render(
             request,
             "sign_in.html",
@@ -380,6 +388,12 @@ class Pages:
             steps=list(steps.steps),
             next_steps=steps.next_page_token,
             live=views.live(run),
+            may_decide=await self.c.may(
+                session,
+                views.RESOLVE_APPROVAL,
+                views.resolve_approval(run.id, "", "approve", "", ""),
+            ),
+            request_id=views.new_request_id(),
             controls=[
                 action
                 for action in views.controls(run)
@@ -397,6 +411,27 @@ class Pages:
         api = self.c.api
         request_message = views.control_request(action, run_id, reason)
         await api.call(session, views.control_stub(api, action), request_message)
+        raise web.HTTPSeeOther(f"/runs/{quote(run_id, safe='')}")
+
+    async def decide(self, request: web.Request) -> web.StreamResponse:
+        """Approve or deny a step that waits for it, as the signed-in principal (the ledger
+        records the principal; the page's label is the session's name)."""
+        session = request[SESSION]
+        run_id, step_id = request.match_info["run_id"], request.match_info["step_id"]
+        form = request[FORM]
+        decision = str(form.get("decision", ""))
+        if decision not in views.DECISIONS:
+            raise web.HTTPBadRequest(text="decision: approve or deny")
+        api = self.c.api
+        message = views.resolve_approval(
+            run_id,
+            step_id,
+            decision,
+            str(form.get("comment", ""))[:4000],
+            session.who,
+            str(form.get("request_id", "")),
+        )
+        await api.call(session, api.runtime.ResolveApproval, message)
         raise web.HTTPSeeOther(f"/runs/{quote(run_id, safe='')}")
 
     async def run_events(self, request: web.Request) -> web.StreamResponse:
