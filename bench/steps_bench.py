@@ -1001,7 +1001,12 @@ async def run_fresh(
 
 
 def main_observability(
-    engines: list[str], pairs: int, calls: int, repetitions: int, rounds: int
+    engines: list[str],
+    pairs: int,
+    calls: int,
+    repetitions: int,
+    rounds: int,
+    features: tuple[str, ...] = ("metrics", "tracing"),
 ) -> None:
     """Issue 29's cost: this checkout's code with metrics on (scraped) and with tracing on
     (every trace sampled, spans and GenAI metrics exported to a receiver on this machine),
@@ -1012,7 +1017,7 @@ def main_observability(
     with otlp_sink() as (endpoint, counts):
         results: dict[tuple[str, str], tuple[dict[str, list[Sample]], list[float]]] = {}
         plans: dict[str, list[Side]] = {}
-        for feature in ("metrics", "tracing"):
+        for feature in features:
             off, on = observability_sides(feature, endpoint)
             plans[feature] = [dataclasses.replace(off, name="A"), dataclasses.replace(on, name="B")]
             for engine in engines:
@@ -1020,7 +1025,7 @@ def main_observability(
                     run_fresh(engine, plans[feature], pairs, calls, repetitions, rounds)
                 )
         received = counts()
-    label = plans["metrics"][0].describe
+    label = plans[features[0]][0].describe
     print(f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; cores: {os.cpu_count()}\n")
     print(f"- code: {label}")
     print("- off: `agentrt serve` as it is; metrics on: with `--metrics-listen`, /metrics")
@@ -1153,6 +1158,11 @@ def main() -> None:
         default=1,
         help="--observability: measure each repetition's servers A B B A this many times",
     )
+    parser.add_argument(
+        "--features",
+        default="metrics,tracing",
+        help="--observability: which to measure (metrics, tracing or both)",
+    )
     parser.add_argument("--dbos-seconds", type=float, default=1.0)
     parser.add_argument("--dbos-child", help=argparse.SUPPRESS)
     parser.add_argument("--dbos-url", help=argparse.SUPPRESS)
@@ -1167,7 +1177,10 @@ def main() -> None:
         return
     if args.observability:
         repetitions = args.repetitions or AB_MIN_REPETITIONS
-        main_observability(engines, args.pairs, args.calls, repetitions, args.rounds)
+        features = tuple(f for f in args.features.split(",") if f)
+        if not features or set(features) - {"metrics", "tracing"}:
+            raise SystemExit("--features takes metrics, tracing or metrics,tracing")
+        main_observability(engines, args.pairs, args.calls, repetitions, args.rounds, features)
         return
     started = time.perf_counter()
     results: dict[str, dict[int, Cell]] = {}

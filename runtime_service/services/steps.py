@@ -58,7 +58,9 @@ class StepsService:
         """Raise the error a BeginStep answers (after what it recorded was committed); end the
         run first if its budget is used up."""
         if begun.step is not None and not begun.existing and self._rt.observer is not None:
-            self._observe(begun.step, await self._agent_id(begun.agent_digest), begun=True)
+            digest = begun.agent_digest
+            agent_id = self._cached_agent_id(digest) or await self._agent_id(digest)
+            self._observe(begun.step, agent_id, begun=True)
         if begun.budget_stop is not None:
             raise await self._stop_on_budget(begun.budget_stop)
         if begun.failed_steps_stop is not None:
@@ -79,17 +81,19 @@ class StepsService:
             raise ended.error
         assert ended.step is not None
         if ended.agent_digest and self._rt.observer is not None:
-            self._observe(ended.step, await self._agent_id(ended.agent_digest), begun=False)
+            digest = ended.agent_digest
+            agent_id = self._cached_agent_id(digest) or await self._agent_id(digest)
+            self._observe(ended.step, agent_id, begun=False)
         return ended.step
 
-    async def _agent_id(self, digest: str) -> str:
-        # The cache holds the run's definition (its BeginStep needed it): no await then.
+    def _cached_agent_id(self, digest: str) -> str:
+        """The agent id of a definition the cache holds ("" when it does not): the common
+        case (the run's BeginStep needed it), answered without making a coroutine."""
         cached = self._bound.cached(digest)
-        return (
-            cached.definition.agent_id
-            if cached is not None
-            else (await self.definition(digest)).agent_id
-        )
+        return cached.definition.agent_id if cached is not None else ""
+
+    async def _agent_id(self, digest: str) -> str:
+        return (await self.definition(digest)).agent_id
 
     def _observe(self, step: Step, agent_id: str, *, begun: bool) -> None:
         """Tell the observer about a step this call began or ended (committed, wherever it
