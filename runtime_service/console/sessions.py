@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Final
 
+from aiohttp import web
+
 from agentrt_base.auth import Principal
 
 #: The cookie holding a session's id, and the one holding a sign-in form's token.
@@ -104,3 +106,7 @@ class Sessions:
 def same_token(expected: str, given: str | None) -> bool:
     """Whether a form's token is the expected one (constant time; empty never matches)."""
     return bool(expected) and given is not None and hmac.compare_digest(expected, given)
+
+
+#: Where a request's session is kept (absent: nobody signed in).
+SESSION: Final = web.RequestKey("session", Session)

@@ -17,6 +17,7 @@ still carry a CSRF token).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import secrets
@@ -37,8 +38,10 @@ from agentrt_base.tls import ServerTls, is_loopback
 from agentrt_sdk.errors import AgentrtError
 from runtime_service.console import views
 from runtime_service.console.api import Api
+from runtime_service.console.registry_pages import RegistryPages, register_filters
 from runtime_service.console.sessions import (
     LIFETIME_SECONDS,
+    SESSION,
     SESSION_COOKIE,
     SIGN_IN_COOKIE,
     Session,
@@ -122,6 +125,7 @@ class Console:
             undefined=jinja2.StrictUndefined,
         )
         views.register(environment)
+        register_filters(environment.filters)
         return cls(api, Sessions(), sign_in, permits, environment)
 
     async def may(self, session: Session, method: str, request: Any) -> bool:
@@ -158,9 +162,11 @@ def application(console: Console) -> web.Application:
             web.post("/sign-out", pages.sign_out),
             web.get("/runs", pages.runs),
             web.get("/runs/{run_id}", pages.run),
+            web.get("/approvals", pages.approvals),
             web.get("/runs/{run_id}/events", pages.run_events),
             web.post("/runs/{run_id}/{action:cancel|pause|resume}", pages.control),
             web.post("/runs/{run_id}/approvals/{step_id}", pages.decide),
+            *RegistryPages(console).routes(),
             web.static("/static", HERE / "static", append_version=False),
         ]
     )
@@ -170,7 +176,6 @@ def application(console: Console) -> web.Application:
 Form = MultiDictProxy[str | bytes | bytearray | FileField]  # what request.post() gives
 CONSOLE: Final = web.AppKey("console", Console)
 #: The request's session (absent: nobody signed in) and its form, once read.
-SESSION: Final = web.RequestKey("session", Session)
 FORM: Final = web.RequestKey("form", Form)
 
 #: What a form token looks like (``secrets.token_urlsafe(32)``).
@@ -367,6 +372,25 @@ class Pages:
             filter=query,
             next_query=query.next_page(listed.next_page_token),
             statuses=views.RUN_STATUSES,
+        )
+
+    async def approvals(self, request: web.Request) -> web.StreamResponse:
+        """The runs the principal may read that wait for an approval (each run's page has
+        the decision's form)."""
+        session = request[SESSION]
+        query = views.RunFilter.of(request.query)
+        waiting = dataclasses.replace(query, statuses=("WAITING_APPROVAL",))
+        listed = await self.c.api.call(
+            session, self.c.api.runtime.ListRuns, waiting.request(PAGE_SIZE)
+        )
+        return self.c.render(
+            request,
+            "approvals.html",
+            runs=list(listed.runs),
+            next_query=waiting.next_page(listed.next_page_token),
+            may_decide=await self.c.may(
+                session, views.RESOLVE_APPROVAL, views.resolve_approval("", "", "approve", "", "")
+            ),
         )
 
     async def run(self, request: web.Request) -> web.StreamResponse:

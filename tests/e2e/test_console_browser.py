@@ -297,6 +297,10 @@ def test_the_run_page_follows_the_worker_and_the_approval_given_there_is_recorde
     page.checked("run-waiting-approval")
     waiting = _waiting_approval(seeded)
     assert waiting is not None
+    page.open("/approvals")
+    page.checked("approvals")
+    page.find(f"a[href='/runs/{seeded.fix_run}#steps']").click()
+    _wait("the run page from the inbox", lambda: page.all("form.approval"), 15)
     page.find(f"#comment-{waiting.id}").send_keys("patch reviewed in the browser")
     page.find("form.approval button.approve").click()
     run = _wait(
@@ -374,3 +378,22 @@ def test_the_keyboard_reaches_sign_in_and_every_control_has_a_label(
     assert "token" in reached
     page.find("#token").send_keys(seeded.tokens["auditor"] + Keys.ENTER)
     _wait("signed in by the keyboard", lambda: page.driver.current_url.endswith("/runs"), 15)
+
+
+def test_the_registry_pages_and_the_diff_read_well(seeded: Seeded, page: Page) -> None:
+    page.sign_in(seeded.tokens["auditor"])
+    page.open("/registry")
+    assert page.all("table.versions tbody tr") and page.all("table.tags tbody tr")
+    page.checked("registry")
+    page.find("table.versions tbody tr a[href^='/registry/versions/']").click()
+    _wait("a version page", lambda: page.all("table.closure tbody tr"), 15)
+    page.checked("registry-version")
+    page.open("/registry/agents/coding_agent/tags/prod")
+    assert page.all("table.tag-history tbody tr")
+    page.checked("registry-tag-history")
+    page.open("/registry/diff")
+    page.find("#d-base").send_keys("coding_agent:prod")
+    page.find("#d-target").send_keys("coding_agent:prod")
+    page.find("form.filters button[type=submit]").click()
+    _wait("the diff", lambda: "same version" in page.driver.page_source, 15)
+    page.checked("registry-diff")

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from markupsafe import escape
 
+from agentrt.registry.v1 import registry_service_pb2 as rpb
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt.runtime.v1 import worker_service_pb2 as wpb
@@ -137,7 +138,7 @@ def site(shared_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
     ) as server:
         admin = Stubs.open(server.address, tokens["admin"])
         try:
-            admin.publish_agent()
+            admin.publish_plain_agent()  # coding_agent:prod and plain_agent:prod
             thread = admin.thread(namespace="team-a")
             run = admin.runtime.CreateRun(
                 pb.CreateRunRequest(
@@ -333,6 +334,46 @@ def test_an_admin_cancels_from_the_console_as_itself(site: Site) -> None:
     finally:
         watch.cancel()
     assert (asked.actor_principal, asked.reason) == ("admin-1", "from the web")
+
+
+def test_the_registry_shows_versions_tags_their_moves_and_what_a_version_pins(
+    site: Site,
+) -> None:
+    browser = site.browser("auditor")
+    listed = browser.get("/registry")
+    assert listed.status == 200
+    assert "/registry/agents/coding_agent/tags/prod" in listed.body
+    assert "plain_agent" in listed.body and "unverified" in listed.body
+    version = browser.get("/registry/versions/coding_agent:prod")
+    assert version.status == 200
+    digest = site.admin.registry.GetAgentVersion(
+        rpb.GetAgentVersionRequest(ref="coding_agent:prod"), timeout=10
+    ).agent_version
+    for component in (digest.closure.model_policy, *digest.closure.tools):
+        assert component.name in version.body and component.digest[:19] in version.body
+    assert digest.digest in version.body
+    history = browser.get("/registry/agents/coding_agent/tags/prod")
+    assert history.status == 200 and "SET" in history.body and "admin-1" in history.body
+    missing = browser.get("/registry/versions/coding_agent@no-such-version")
+    assert missing.status == 404 and "NOT_FOUND" in missing.body
+
+
+def test_the_diff_puts_two_versions_side_by_side(site: Site) -> None:
+    browser = site.browser("auditor")
+    page = browser.get("/registry/diff?base=coding_agent:prod&target=plain_agent:prod")
+    assert page.status == 200
+    assert "completion_policy" in page.body and "REMOVED" in page.body
+    same = browser.get("/registry/diff?base=coding_agent:prod&target=coding_agent:prod")
+    assert "the same version" in same.body
+    bad = browser.get("/registry/diff?base=coding_agent&target=plain_agent:prod")
+    assert bad.status == 400 and "INVALID_ARGUMENT" in bad.body
+
+
+def test_the_approvals_inbox_says_who_may_decide(site: Site) -> None:
+    auditor = site.browser("auditor").get("/approvals")
+    assert auditor.status == 200 and "may read these runs but not decide" in auditor.body
+    admin = site.browser("admin").get("/approvals")
+    assert admin.status == 200 and "may read these runs but not decide" not in admin.body
 
 
 def test_the_console_listens_only_where_its_users_are_safe() -> None:
