@@ -63,12 +63,19 @@ class Api:
         await self._channel.close()
 
     async def watch(self, session: Session | None, request: Any) -> AsyncIterator[Any]:
-        """WatchRun's events as the session's principal, until the stream ends; the SDK's
-        AgentrtError if it is refused or broken."""
-        call = self.runtime.WatchRun(request, metadata=_metadata(session))
+        """WatchRun's events as the session's principal, until the stream ends."""
+        async for reply in self.stream(session, self.runtime.WatchRun, request):
+            yield reply.event
+
+    async def stream(
+        self, session: Session | None, method: Callable[..., Any], request: Any
+    ) -> AsyncIterator[Any]:
+        """A server-streaming call's messages as the session's principal, until it ends; the
+        SDK's AgentrtError if it is refused or broken. Closing the iterator cancels it."""
+        call = method(request, metadata=_metadata(session))
         try:
-            async for reply in call:
-                yield reply.event
+            async for message in call:
+                yield message
         except grpc.aio.AioRpcError as exc:
             raise from_rpc_error(exc) from None
         finally:

@@ -21,6 +21,7 @@ from google.protobuf.message import Message
 from google.protobuf.struct_pb2 import Struct
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from agentrt.audit.v1 import audit_service_pb2
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2, runtime_service_pb2
 
 #: The run statuses a list can be filtered by, by their short names.
@@ -151,6 +152,30 @@ def control_stub(api: Any, action: str) -> Callable[..., Awaitable[Any]]:
 
 
 RESOLVE_APPROVAL: Final = "/agentrt.runtime.v1.RuntimeService/ResolveApproval"
+VERIFY_RUN: Final = "/agentrt.audit.v1.AuditService/VerifyRun"
+SEND_INPUT: Final = "/agentrt.runtime.v1.RuntimeService/SendInput"
+INPUT_KINDS: Final[Mapping[str, int]] = {
+    "steer": enum_pb2.INPUT_KIND_STEER,
+    "follow_up": enum_pb2.INPUT_KIND_FOLLOW_UP,
+}
+
+
+def send_input(
+    run_id: str, kind: str, content: str, sender: str, request_id: str
+) -> runtime_service_pb2.SendInputRequest:
+    return runtime_service_pb2.SendInputRequest(
+        run_id=run_id,
+        kind=INPUT_KINDS[kind],  # type: ignore[arg-type]
+        content=content,
+        sender=sender,
+        request_id=request_id,
+    )
+
+
+def verify_run(run_id: str) -> audit_service_pb2.VerifyRunRequest:
+    return audit_service_pb2.VerifyRunRequest(run_id=run_id)
+
+
 DECISIONS: Final[Mapping[str, int]] = {
     "approve": enum_pb2.APPROVAL_DECISION_APPROVE,
     "deny": enum_pb2.APPROVAL_DECISION_DENY,

@@ -38,6 +38,8 @@ from agentrt_base.tls import ServerTls, is_loopback
 from agentrt_sdk.errors import AgentrtError
 from runtime_service.console import views
 from runtime_service.console.api import Api
+from runtime_service.console.audit_pages import AuditPages
+from runtime_service.console.audit_pages import register_filters as register_audit_filters
 from runtime_service.console.registry_pages import RegistryPages, register_filters
 from runtime_service.console.sessions import (
     LIFETIME_SECONDS,
@@ -126,6 +128,7 @@ class Console:
         )
         views.register(environment)
         register_filters(environment.filters)
+        register_audit_filters(environment.filters)
         return cls(api, Sessions(), sign_in, permits, environment)
 
     async def may(self, session: Session, method: str, request: Any) -> bool:
@@ -166,7 +169,9 @@ def application(console: Console) -> web.Application:
             web.get("/runs/{run_id}/events", pages.run_events),
             web.post("/runs/{run_id}/{action:cancel|pause|resume}", pages.control),
             web.post("/runs/{run_id}/approvals/{step_id}", pages.decide),
+            web.post("/runs/{run_id}/input", pages.send_input),
             *RegistryPages(console).routes(),
+            *AuditPages(console).routes(),
             web.static("/static", HERE / "static", append_version=False),
         ]
     )
@@ -407,6 +412,7 @@ class Pages:
         return self.c.render(
             request,
             "run.html",
+            verdict=await self._verdict(session, run.id, refetch=bool(request.query.get("live"))),
             run=run,
             attempts=list(attempts.attempts),
             steps=list(steps.steps),
@@ -416,6 +422,10 @@ class Pages:
                 session,
                 views.RESOLVE_APPROVAL,
                 views.resolve_approval(run.id, "", "approve", "", ""),
+            ),
+            may_send_input=views.live(run)
+            and await self.c.may(
+                session, views.SEND_INPUT, views.send_input(run.id, "steer", "", "", "")
             ),
             request_id=views.new_request_id(),
             controls=[
@@ -427,6 +437,18 @@ class Pages:
             ],
         )
 
+    async def _verdict(self, session: Session, run_id: str, *, refetch: bool) -> Any:
+        """VerifyRun's answer for the run page (None when the principal may not ask it, or
+        for a live page's refetch, which shows only the ledger's parts); a refused or failed
+        verification is shown as what it is, not as a broken page."""
+        request = views.verify_run(run_id)
+        if refetch or not await self.c.may(session, views.VERIFY_RUN, request):
+            return None
+        try:
+            return await self.c.api.call(session, self.c.api.audit.VerifyRun, request)
+        except AgentrtError as error:
+            return error
+
     async def control(self, request: web.Request) -> web.StreamResponse:
         session = request[SESSION]
         run_id = request.match_info["run_id"]
@@ -435,6 +457,24 @@ class Pages:
         api = self.c.api
         request_message = views.control_request(action, run_id, reason)
         await api.call(session, views.control_stub(api, action), request_message)
+        raise web.HTTPSeeOther(f"/runs/{quote(run_id, safe='')}")
+
+    async def send_input(self, request: web.Request) -> web.StreamResponse:
+        """Steer the run or queue a follow-up, as the signed-in principal."""
+        session = request[SESSION]
+        run_id = request.match_info["run_id"]
+        form = request[FORM]
+        kind = str(form.get("kind", ""))
+        if kind not in views.INPUT_KINDS:
+            raise web.HTTPBadRequest(text="kind: steer or follow_up")
+        message = views.send_input(
+            run_id,
+            kind,
+            str(form.get("content", "")),
+            session.who,
+            str(form.get("request_id", "")),
+        )
+        await self.c.api.call(session, self.c.api.runtime.SendInput, message)
         raise web.HTTPSeeOther(f"/runs/{quote(run_id, safe='')}")
 
     async def decide(self, request: web.Request) -> web.StreamResponse:

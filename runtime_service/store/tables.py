@@ -65,6 +65,9 @@ class RunRow(Base):
         sa.Index("ix_runtime_runs_thread_id_create_time", "thread_id", "create_time"),
         sa.Index("ix_runtime_runs_deadline_time", "deadline_time"),
         sa.Index("ix_runtime_runs_namespace_id", "namespace", "id"),
+        # ListRuns by status or by agent, newest (highest id) first (migration 0017).
+        sa.Index("ix_runtime_runs_status_id", "status", "id"),
+        sa.Index("ix_runtime_runs_agent_id_id", "agent_id", "id"),
     )
 
     id: Mapped[str] = mapped_column(_ID, primary_key=True)

@@ -315,7 +315,14 @@ def test_the_run_page_follows_the_worker_and_the_approval_given_there_is_recorde
     assert decided.approval.comment == "patch reviewed in the browser"
     page.open(f"/runs/{seeded.fix_run}")
     assert "COMPLETED" in page.find("dl.facts").text
+    assert "intact" in page.find("dl.verdict").text
     page.checked("run-completed")
+    page.find("dl.verdict a[href^='/audit/provenance']").click()
+    _wait("the provenance chain", lambda: page.all("ol.chain li.node"), 15)
+    page.checked("provenance")
+    page.open("/audit/usages?component=repo-debug%402.1.0")
+    assert page.all(f"table.usages a[href='/runs/{seeded.fix_run}']")
+    page.checked("usages")
 
 
 def test_what_a_caller_wrote_stays_text_and_a_cancel_from_the_browser_lands(

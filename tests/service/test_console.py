@@ -11,7 +11,9 @@ in a real browser are ``tests/e2e/test_console_browser.py``.
 
 from __future__ import annotations
 
+import hashlib
 import http.cookiejar
+import json
 import re
 import socket
 import urllib.error
@@ -316,6 +318,36 @@ def test_the_run_page_follows_the_ledger_as_server_sent_events(site: Site) -> No
     assert SCRIPT.encode() not in body
 
 
+def test_an_input_sent_from_the_console_is_recorded_once_as_the_principal(site: Site) -> None:
+    browser = site.browser("admin")
+    page = browser.get(f"/runs/{site.run_id}")
+    assert 'action="/runs/' + site.run_id + '/input"' in page.body
+    request_id = re.search(r'name="request_id" value="([^"]+:input)"', page.body)
+    assert request_id
+    form = {
+        "csrf": form_token(page.body),
+        "request_id": request_id.group(1),
+        "kind": "steer",
+        "content": f"also check {SCRIPT}",
+    }
+    assert browser.post(f"/runs/{site.run_id}/input", form).status == 303
+    assert browser.post(f"/runs/{site.run_id}/input", form).status == 303  # sent twice
+    assert browser.post(f"/runs/{site.run_id}/input", {**form, "kind": "x"}).status == 400
+    watch = site.admin.runtime.WatchRun(pb.WatchRunRequest(run_id=site.run_id), timeout=10)
+    received = []
+    try:
+        for reply in watch:
+            if reply.event.HasField("input_received_attributes"):
+                received.append(reply.event.input_received_attributes)
+            if reply.event.sequence >= site.run().last_event_sequence:
+                break
+    finally:
+        watch.cancel()
+    assert len(received) == 1, "the same form twice records one input"
+    assert received[0].sender_principal == "admin-1"
+    assert "/input" not in site.browser("auditor").get(f"/runs/{site.run_id}").body
+
+
 def test_an_admin_cancels_from_the_console_as_itself(site: Site) -> None:
     """Last: the run ends here."""
     browser = site.browser("admin")
@@ -374,6 +406,56 @@ def test_the_approvals_inbox_says_who_may_decide(site: Site) -> None:
     assert auditor.status == 200 and "may read these runs but not decide" in auditor.body
     admin = site.browser("admin").get("/approvals")
     assert admin.status == 200 and "may read these runs but not decide" not in admin.body
+
+
+def test_a_run_page_says_whether_its_record_verifies(site: Site) -> None:
+    page = site.browser("auditor").get(f"/runs/{site.run_id}")
+    assert page.status == 200
+    assert re.search(r'class="badge verified">intact</span> \d+ events', page.body)
+
+
+def test_provenance_draws_the_chain_from_the_record_to_the_versions(site: Site) -> None:
+    browser = site.browser("auditor")
+    page = browser.get(f"/audit/provenance?run={site.run_id}")
+    assert page.status == 200
+    version = site.admin.registry.GetAgentVersion(
+        rpb.GetAgentVersionRequest(ref="coding_agent:prod"), timeout=10
+    ).agent_version
+    chain = page.body[page.body.index('<ol class="chain"') :]
+    for part in (site.run_id, version.digest[:19], "repo-debug@2.1.0", "coding-balanced@3"):
+        assert part in chain, part
+    assert str(escape(SCRIPT)) in chain and SCRIPT not in chain
+    step = site.admin.runtime.ListSteps(pb.ListStepsRequest(run_id=site.run_id), timeout=10).steps[
+        0
+    ]
+    by_step = browser.get(f"/audit/provenance?step={step.id}")
+    assert by_step.status == 200 and "MODEL_CALL" in by_step.body
+    missing = browser.get("/audit/provenance?run=run_nothing")
+    assert missing.status == 404
+
+
+def test_usage_search_finds_the_runs_that_used_a_version(site: Site) -> None:
+    browser = site.browser("auditor")
+    page = browser.get("/audit/usages?component=repo-debug%402.1.0")
+    assert page.status == 200 and f"/runs/{site.run_id}" in page.body
+    nothing = browser.get("/audit/usages?model=no-such-model")
+    assert nothing.status == 200 and "No step used it" in nothing.body
+    outsider = site.browser("outsider").get("/audit/usages?component=repo-debug%402.1.0")
+    assert site.run_id not in outsider.body
+
+
+def test_the_audit_bundle_downloads_whole_and_only_for_who_may_read_it(site: Site) -> None:
+    answer = site.browser("auditor").get(f"/runs/{site.run_id}/bundle")
+    assert answer.status == 200
+    assert answer.headers["content-disposition"].startswith("attachment;")
+    assert answer.headers["content-type"].startswith("application/json")
+    digest = "sha256:" + hashlib.sha256(answer.body.encode()).hexdigest()
+    assert answer.headers["x-agentrt-bundle-digest"] == digest
+    assert json.loads(answer.body)["run"]["id"] == site.run_id
+    lines = site.browser("auditor").get(f"/runs/{site.run_id}/bundle?format=jsonl")
+    assert lines.status == 200 and len(lines.body.splitlines()) > 1
+    assert site.browser("outsider").get(f"/runs/{site.run_id}/bundle").status == 403
+    assert site.browser("auditor").get(f"/runs/{site.run_id}/bundle?format=xml").status == 400
 
 
 def test_the_console_listens_only_where_its_users_are_safe() -> None:

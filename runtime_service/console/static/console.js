@@ -2,6 +2,17 @@
 // Pages work without it; it only adds what a browser with scripts does better.
 "use strict";
 
+// Whether the person is writing in this part of the page (a reason, a comment): it is then
+// left as it is until the next refresh.
+function typing(part) {
+  if (part.contains(document.activeElement) && document.activeElement !== document.body) {
+    return true;
+  }
+  return [...part.querySelectorAll("input:not([type=hidden]), textarea")].some(
+    (field) => field.type !== "radio" && field.type !== "checkbox" && field.value !== "",
+  );
+}
+
 // A run page follows its run: the server streams the run's ledger events (WatchRun) as
 // server-sent events; on each, the page's main part is fetched again and swapped in, at
 // most every 300 ms. EventSource reconnects by itself after a drop, sending the last event
@@ -11,7 +22,10 @@ function followRun(main) {
   let pending = null;
   const refresh = async () => {
     pending = null;
-    const response = await fetch(window.location.href, { credentials: "same-origin" });
+    // live=1: the ledger's parts only (the record's verification is not asked again).
+    const url = new URL(window.location.href);
+    url.searchParams.set("live", "1");
+    const response = await fetch(url, { credentials: "same-origin" });
     if (!response.ok) return;
     const page = new DOMParser().parseFromString(await response.text(), "text/html");
     const fresh = page.querySelector("main");
@@ -19,7 +33,8 @@ function followRun(main) {
     // Keep what the person is typing: only the parts that show the ledger are replaced.
     for (const part of fresh.querySelectorAll("[data-live-part]")) {
       const here = main.querySelector(`[data-live-part="${part.dataset.livePart}"]`);
-      if (here) here.replaceWith(part);
+      if (!here || typing(here)) continue;
+      here.replaceWith(part);
     }
     main.dataset.lastSequence = fresh.dataset.lastSequence || main.dataset.lastSequence;
     document.dispatchEvent(new CustomEvent("agentrt:refreshed"));
