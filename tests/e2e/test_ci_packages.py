@@ -93,6 +93,8 @@ def test_ci_changes_nothing_when_nothing_is_missing(tmp_path: Path) -> None:
         "libjsr305-java",
         "libgeronimo-annotation-1.3-spec-java",
         "prometheus",
+        "chromium",
+        "chromium-driver",
     ]
     status, output, apt = _run_ci(tmp_path, everything, uid=1000)
     assert status == 42, output
