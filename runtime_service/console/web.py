@@ -167,6 +167,7 @@ def application(console: Console) -> web.Application:
             web.get("/runs/{run_id}", pages.run),
             web.get("/approvals", pages.approvals),
             web.get("/runs/{run_id}/events", pages.run_events),
+            web.get("/runs/{run_id}/verify", pages.verify),
             web.post("/runs/{run_id}/{action:cancel|pause|resume}", pages.control),
             web.post("/runs/{run_id}/approvals/{step_id}", pages.decide),
             web.post("/runs/{run_id}/input", pages.send_input),
@@ -412,7 +413,7 @@ class Pages:
         return self.c.render(
             request,
             "run.html",
-            verdict=await self._verdict(session, run.id, refetch=bool(request.query.get("live"))),
+            may_verify=await self.c.may(session, views.VERIFY_RUN, views.verify_run(run.id)),
             run=run,
             attempts=list(attempts.attempts),
             steps=list(steps.steps),
@@ -437,17 +438,21 @@ class Pages:
             ],
         )
 
-    async def _verdict(self, session: Session, run_id: str, *, refetch: bool) -> Any:
-        """VerifyRun's answer for the run page (None when the principal may not ask it, or
-        for a live page's refetch, which shows only the ledger's parts); a refused or failed
-        verification is shown as what it is, not as a broken page."""
-        request = views.verify_run(run_id)
-        if refetch or not await self.c.may(session, views.VERIFY_RUN, request):
-            return None
+    async def verify(self, request: web.Request) -> web.StreamResponse:
+        """VerifyRun's verdict on the run's record. Its own page, which the run page loads
+        after its first screen (a run of 20,000 events takes seconds to verify, and its page
+        must not wait for that); a refused or failed verification is shown as what it is."""
+        session = request[SESSION]
+        run_id = request.match_info["run_id"]
         try:
-            return await self.c.api.call(session, self.c.api.audit.VerifyRun, request)
+            verdict: Any = await self.c.api.call(
+                session, self.c.api.audit.VerifyRun, views.verify_run(run_id)
+            )
         except AgentrtError as error:
-            return error
+            if error.code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED):
+                raise
+            verdict = error
+        return self.c.render(request, "verify.html", run_id=run_id, verdict=verdict)
 
     async def control(self, request: web.Request) -> web.StreamResponse:
         session = request[SESSION]

@@ -315,7 +315,10 @@ def test_the_run_page_follows_the_worker_and_the_approval_given_there_is_recorde
     assert decided.approval.comment == "patch reviewed in the browser"
     page.open(f"/runs/{seeded.fix_run}")
     assert "COMPLETED" in page.find("dl.facts").text
-    assert "intact" in page.find("dl.verdict").text
+    verdict = _wait(
+        "the verdict, put in after the first screen", lambda: page.all("dl.verdict"), 30
+    )
+    assert "intact" in verdict[0].text
     page.checked("run-completed")
     page.find("dl.verdict a[href^='/audit/provenance']").click()
     _wait("the provenance chain", lambda: page.all("ol.chain li.node"), 15)

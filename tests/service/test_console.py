@@ -409,9 +409,13 @@ def test_the_approvals_inbox_says_who_may_decide(site: Site) -> None:
 
 
 def test_a_run_page_says_whether_its_record_verifies(site: Site) -> None:
-    page = site.browser("auditor").get(f"/runs/{site.run_id}")
-    assert page.status == 200
-    assert re.search(r'class="badge verified">intact</span> \d+ events', page.body)
+    browser = site.browser("auditor")
+    page = browser.get(f"/runs/{site.run_id}")
+    assert page.status == 200 and f'data-verdict-src="/runs/{site.run_id}/verify"' in page.body
+    verdict = browser.get(f"/runs/{site.run_id}/verify")
+    assert verdict.status == 200
+    assert re.search(r'class="badge verified">intact</span> \d+ events', verdict.body)
+    assert site.browser("outsider").get(f"/runs/{site.run_id}/verify").status == 403
 
 
 def test_provenance_draws_the_chain_from_the_record_to_the_versions(site: Site) -> None:

@@ -22,10 +22,7 @@ function followRun(main) {
   let pending = null;
   const refresh = async () => {
     pending = null;
-    // live=1: the ledger's parts only (the record's verification is not asked again).
-    const url = new URL(window.location.href);
-    url.searchParams.set("live", "1");
-    const response = await fetch(url, { credentials: "same-origin" });
+    const response = await fetch(window.location.href, { credentials: "same-origin" });
     if (!response.ok) return;
     const page = new DOMParser().parseFromString(await response.text(), "text/html");
     const fresh = page.querySelector("main");
@@ -44,7 +41,18 @@ function followRun(main) {
   });
 }
 
+// The record's verification takes seconds on a long run: the run page shows its first screen
+// at once and puts the verdict in when it comes (without script, a link opens it).
+async function loadVerdict(slot) {
+  const response = await fetch(slot.dataset.verdictSrc, { credentials: "same-origin" });
+  if (!response.ok) return;
+  const page = new DOMParser().parseFromString(await response.text(), "text/html");
+  const verdict = page.querySelector("[data-verdict]");
+  if (verdict) slot.replaceChildren(...verdict.childNodes);
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   const main = document.querySelector("main[data-events]");
   if (main) followRun(main);
+  for (const slot of document.querySelectorAll("[data-verdict-src]")) loadVerdict(slot);
 });
