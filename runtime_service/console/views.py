@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlencode
@@ -251,7 +251,3 @@ def register(environment: jinja2.Environment) -> None:
             "decision": _enum_filter("APPROVAL_DECISION_", enum_pb2.ApprovalDecision),
         }
     )
-
-
-def labels(items: Sequence[tuple[str, str]]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in items)
