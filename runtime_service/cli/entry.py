@@ -2,8 +2,9 @@
 goes away, whatever the command.
 
 This module imports nothing heavy, so that the command's own import (about a second: gRPC,
-SQLAlchemy, rich) runs inside :func:`main`'s ``try``: Ctrl-C during it is the same quiet exit
-130 as Ctrl-C later, not a traceback out of an import.
+SQLAlchemy, rich) runs inside :func:`main`'s ``try``, with SIGINT held until it is done:
+Ctrl-C during it is the same quiet exit 130 as Ctrl-C later, not a traceback out of an
+import.
 
 Exit codes of every command (docs/api.md, "Exit codes"): 130 = interrupted (SIGINT, Ctrl-C),
 as a shell reports a command SIGINT ended; 141 = its standard output was closed by the
@@ -16,7 +17,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 # Every command's exit codes, in one table (docs/api.md, "Exit codes"); 0: it did its work.
 #: The command failed: a refusal, an unreachable server, a check that did not pass.
@@ -54,6 +56,27 @@ def take_sigint() -> None:
     """
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Hold a SIGINT that arrives inside the block until it ends, then let it interrupt.
+
+    A KeyboardInterrupt raised while a C extension initialises its module does not come out
+    as a KeyboardInterrupt: Cython's module set-up reports it as an ImportError ("Failed to
+    import 'zlib.decompress' - cannot initialise module strings", seen when grpc's cygrpc
+    was interrupted), which would end the command with a traceback and exit 1. Blocked at
+    the thread's signal mask, the signal stays pending; unblocked, it is delivered and the
+    interrupt is raised at the next bytecode, where :func:`quiet_exits` turns it into 130.
+    """
+    if not hasattr(signal, "pthread_sigmask"):  # not POSIX: nothing to hold it with
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def silence_stdout() -> None:
@@ -95,7 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def run() -> int:
         try:
-            from runtime_service.cli import main as cli
+            with sigint_deferred():
+                from runtime_service.cli import main as cli
         except ModuleNotFoundError as missing:
             extra = _EXTRA_OF.get((missing.name or "").split(".")[0])
             if extra is None:

@@ -46,7 +46,13 @@ from agentrt_base.settings import (
     resolve_log_format,
 )
 from runtime_service.cli.client import Subparsers
-from runtime_service.cli.entry import EXIT_CANNOT_START, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from runtime_service.cli.entry import (
+    EXIT_CANNOT_START,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    sigint_deferred,
+)
 from runtime_service.cli.errors import fail
 from runtime_service.runtime_settings import RuntimeSettings
 
@@ -221,9 +227,10 @@ def _settings(args: argparse.Namespace, listen: str | None) -> ServerSettings:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from agentrt_base.db_failures import DatabaseUnavailable
-    from runtime_service.listening import StartupError
-    from runtime_service.server import serve
+    with sigint_deferred():  # a second of imports, C extensions among them (entry.py)
+        from agentrt_base.db_failures import DatabaseUnavailable
+        from runtime_service.listening import StartupError
+        from runtime_service.server import serve
 
     try:
         # Logging first: reading the settings may warn (a password on the command line).
@@ -236,9 +243,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_db_upgrade(args: argparse.Namespace) -> int:
-    from agentrt_base.db import Database
-    from agentrt_base.db_failures import DatabaseUnavailable
-    from runtime_service import migrate
+    with sigint_deferred():
+        from agentrt_base.db import Database
+        from agentrt_base.db_failures import DatabaseUnavailable
+        from runtime_service import migrate
 
     _configure_logging()
     try:
