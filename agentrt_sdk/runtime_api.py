@@ -188,14 +188,28 @@ class Runs:
         statuses: Iterable[int] = (),
         agent_id: str = "",
         namespace: str = "",
+        agent_digest: str = "",
+        agent_tag: str = "",
+        created_from: dt.datetime | None = None,
+        created_before: dt.datetime | None = None,
         limit: int | None = None,
     ) -> builtins.list[message_pb2.Run]:
+        """The runs matching every filter given, newest first: of a thread, in one of
+        ``statuses``, of an agent, in a namespace, bound to a definition's digest, created
+        through a tag, created from ``created_from`` (inclusive) to ``created_before``
+        (exclusive; aware datetimes)."""
         request = pb.ListRunsRequest(
             thread_id=thread_id,
             statuses=list(statuses),  # type: ignore[arg-type]
             agent_id=agent_id,
             namespace=namespace,
+            agent_digest=agent_digest,
+            agent_tag=agent_tag,
         )
+        if created_from is not None:
+            request.create_time_start.FromDatetime(created_from)
+        if created_before is not None:
+            request.create_time_end.FromDatetime(created_before)
         return await collect(self._c, "runtime", "ListRuns", request, "runs", limit)
 
     async def cancel(self, run_id: str, reason: str = "", *, actor: str = "") -> message_pb2.Run:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlencode
 
+import grpc
 import jinja2
 from google.protobuf import json_format
 from google.protobuf.message import Message
@@ -23,6 +24,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentrt.audit.v1 import audit_service_pb2
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2, runtime_service_pb2
+from agentrt_sdk.errors import InvalidArgumentError
 
 #: The run statuses a list can be filtered by, by their short names.
 RUN_STATUSES: Final[tuple[str, ...]] = tuple(
@@ -41,6 +43,13 @@ class RunFilter:
     agent_id: str = ""
     thread_id: str = ""
     statuses: tuple[str, ...] = ()
+    #: The definition's digest, and the tag the run's reference followed.
+    digest: str = ""
+    tag: str = ""
+    #: Created from (inclusive) and before (exclusive), as typed: ISO 8601, UTC when it
+    #: names no offset (what a ``datetime-local`` field sends).
+    created_from: str = ""
+    created_before: str = ""
     page_token: str = ""
 
     @classmethod
@@ -53,18 +62,31 @@ class RunFilter:
             thread_id=query.get("thread", "").strip(),
             # Unknown names are dropped, not sent: the list shows what the filter names.
             statuses=tuple(s for s in statuses if s in RUN_STATUSES),
+            digest=query.get("digest", "").strip(),
+            tag=query.get("tag", "").strip(),
+            created_from=query.get("from", "").strip(),
+            created_before=query.get("before", "").strip(),
             page_token=query.get("page", ""),
         )
 
     def request(self, page_size: int) -> runtime_service_pb2.ListRunsRequest:
-        return runtime_service_pb2.ListRunsRequest(
+        """ListRuns's request; :class:`InvalidArgumentError` for a time that is not one
+        (everything else is the API's to check)."""
+        request = runtime_service_pb2.ListRunsRequest(
             page_size=page_size,
             page_token=self.page_token,
             namespace=self.namespace,
             agent_id=self.agent_id,
             thread_id=self.thread_id,
             statuses=[enum_pb2.RunStatus.Value(f"RUN_STATUS_{s}") for s in self.statuses],
+            agent_digest=self.digest,
+            agent_tag=self.tag,
         )
+        if self.created_from:
+            request.create_time_start.FromDatetime(_utc_time("from", self.created_from))
+        if self.created_before:
+            request.create_time_end.FromDatetime(_utc_time("before", self.created_before))
+        return request
 
     def next_page(self, token: str) -> str:
         """The query string of the next page ("" when there is none)."""
@@ -75,9 +97,25 @@ class RunFilter:
             ("agent", self.agent_id),
             ("thread", self.thread_id),
             *(("status", s) for s in self.statuses),
+            ("digest", self.digest),
+            ("tag", self.tag),
+            ("from", self.created_from),
+            ("before", self.created_before),
             ("page", token),
         ]
         return urlencode([(k, v) for k, v in pairs if v])
+
+
+def _utc_time(field: str, text: str) -> dt.datetime:
+    """``text`` (ISO 8601) as an aware time, UTC when it names no offset."""
+    try:
+        parsed = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidArgumentError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{field}: {text!r} is not a time (YYYY-MM-DDTHH:MM, UTC)",
+        ) from None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.UTC)
 
 
 def get_run(run_id: str) -> runtime_service_pb2.GetRunRequest:

@@ -4,8 +4,9 @@ Served by ``agentrt serve --console-listen HOST:PORT`` on the server's own event
 (aiohttp). Pages are Jinja2 templates with autoescaping on for every template, so whatever a
 caller wrote into the ledger (a goal, a summary, a tool's arguments) is text on the page,
 never markup. No page has inline script: the Content-Security-Policy allows scripts, styles
-and connections from the console's own origin only, and the one script (``static/console.js``)
-only enhances pages that work without it.
+and connections from the console's own origin only. The console's script (``static/console.js``)
+only enhances pages that work without it; the offline bundle viewer (``static/bundle.html``
+and ``bundle.js``) is a static page that reads a file in the browser and calls no server.
 
 Sign-in (with an auth config) takes an API token; the session it opens is an ``HttpOnly;
 SameSite=Strict`` cookie (``sessions``). Every POST must come from a page of this console:

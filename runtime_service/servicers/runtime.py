@@ -20,7 +20,7 @@ from runtime_service.services.bound import BoundAgents
 from runtime_service.services.checkpoints import CheckpointsService
 from runtime_service.services.context import Runtime
 from runtime_service.services.inputs import InputsService
-from runtime_service.services.runs import RunSpec, RunsService
+from runtime_service.services.runs import RunFilter, RunSpec, RunsService
 from runtime_service.services.steps import StepsService
 from runtime_service.services.watch import WatchService
 
@@ -241,14 +241,18 @@ class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
             enum_name(enum_pb2.RunStatus, "RUN_STATUS_", s, f"statuses[{i}]", required=True)
             for i, s in enumerate(request.statuses)
         ]
+        where = RunFilter(
+            thread_id=request.thread_id,
+            statuses=tuple(statuses),
+            agent_id=request.agent_id,
+            namespace=request.namespace,
+            agent_digest=request.agent_digest,
+            agent_tag=request.agent_tag,
+            created_from=time_or_none(request, "create_time_start"),
+            created_before=time_or_none(request, "create_time_end"),
+        )
         runs, token = await self._runs.list_runs(
-            request.thread_id,
-            statuses,
-            request.agent_id,
-            request.namespace,
-            VISIBLE.get(),
-            request.page_size,
-            request.page_token,
+            where, VISIBLE.get(), request.page_size, request.page_token
         )
         return pb.ListRunsResponse(runs=[pm.run(r) for r in runs], next_page_token=token)
 

@@ -3,7 +3,9 @@ reads of runs, their attempts and their events that clients page through."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -76,31 +78,55 @@ def lock_active(session: Session, thread_id: str) -> list[RunRow]:
     )
 
 
+@dataclass(frozen=True)
+class RunFilter:
+    """What a list of runs is narrowed to (ListRuns's filters); an empty field: any."""
+
+    thread_id: str = ""
+    statuses: tuple[str, ...] = ()
+    agent_id: str = ""
+    namespace: str = ""
+    #: The exact definition the runs are bound to.
+    agent_digest: str = ""
+    #: The tag the run's agent reference followed when it was created.
+    agent_tag: str = ""
+    #: Created at or after (inclusive) ...
+    created_from: dt.datetime | None = None
+    #: ... and before (exclusive).
+    created_before: dt.datetime | None = None
+
+
 def page(
     session: Session,
+    where: RunFilter,
     *,
-    thread_id: str,
-    statuses: list[str],
-    agent_id: str,
     namespaces: frozenset[str] | None,
     scopes: tuple[str, ...] | None,
     after_id: str | None,
     limit: int,
 ) -> Sequence[RunRow]:
-    """Up to ``limit`` runs matching every filter given (empty: any) in ``namespaces`` and
-    of agents ``scopes`` match (None: any), newest id first, after ``after_id`` (exclusive)
-    if given."""
+    """Up to ``limit`` runs matching every filter of ``where`` in ``namespaces`` and of
+    agents ``scopes`` match (None: any), newest id first, after ``after_id`` (exclusive) if
+    given. (``where.namespace`` is already within ``namespaces``: the caller narrowed them.)"""
     stmt = sa.select(RunRow)
     if namespaces is not None:
         stmt = stmt.where(RunRow.namespace.in_(sorted(namespaces)))
     if scopes is not None:
         stmt = stmt.where(agent_in_scopes(scopes))
-    if thread_id:
-        stmt = stmt.where(RunRow.thread_id == thread_id)
-    if statuses:
-        stmt = stmt.where(RunRow.status.in_(statuses))
-    if agent_id:
-        stmt = stmt.where(RunRow.agent_id == agent_id)
+    if where.thread_id:
+        stmt = stmt.where(RunRow.thread_id == where.thread_id)
+    if where.statuses:
+        stmt = stmt.where(RunRow.status.in_(where.statuses))
+    if where.agent_id:
+        stmt = stmt.where(RunRow.agent_id == where.agent_id)
+    if where.agent_digest:
+        stmt = stmt.where(RunRow.agent_digest == where.agent_digest)
+    if where.agent_tag:
+        stmt = stmt.where(RunRow.agent_resolved_via_tag == where.agent_tag)
+    if where.created_from is not None:
+        stmt = stmt.where(RunRow.create_time >= where.created_from)
+    if where.created_before is not None:
+        stmt = stmt.where(RunRow.create_time < where.created_before)
     if after_id is not None:
         stmt = stmt.where(RunRow.id < after_id)
     return session.scalars(stmt.order_by(RunRow.id.desc()).limit(limit)).all()

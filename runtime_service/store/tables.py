@@ -68,6 +68,9 @@ class RunRow(Base):
         # ListRuns by status or by agent, newest (highest id) first (migration 0017).
         sa.Index("ix_runtime_runs_status_id", "status", "id"),
         sa.Index("ix_runtime_runs_agent_id_id", "agent_id", "id"),
+        # By the definition and by the tag followed (migration 0018).
+        sa.Index("ix_runtime_runs_agent_digest_id", "agent_digest", "id"),
+        sa.Index("ix_runtime_runs_agent_resolved_via_tag_id", "agent_resolved_via_tag", "id"),
     )
 
     id: Mapped[str] = mapped_column(_ID, primary_key=True)

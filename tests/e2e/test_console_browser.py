@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from agentrt.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt_base.auth import new_token, token_entry
@@ -407,3 +408,69 @@ def test_the_registry_pages_and_the_diff_read_well(seeded: Seeded, page: Page) -
     page.find("form.filters button[type=submit]").click()
     _wait("the diff", lambda: "same version" in page.driver.page_source, 15)
     page.checked("registry-diff")
+
+
+def _bundle(seeded: Seeded, run_id: str, fmt: int) -> bytes:
+    audit = audit_service_pb2_grpc.AuditServiceStub(seeded.admin.channel)
+    chunks = audit.ExportBundle(
+        audit_service_pb2.ExportBundleRequest(run_id=run_id, format=fmt), timeout=30
+    )
+    return b"".join(part.chunk for part in chunks if part.WhichOneof("part") == "chunk")
+
+
+def test_the_offline_viewer_checks_a_bundles_chain_in_the_browser(
+    seeded: Seeded, page: Page, tmp_path: Path
+) -> None:
+    """A bundle opened in the static viewer is drawn and its chain checked by the page alone
+    (no request once the page is loaded), in both formats; a changed event is caught, naming
+    it; what the run's callers wrote stays text. (The login-fix run is complete here when the
+    module runs whole: its chain is every event of the case.)"""
+    hostile = tmp_path / "hostile.jsonl"
+    hostile.write_bytes(_bundle(seeded, seeded.hostile_run, audit_service_pb2.BUNDLE_FORMAT_JSONL))
+    fix = tmp_path / "login-fix.json"
+    fix.write_bytes(_bundle(seeded, seeded.fix_run, audit_service_pb2.BUNDLE_FORMAT_JSON))
+    document = json.loads(fix.read_text(encoding="utf-8"))
+    document["events"][0]["attributes"]["goal"]["objective"] = "something else"
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps(document), encoding="utf-8")
+
+    page.open("/static/bundle.html")  # no sign-in: the page holds no data
+    title = page.driver.title
+    requests = "return performance.getEntriesByType('resource').length"
+    loaded = page.driver.execute_script(requests)
+    for path, run_id in ((hostile, seeded.hostile_run), (fix, seeded.fix_run)):
+        page.find("#bundle-file").send_keys(str(path))
+        verdict = _wait(
+            f"the verdict on {path.name}",
+            lambda path=path: (
+                page.all("#bundle-verdict p.verified")
+                and path.name in page.find("#bundle-view").text
+            ),
+            30,
+        )
+        assert "Chain verified" in page.find("#bundle-verdict p.verified").text, verdict
+        view = page.find("#bundle-view").text
+        assert run_id in view
+        events = page.all("#bundle-view table:last-of-type tbody tr")
+        assert len(events) == len(json.loads(_json_of(path))["events"])
+    assert SCRIPT not in page.find("#bundle-view").text  # the last one drawn is the fix run
+    page.checked("bundle-viewer")
+    page.find("#bundle-file").send_keys(str(hostile))
+    _wait("the hostile run drawn", lambda: SCRIPT in page.find("#bundle-view").text, 30)
+    assert page.driver.title == title  # the planted script is text, never run
+    page.find("#bundle-file").send_keys(str(changed))
+    failed = _wait("the failed verdict", lambda: page.all("#bundle-verdict p.error"), 30)
+    assert "Verification failed" in failed[0].text
+    problems = page.find("#bundle-verdict ul").text
+    assert "event 1 (run.created): its hash recomputes to" in problems
+    assert "its prev_hash" not in problems  # the bundle's stored hashes still link up
+    assert page.driver.execute_script(requests) == loaded
+
+
+def _json_of(path: Path) -> str:
+    """A bundle file's content as one JSON document (a JSON Lines file's events gathered)."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix != ".jsonl":
+        return text
+    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return json.dumps({"events": [r["value"] for r in lines[1:] if r["record"] == "event"]})

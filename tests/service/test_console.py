@@ -11,6 +11,7 @@ in a real browser are ``tests/e2e/test_console_browser.py``.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import http.cookiejar
 import json
@@ -236,6 +237,30 @@ def test_every_page_has_the_policy_and_no_inline_script(site: Site, path: str) -
     assert scripts and all('src="/static/' in attrs and not body for attrs, body in scripts)
     assert not re.search(r"<[^>]+\son\w+\s*=", answer.body), "an inline event handler"
     assert not re.search(r"<[^>]+\sstyle\s*=", answer.body), "an inline style"
+
+
+def test_the_runs_list_filters_by_tag_digest_and_creation_time(site: Site) -> None:
+    browser = site.browser("admin")
+    run = site.run()
+    created = run.create_time.ToDatetime()
+    before, after = (
+        (created + dt.timedelta(minutes=m)).strftime("%Y-%m-%dT%H:%M") for m in (-1, 2)
+    )
+
+    def lists(**query: str) -> bool:
+        page = browser.get("/runs?" + urllib.parse.urlencode(query))
+        assert page.status == 200, page.body
+        return site.run_id in page.body
+
+    assert lists(tag="prod") and not lists(tag="canary")
+    assert lists(digest=run.agent.agent_digest) and not lists(digest="sha256:" + "0" * 64)
+    assert lists(**{"from": before, "before": after})
+    assert not lists(**{"from": after}) and not lists(before=before)
+    # A time that is not one, and a digest the API refuses, are said, not ignored.
+    bad_time = browser.get("/runs?from=yesterday")
+    assert bad_time.status == 400 and "from: &#39;yesterday&#39; is not a time" in bad_time.body
+    bad_digest = browser.get("/runs?digest=sha256:abc")
+    assert bad_digest.status == 400 and "INVALID_ARGUMENT" in bad_digest.body
 
 
 def test_what_callers_wrote_is_shown_as_text(site: Site) -> None:

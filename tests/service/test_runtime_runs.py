@@ -127,6 +127,94 @@ def test_run_binds_labels_and_digests_without_a_tag(stubs: Stubs) -> None:
         assert run.agent.resolved_via_tag == ""
 
 
+def test_list_runs_filters_by_digest_tag_and_creation_time(stubs: Stubs) -> None:
+    """ListRuns narrows to runs bound to one digest, created through one tag, or created in a
+    time range (half-open: the start included, the end not); a page token is bound to them."""
+    digest = stubs.registry.GetAgentVersion(
+        rpb.GetAgentVersionRequest(ref="coding_agent:prod"), timeout=10
+    ).agent_version.digest
+    thread = stubs.thread(E.CONCURRENCY_POLICY_ALLOW)
+    tagged = stubs.run(thread.id, ref="coding_agent:prod")
+    pinned = stubs.run(thread.id, ref="coding_agent@agent_v7")
+    plain = stubs.run(thread.id, ref=PLAIN)
+
+    def listed(**filters: Any) -> list[str]:
+        request = pb.ListRunsRequest(thread_id=thread.id, **filters)
+        return [r.id for r in stubs.runtime.ListRuns(request, timeout=10).runs]
+
+    assert listed(agent_digest=digest) == [pinned.id, tagged.id]
+    assert listed(agent_digest=plain.agent.agent_digest) == [plain.id]
+    # The pinned run followed no tag; the plain agent's run followed its own prod.
+    assert listed(agent_tag="prod") == [plain.id, tagged.id]
+    assert listed(agent_tag="prod", agent_id="coding_agent") == [tagged.id]
+    assert listed(agent_tag="prod", agent_id=plain.agent.agent_id) == [plain.id]
+    assert listed(agent_tag="canary") == []
+    # Across every thread: only runs bound to the digest.
+    everywhere = stubs.runtime.ListRuns(
+        pb.ListRunsRequest(agent_digest=digest, page_size=1000), timeout=10
+    ).runs
+    assert {tagged.id, pinned.id} <= {r.id for r in everywhere}
+    assert {r.agent.agent_digest for r in everywhere} == {digest}
+
+    assert listed(create_time_start=pinned.create_time) == [plain.id, pinned.id]
+    assert listed(create_time_end=pinned.create_time) == [tagged.id]
+    assert listed(create_time_start=pinned.create_time, create_time_end=plain.create_time) == [
+        pinned.id
+    ]
+
+    # A page token is for the filters it was issued with.
+    first = stubs.runtime.ListRuns(
+        pb.ListRunsRequest(thread_id=thread.id, agent_digest=digest, page_size=1), timeout=10
+    )
+    assert [r.id for r in first.runs] == [pinned.id] and first.next_page_token
+    second = stubs.runtime.ListRuns(
+        pb.ListRunsRequest(
+            thread_id=thread.id, agent_digest=digest, page_size=1, page_token=first.next_page_token
+        ),
+        timeout=10,
+    )
+    assert [r.id for r in second.runs] == [tagged.id]
+    moved = rpc_error(
+        lambda: stubs.runtime.ListRuns(
+            pb.ListRunsRequest(
+                thread_id=thread.id, agent_tag="prod", page_token=first.next_page_token
+            ),
+            timeout=10,
+        )
+    )
+    assert moved.code() == grpc.StatusCode.INVALID_ARGUMENT and fields(moved) == {"page_token"}
+
+
+@pytest.mark.parametrize(
+    ("filters", "field"),
+    [
+        ({"agent_digest": "sha256:abc"}, "agent_digest"),
+        ({"agent_digest": "SHA256:" + "a" * 64}, "agent_digest"),
+        ({"agent_tag": "no spaces"}, "agent_tag"),
+        ({"agent_tag": "x" * 129}, "agent_tag"),
+    ],
+)
+def test_list_runs_refuses_a_filter_that_cannot_match_naming_it(
+    stubs: Stubs, filters: dict[str, str], field: str
+) -> None:
+    error = rpc_error(lambda: stubs.runtime.ListRuns(pb.ListRunsRequest(**filters), timeout=10))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert fields(error) == {field}
+
+
+def test_list_runs_refuses_a_time_range_that_ends_before_it_starts(stubs: Stubs) -> None:
+    run = stubs.run(stubs.thread(E.CONCURRENCY_POLICY_ALLOW).id, ref=PLAIN)
+    for end in (run.create_time, in_seconds(-60)):
+        error = rpc_error(
+            lambda end=end: stubs.runtime.ListRuns(
+                pb.ListRunsRequest(create_time_start=run.create_time, create_time_end=end),
+                timeout=10,
+            )
+        )
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert fields(error) == {"create_time_end"}
+
+
 def test_create_run_is_idempotent_by_request_id(stubs: Stubs, database_url: str) -> None:
     thread = stubs.thread(E.CONCURRENCY_POLICY_ALLOW)
     first = stubs.run(thread.id, ref=PLAIN, request_id="req-1")

@@ -500,6 +500,10 @@ class ListRunsRequest(_message.Message):
     STATUSES_FIELD_NUMBER: _builtins.int
     AGENT_ID_FIELD_NUMBER: _builtins.int
     NAMESPACE_FIELD_NUMBER: _builtins.int
+    AGENT_DIGEST_FIELD_NUMBER: _builtins.int
+    AGENT_TAG_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_START_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_END_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
     page_token: _builtins.str
     thread_id: _builtins.str
@@ -510,9 +514,28 @@ class ListRunsRequest(_message.Message):
     """Only runs of threads in this namespace. Whatever the filters, a list holds
     only runs of namespaces the caller may read.
     """
+    agent_digest: _builtins.str
+    """Only runs bound to this exact definition: `sha256:` and 64 lowercase hex
+    digits (Run.agent.digest).
+    """
+    agent_tag: _builtins.str
+    """Only runs whose agent reference followed this tag when they were created
+    (Run.agent.resolved_via_tag): what the tag pointed at then, wherever it
+    points now. With agent_id, one agent's tag.
+    """
     @_builtins.property
     def statuses(self) -> _containers.RepeatedScalarFieldContainer[_enum_pb2.RunStatus.ValueType]:
         """Only runs in one of these statuses."""
+
+    @_builtins.property
+    def create_time_start(self) -> _timestamp_pb2.Timestamp:
+        """Only runs created at or after this time (inclusive), if set."""
+
+    @_builtins.property
+    def create_time_end(self) -> _timestamp_pb2.Timestamp:
+        """Only runs created before this time (exclusive), if set; after
+        create_time_start when both are set.
+        """
 
     def __init__(
         self,
@@ -523,10 +546,14 @@ class ListRunsRequest(_message.Message):
         statuses: _abc.Iterable[_enum_pb2.RunStatus.ValueType] | None = ...,
         agent_id: _builtins.str = ...,
         namespace: _builtins.str = ...,
+        agent_digest: _builtins.str = ...,
+        agent_tag: _builtins.str = ...,
+        create_time_start: _timestamp_pb2.Timestamp | None = ...,
+        create_time_end: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time_end", b"create_time_end", "create_time_start", b"create_time_start"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "namespace", b"namespace", "page_size", b"page_size", "page_token", b"page_token", "statuses", b"statuses", "thread_id", b"thread_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_digest", b"agent_digest", "agent_id", b"agent_id", "agent_tag", b"agent_tag", "create_time_end", b"create_time_end", "create_time_start", b"create_time_start", "namespace", b"namespace", "page_size", b"page_size", "page_token", b"page_token", "statuses", b"statuses", "thread_id", b"thread_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
