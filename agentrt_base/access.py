@@ -73,6 +73,7 @@ PERMISSIONS: Mapping[str, str] = {
     "work.acquire": "acquire runs",
     "work.record": "heartbeat, record turns, steps, checkpoints and artifacts, finish attempts",
     "audit.read": "provenance, usages, chain verification and bundles",
+    "views.own": "keep one's own saved views (named runs-list filters)",
 }
 
 _ALL = frozenset(PERMISSIONS)
@@ -91,10 +92,13 @@ ROLE_PERMISSIONS: Mapping[str, frozenset[str]] = {
             "runs.control",
             "blobs.read",
             "blobs.write",
+            "views.own",
         }
     ),
     # An approver reads what it approves (the run, its steps and their blobs).
-    "approver": frozenset({"registry.read", "runs.read", "blobs.read", "approvals.resolve"}),
+    "approver": frozenset(
+        {"registry.read", "runs.read", "blobs.read", "approvals.resolve", "views.own"}
+    ),
     # A worker reads its run's thread, writes the agent's replies and records its work.
     "worker": frozenset(
         {
@@ -108,8 +112,10 @@ ROLE_PERMISSIONS: Mapping[str, frozenset[str]] = {
             "work.record",
         }
     ),
+    # Saved views are for people who read runs lists (a client, an approver, an auditor,
+    # an admin); a worker or a publisher is a machine with no list to come back to.
     "auditor": frozenset(
-        {"registry.read", "threads.read", "runs.read", "blobs.read", "audit.read"}
+        {"registry.read", "threads.read", "runs.read", "blobs.read", "audit.read", "views.own"}
     ),
     "admin": _ALL,
 }
@@ -232,6 +238,10 @@ RULES: Mapping[str, Rule] = {
     _RUN + "ListRuns": _r(
         "runs.read", (Kind.THREAD, "thread_id"), (Kind.NAMESPACE, "namespace"), lists=_NS_SCOPE
     ),
+    # A principal's own views: no resource but its own, in no namespace.
+    _RUN + "SaveView": _r("views.own"),
+    _RUN + "ListViews": _r("views.own"),
+    _RUN + "DeleteView": _r("views.own"),
     _RUN + "ListAttempts": _r("runs.read", (Kind.RUN, "run_id")),
     _RUN + "ListSteps": _r("runs.read", (Kind.RUN, "run_id")),
     _RUN + "GetStep": _r("runs.read", (Kind.STEP, "step_id")),

@@ -32,6 +32,10 @@ read again on SIGHUP (a file that does not load is logged and the one in use kep
     tags = ["prod", "release-*"]
     claims = { repository = "acme/agents", ref = "refs/heads/main" }
 
+    [console_sign_in]               # the console's sign-in with an OpenID Provider
+    issuer = "https://sso.example.com"  # (agentrt_base.sign_in_config)
+    client_id = "agentrt-console"
+
 Every call to an agentrt service is authenticated by the error-mapping interceptor's gate
 (:class:`agentrt_base.auth_gate.Authenticator`, with the configuration this module reads),
 before any domain code: a bearer token in ``authorization`` (a JWT
@@ -61,9 +65,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentrt_base import oidc
+from agentrt_base import oidc, sign_in_config
 from agentrt_base.limits import LimitOverrides
 from agentrt_base.roles import ROLES
+from agentrt_base.sign_in_config import ConsoleSignIn
 from agentrt_core.tag_names import is_tag_spelling, tag_spelling
 
 #: A token's prefix: says what it is when one turns up in a log or a paste.
@@ -198,6 +203,8 @@ class AuthConfig:
     issuers: dict[str, oidc.OidcIssuer]
     mappings: dict[str, ClaimMapping]
     tag_policies: tuple[TagPolicy, ...] = ()
+    #: The console's "Sign in with …" (``agentrt_base.sign_in_config``), when configured.
+    console_sign_in: ConsoleSignIn | None = None
 
     @classmethod
     def load(cls, path: str) -> AuthConfig:
@@ -229,10 +236,19 @@ class AuthConfig:
             _tag_policy(entry, f"auth config {path}: tag_policies[{i}]")
             for i, entry in enumerate(document.get("tag_policies", []))
         )
-        unknown = set(document) - {"tokens", "certificates", "oidc", "tag_policies"}
+        sign_in = None
+        if "console_sign_in" in document:
+            sign_in = sign_in_config.parse(
+                document["console_sign_in"],
+                f"auth config {path}: console_sign_in",
+                Path(path).parent,
+                issuers,
+            )
+        known = {"tokens", "certificates", "oidc", "tag_policies", "console_sign_in"}
+        unknown = set(document) - known
         if unknown:
             raise ValueError(f"auth config {path}: unknown table(s) {sorted(unknown)}")
-        return cls(by_hash, by_san, issuers, mappings, policies)
+        return cls(by_hash, by_san, issuers, mappings, policies, sign_in)
 
     def role_grants(self) -> list[tuple[str, ...]]:
         """The roles each way in grants: every token, certificate and OIDC rule."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from agentrt_base import oidc
 from agentrt_base.auth import CALLER, AuthConfig, Principal, TagPolicy, reload_refusal, token_hash
+from agentrt_base.sign_in_config import ConsoleSignIn
 from agentrt_core import reasons
 from agentrt_core.errors import Unauthenticated
 
@@ -61,6 +62,11 @@ class Authenticator:
     @property
     def configured(self) -> bool:
         return self._config is not None
+
+    def console_sign_in(self) -> ConsoleSignIn | None:
+        """The console's sign-in with an OpenID Provider, as configured now (None: none)."""
+        config = self._config
+        return config.console_sign_in if config is not None else None
 
     def tag_policies(self) -> tuple[TagPolicy, ...]:
         """The tag policies in force now (the registry asks on every SetTag)."""

@@ -78,6 +78,13 @@ def looks_like_jwt(token: str) -> bool:
 def check_jwks_url(url: str) -> None:
     """HTTPS, or plain HTTP to a loopback address (a test, a sidecar): keys fetched in the
     clear from elsewhere could be replaced on the way. Raises ValueError."""
+    check_url(url, "jwks_url")
+
+
+def check_url(url: str, what: str) -> None:
+    """``url`` is HTTPS, or plain HTTP to a loopback address: what is fetched from an
+    issuer (keys, tokens) or sent to it (codes, secrets) must not travel in the clear
+    elsewhere. Raises ValueError naming ``what``."""
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme == "https" and parsed.hostname:
         return
@@ -89,7 +96,7 @@ def check_jwks_url(url: str) -> None:
             loopback = False
         if loopback:
             return
-    raise ValueError(f"jwks_url {url!r}: must be https:// (http:// only to a loopback address)")
+    raise ValueError(f"{what} {url!r}: must be https:// (http:// only to a loopback address)")
 
 
 @dataclass(frozen=True)

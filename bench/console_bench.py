@@ -10,7 +10,10 @@ request of its own but its stylesheet and script, both static and cached):
   step events, and the run's own): its page (the first 200 steps; what a live page fetches
   again as events arrive) and a page of steps deep in the run;
 * **runs list**: 100,000 runs over 1,000 threads (created in a batch of concurrent calls):
-  the first page, the first page filtered by status and by agent, the 20th page;
+  the first page, the first page filtered by status, by agent, by the tag followed (which
+  none followed: the runs pin a version), by the agent's digest (which all are bound to) and
+  by a creation time range ending at the 1,000th oldest run (few match, the oldest: the
+  list, newest first, walks past the others), the 20th page;
 * **baseline**: the console's static stylesheet (the same HTTP stack, no API call) and an
   empty gRPC call (``Health/Check``), in the same process, so the figures read as ratios on
   a noisy machine.
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import datetime as dt
 import os
@@ -132,6 +136,32 @@ async def many_runs(address: str, total: int) -> None:
         await asyncio.gather(*(creator() for _ in range(64)))
 
 
+def agent_digest(address: str) -> str:
+    """The digest the bench's runs are bound to."""
+    with grpc.insecure_channel(address) as channel:
+        runtime = runtime_service_pb2_grpc.RuntimeServiceStub(channel)
+        run = runtime.ListRuns(pb.ListRunsRequest(page_size=1), timeout=30).runs[0]
+        return str(run.agent.agent_digest)
+
+
+def first_created(address: str, runs_from: int) -> str:
+    """The creation time (ISO 8601) of the ``runs_from``-th oldest run: a time range that
+    ends there matches the oldest runs only, so a list newest first walks past all the
+    others (the worst case of a time filter)."""
+    oldest: collections.deque[str] = collections.deque(maxlen=runs_from)
+    with grpc.insecure_channel(address) as channel:
+        runtime = runtime_service_pb2_grpc.RuntimeServiceStub(channel)
+        token = ""
+        while True:
+            page = runtime.ListRuns(
+                pb.ListRunsRequest(page_size=1000, page_token=token), timeout=60
+            )
+            oldest.extend(run.create_time.ToJsonString() for run in page.runs)
+            token = page.next_page_token
+            if not token:
+                return oldest[0]
+
+
 def analyze_as_autovacuum_would(url: str) -> None:
     """Gather the planner's statistics of the tables just filled, as autovacuum does within
     a minute of that many inserts on a server that runs it (PostgreSQL's default).
@@ -202,6 +232,17 @@ def run_engine(engine: str, total_runs: int) -> dict[str, dict[str, float]]:
         )
         rows[f"runs list, {label}, agent steps_agent"] = timed(
             "runs list by agent", lambda: fetch_seconds(f"{console}/runs?agent=steps_agent")
+        )
+        rows[f"runs list, {label}, tag prod (none followed it)"] = timed(
+            "runs list by tag", lambda: fetch_seconds(f"{console}/runs?tag=prod")
+        )
+        digest = urllib.parse.quote(agent_digest(address), safe="")
+        rows[f"runs list, {label}, the agent's digest"] = timed(
+            "runs list by digest", lambda: fetch_seconds(f"{console}/runs?digest={digest}")
+        )
+        early = urllib.parse.quote(first_created(address, runs_from=1_000), safe="")
+        rows[f"runs list, {label}, created before the 1,000th run"] = timed(
+            "runs list, early", lambda: fetch_seconds(f"{console}/runs?before={early}")
         )
         token = ""
         for _ in range(19):

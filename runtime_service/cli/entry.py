@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -65,18 +66,23 @@ def sigint_deferred() -> Iterator[None]:
     A KeyboardInterrupt raised while a C extension initialises its module does not come out
     as a KeyboardInterrupt: Cython's module set-up reports it as an ImportError ("Failed to
     import 'zlib.decompress' - cannot initialise module strings", seen when grpc's cygrpc
-    was interrupted), which would end the command with a traceback and exit 1. Blocked at
-    the thread's signal mask, the signal stays pending; unblocked, it is delivered and the
-    interrupt is raised at the next bytecode, where :func:`quiet_exits` turns it into 130.
+    was interrupted), which would end the command with a traceback and exit 1. Inside the
+    block the signal's Python handler only notes it; at the end the handler in place before
+    is put back and, if the signal came, the signal is raised again for it, at a bytecode
+    where :func:`quiet_exits` turns the interrupt into 130. (A handler, not the thread's
+    signal mask: the kernel gives a process's signal to any thread that does not block it.)
     """
-    if not hasattr(signal, "pthread_sigmask"):  # not POSIX: nothing to hold it with
-        yield
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers, and only it receives the interrupt
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    came: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda number, _frame: came.append(number))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        signal.signal(signal.SIGINT, previous)
+        if came:
+            signal.raise_signal(signal.SIGINT)
 
 
 def silence_stdout() -> None:

@@ -41,6 +41,7 @@ class ConsoleMount:
             Api(self._socket.address),
             self._sign_in if self._authenticator.configured else None,
             authorizer.permits if authorizer is not None else None,
+            self._authenticator.console_sign_in,
         )
         pages = ConsoleEndpoint(self.listen, console)
         try:

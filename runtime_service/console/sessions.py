@@ -18,9 +18,11 @@ import hmac
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import web
+from aiohttp.web_request import FileField
+from multidict import MultiDictProxy
 
 from agentrt_base.auth import Principal
 
@@ -110,3 +112,37 @@ def same_token(expected: str, given: str | None) -> bool:
 
 #: Where a request's session is kept (absent: nobody signed in).
 SESSION: Final = web.RequestKey("session", Session)
+
+Form = MultiDictProxy[str | bytes | bytearray | FileField]  # what request.post() gives
+#: The request's form, once read (a POST's, by the middleware that checks its token).
+FORM: Final = web.RequestKey("form", Form)
+
+
+def cookie_flags(request: web.Request) -> dict[str, Any]:
+    return {
+        "httponly": True,
+        "samesite": "Strict",
+        "secure": request.secure,
+        "path": "/",
+    }
+
+
+def set_session_cookie(
+    request: web.Request, response: web.StreamResponse, session: Session
+) -> None:
+    response.set_cookie(
+        SESSION_COOKIE, session.id, max_age=int(LIFETIME_SECONDS), **cookie_flags(request)
+    )
+
+
+def next_path(value: object) -> str:
+    """Where to go after signing in: a path of this console only (never another site)."""
+    if (
+        isinstance(value, str)
+        and value.startswith("/")
+        and not value.startswith("//")
+        and "\\" not in value
+        and all(ord(c) > 0x1F for c in value)
+    ):
+        return value
+    return "/runs"

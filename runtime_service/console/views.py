@@ -69,12 +69,11 @@ class RunFilter:
             page_token=query.get("page", ""),
         )
 
-    def request(self, page_size: int) -> runtime_service_pb2.ListRunsRequest:
-        """ListRuns's request; :class:`InvalidArgumentError` for a time that is not one
-        (everything else is the API's to check)."""
-        request = runtime_service_pb2.ListRunsRequest(
-            page_size=page_size,
-            page_token=self.page_token,
+    def query(self) -> message_pb2.RunsQuery:
+        """The filters as the API takes them (ListRuns's fields; a saved view's query);
+        :class:`InvalidArgumentError` for a time that is not one (everything else is the
+        API's to check)."""
+        query = message_pb2.RunsQuery(
             namespace=self.namespace,
             agent_id=self.agent_id,
             thread_id=self.thread_id,
@@ -83,15 +82,50 @@ class RunFilter:
             agent_tag=self.tag,
         )
         if self.created_from:
-            request.create_time_start.FromDatetime(_utc_time("from", self.created_from))
+            query.create_time_start.FromDatetime(_utc_time("from", self.created_from))
         if self.created_before:
-            request.create_time_end.FromDatetime(_utc_time("before", self.created_before))
+            query.create_time_end.FromDatetime(_utc_time("before", self.created_before))
+        return query
+
+    def request(self, page_size: int) -> runtime_service_pb2.ListRunsRequest:
+        query = self.query()
+        request = runtime_service_pb2.ListRunsRequest(
+            page_size=page_size,
+            page_token=self.page_token,
+            namespace=query.namespace,
+            agent_id=query.agent_id,
+            thread_id=query.thread_id,
+            statuses=query.statuses,
+            agent_digest=query.agent_digest,
+            agent_tag=query.agent_tag,
+        )
+        for field in ("create_time_start", "create_time_end"):
+            if query.HasField(field):
+                getattr(request, field).CopyFrom(getattr(query, field))
         return request
 
-    def next_page(self, token: str) -> str:
-        """The query string of the next page ("" when there is none)."""
-        if not token:
-            return ""
+    @classmethod
+    def of_saved(cls, query: message_pb2.RunsQuery) -> RunFilter:
+        """The filters a saved view keeps, as the list's query string would carry them."""
+        return cls(
+            namespace=query.namespace,
+            agent_id=query.agent_id,
+            thread_id=query.thread_id,
+            statuses=tuple(
+                enum_pb2.RunStatus.Name(s).removeprefix("RUN_STATUS_") for s in query.statuses
+            ),
+            digest=query.agent_digest,
+            tag=query.agent_tag,
+            created_from=_form_time(query.create_time_start)
+            if query.HasField("create_time_start")
+            else "",
+            created_before=_form_time(query.create_time_end)
+            if query.HasField("create_time_end")
+            else "",
+        )
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """The filters as the query string's name-value pairs (only those set)."""
         pairs = [
             ("namespace", self.namespace),
             ("agent", self.agent_id),
@@ -101,9 +135,26 @@ class RunFilter:
             ("tag", self.tag),
             ("from", self.created_from),
             ("before", self.created_before),
-            ("page", token),
         ]
-        return urlencode([(k, v) for k, v in pairs if v])
+        return [(k, v) for k, v in pairs if v]
+
+    def query_string(self) -> str:
+        """The list's query string, first page."""
+        return urlencode(self.pairs())
+
+    def next_page(self, token: str) -> str:
+        """The query string of the next page ("" when there is none)."""
+        if not token:
+            return ""
+        return urlencode([*self.pairs(), ("page", token)])
+
+
+def _form_time(value: Timestamp) -> str:
+    """A time as a ``datetime-local`` field shows it (UTC, to the minute when it is whole)."""
+    moment = value.ToDatetime()
+    if moment.second == 0 and moment.microsecond == 0:
+        return moment.strftime("%Y-%m-%dT%H:%M")
+    return moment.isoformat()
 
 
 def _utc_time(field: str, text: str) -> dt.datetime:
@@ -192,6 +243,7 @@ def control_stub(api: Any, action: str) -> Callable[..., Awaitable[Any]]:
 RESOLVE_APPROVAL: Final = "/agentrt.runtime.v1.RuntimeService/ResolveApproval"
 VERIFY_RUN: Final = "/agentrt.audit.v1.AuditService/VerifyRun"
 SEND_INPUT: Final = "/agentrt.runtime.v1.RuntimeService/SendInput"
+LIST_VIEWS: Final = "/agentrt.runtime.v1.RuntimeService/ListViews"
 INPUT_KINDS: Final[Mapping[str, int]] = {
     "steer": enum_pb2.INPUT_KIND_STEER,
     "follow_up": enum_pb2.INPUT_KIND_FOLLOW_UP,

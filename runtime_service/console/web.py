@@ -31,26 +31,31 @@ from urllib.parse import quote, urlencode
 import grpc
 import jinja2
 from aiohttp import web
-from aiohttp.web_request import FileField
-from multidict import MultiDictProxy
 
 from agentrt_base.auth import Principal
+from agentrt_base.sign_in_config import ConsoleSignIn
 from agentrt_base.tls import ServerTls, is_loopback
 from agentrt_sdk.errors import AgentrtError
 from runtime_service.console import views
 from runtime_service.console.api import Api
 from runtime_service.console.audit_pages import AuditPages
 from runtime_service.console.audit_pages import register_filters as register_audit_filters
+from runtime_service.console.oidc_sign_in import OidcSignIn
 from runtime_service.console.registry_pages import RegistryPages, register_filters
 from runtime_service.console.sessions import (
-    LIFETIME_SECONDS,
+    FORM,
     SESSION,
     SESSION_COOKIE,
     SIGN_IN_COOKIE,
     Session,
     Sessions,
+    cookie_flags,
+    next_path,
     same_token,
+    set_session_cookie,
 )
+from runtime_service.console.view_pages import SHOWN as SHOWN_VIEWS
+from runtime_service.console.view_pages import ViewPages
 
 log = logging.getLogger("agentrt.console")
 
@@ -119,9 +124,17 @@ class Console:
     sign_in: SignIn | None
     permits: Permits | None
     templates: jinja2.Environment
+    #: The console's OpenID Provider as configured now (``[console_sign_in]``; None: none).
+    provider: Callable[[], ConsoleSignIn | None] = lambda: None
 
     @classmethod
-    def make(cls, api: Api, sign_in: SignIn | None, permits: Permits | None) -> Console:
+    def make(
+        cls,
+        api: Api,
+        sign_in: SignIn | None,
+        permits: Permits | None,
+        provider: Callable[[], ConsoleSignIn | None] | None = None,
+    ) -> Console:
         environment = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,  # every template, whatever its name
@@ -130,7 +143,7 @@ class Console:
         views.register(environment)
         register_filters(environment.filters)
         register_audit_filters(environment.filters)
-        return cls(api, Sessions(), sign_in, permits, environment)
+        return cls(api, Sessions(), sign_in, permits, environment, provider or (lambda: None))
 
     async def may(self, session: Session, method: str, request: Any) -> bool:
         if self.permits is None or session.principal is None:
@@ -174,16 +187,15 @@ def application(console: Console) -> web.Application:
             web.post("/runs/{run_id}/input", pages.send_input),
             *RegistryPages(console).routes(),
             *AuditPages(console).routes(),
+            *ViewPages(console).routes(),
+            *OidcSignIn(console, console.provider).routes(),
             web.static("/static", HERE / "static", append_version=False),
         ]
     )
     return app
 
 
-Form = MultiDictProxy[str | bytes | bytearray | FileField]  # what request.post() gives
 CONSOLE: Final = web.AppKey("console", Console)
-#: The request's session (absent: nobody signed in) and its form, once read.
-FORM: Final = web.RequestKey("form", Form)
 
 #: What a form token looks like (``secrets.token_urlsafe(32)``).
 _FORM_TOKEN: Final = re.compile(r"[A-Za-z0-9_-]{43}")
@@ -244,7 +256,7 @@ async def _signed_in(request: web.Request, handler: Handler) -> web.StreamRespon
         raise _to_sign_in(request)
     response = await handler(request)
     if opened is not None:
-        _set_session_cookie(request, response, opened)
+        set_session_cookie(request, response, opened)
     return response
 
 
@@ -277,36 +289,6 @@ def _to_sign_in(request: web.Request) -> web.HTTPException:
     return web.HTTPSeeOther("/sign-in")
 
 
-def _cookie_flags(request: web.Request) -> dict[str, Any]:
-    return {
-        "httponly": True,
-        "samesite": "Strict",
-        "secure": request.secure,
-        "path": "/",
-    }
-
-
-def _set_session_cookie(
-    request: web.Request, response: web.StreamResponse, session: Session
-) -> None:
-    response.set_cookie(
-        SESSION_COOKIE, session.id, max_age=int(LIFETIME_SECONDS), **_cookie_flags(request)
-    )
-
-
-def _next_path(value: object) -> str:
-    """Where to go after signing in: a path of this console only (never another site)."""
-    if (
-        isinstance(value, str)
-        and value.startswith("/")
-        and not value.startswith("//")
-        and "\\" not in value
-        and all(ord(c) > 0x1F for c in value)
-    ):
-        return value
-    return "/runs"
-
-
 class Pages:
     def __init__(self, console: Console) -> None:
         self.c = console
@@ -319,10 +301,10 @@ class Pages:
     async def sign_in_form(self, request: web.Request) -> web.StreamResponse:
         if self.c.sign_in is None or request.get(SESSION) is not None:
             raise web.HTTPSeeOther("/runs")
-        return self._sign_in_page(request, _next_path(request.query.get("next")), "", 200)
+        return self._sign_in_page(request, next_path(request.query.get("next")), "", 200)
 
     def _sign_in_page(
-        self, request: web.Request, next_path: str, error: str, status: int
+        self, request: web.Request, going: str, error: str, status: int
     ) -> web.Response:
         # The browser's own token while it lasts: a sign-in page opened again (another tab, a
         # redirect) must not make the form already on screen stale.
@@ -333,29 +315,34 @@ class Pages:
             "sign_in.html",
             status=status,
             form_token=form_token,
-            next_path=next_path,
+            next_path=going,
             error=error,
+            oidc_label=self._oidc_label(),
         )
-        response.set_cookie(SIGN_IN_COOKIE, form_token, max_age=600, **_cookie_flags(request))
+        response.set_cookie(SIGN_IN_COOKIE, form_token, max_age=600, **cookie_flags(request))
         return response
+
+    def _oidc_label(self) -> str | None:
+        provider = self.c.provider()
+        return provider.label if provider is not None else None
 
     async def sign_in(self, request: web.Request) -> web.StreamResponse:
         if self.c.sign_in is None:
             raise web.HTTPSeeOther("/runs")
         form = request[FORM]
         token = str(form.get("token", "")).strip()
-        next_path = _next_path(form.get("next"))
+        going = next_path(form.get("next"))
         principal = await self.c.sign_in(token) if token else None
         if principal is None:
             log.info("console sign-in refused")
             return self._sign_in_page(
-                request, next_path, "That token is not one this server knows.", 401
+                request, going, "That token is not one this server knows.", 401
             )
         self.c.sessions.close(request.cookies.get(SESSION_COOKIE))
         session = self.c.sessions.open(principal, token)
         log.info("console sign-in: %s", principal.name)
-        response = web.HTTPSeeOther(next_path)
-        _set_session_cookie(request, response, session)
+        response = web.HTTPSeeOther(going)
+        set_session_cookie(request, response, session)
         response.del_cookie(SIGN_IN_COOKIE, path="/")
         raise response
 
@@ -372,6 +359,7 @@ class Pages:
         listed = await self.c.api.call(
             request[SESSION], self.c.api.runtime.ListRuns, query.request(PAGE_SIZE)
         )
+        saved = await ViewPages(self.c).listed(request[SESSION], SHOWN_VIEWS)
         return self.c.render(
             request,
             "runs.html",
@@ -379,6 +367,9 @@ class Pages:
             filter=query,
             next_query=query.next_page(listed.next_page_token),
             statuses=views.RUN_STATUSES,
+            keeps_views=saved is not None,
+            views=saved[0] if saved is not None else [],
+            more_views=bool(saved and saved[1]),
         )
 
     async def approvals(self, request: web.Request) -> web.StreamResponse:

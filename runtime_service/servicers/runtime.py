@@ -5,14 +5,20 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agentrt.runtime.v1 import enum_pb2, runtime_service_pb2_grpc
+from agentrt.runtime.v1 import enum_pb2, message_pb2, runtime_service_pb2_grpc
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
 from agentrt_base.access import VISIBLE, check_namespace
 from agentrt_base.tracing import call_traceparent
 from agentrt_core.errors import InvalidArgument
 from agentrt_core.event_chain import StoredEvent
 from agentrt_core.lru import LruCache
-from agentrt_core.proto_json import enum_name, message_json, struct_to_json, time_or_none
+from agentrt_core.proto_json import (
+    enum_name,
+    enum_value,
+    message_json,
+    struct_to_json,
+    time_or_none,
+)
 from runtime_service import proto_map as pm
 from runtime_service.services.approvals import ApprovalsService
 from runtime_service.services.blobs import BlobHeader, BlobService
@@ -20,8 +26,10 @@ from runtime_service.services.bound import BoundAgents
 from runtime_service.services.checkpoints import CheckpointsService
 from runtime_service.services.context import Runtime
 from runtime_service.services.inputs import InputsService
-from runtime_service.services.runs import RunFilter, RunSpec, RunsService
+from runtime_service.services.run_filters import RunFilter
+from runtime_service.services.runs import RunSpec, RunsService
 from runtime_service.services.steps import StepsService
+from runtime_service.services.views import SavedView, ViewsService
 from runtime_service.services.watch import WatchService
 
 Context = Any
@@ -36,6 +44,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
         self._approvals = ApprovalsService(runtime)
         self._checkpoints = CheckpointsService(runtime)
         self._blobs = BlobService(runtime)
+        self._views = ViewsService(runtime)
         # Events never change, and many watchers of one run receive the same ones: convert
         # each once and hand the same (never mutated) message to every stream.
         self._event_responses: LruCache[str, pb.WatchRunResponse] = LruCache(4096)
@@ -237,24 +246,28 @@ class RuntimeServicer(runtime_service_pb2_grpc.RuntimeServiceServicer):
         return pb.GetRunResponse(run=pm.run(await self._runs.get_run(request.run_id)))
 
     async def ListRuns(self, request: pb.ListRunsRequest, context: Context) -> pb.ListRunsResponse:
-        statuses = [
-            enum_name(enum_pb2.RunStatus, "RUN_STATUS_", s, f"statuses[{i}]", required=True)
-            for i, s in enumerate(request.statuses)
-        ]
-        where = RunFilter(
-            thread_id=request.thread_id,
-            statuses=tuple(statuses),
-            agent_id=request.agent_id,
-            namespace=request.namespace,
-            agent_digest=request.agent_digest,
-            agent_tag=request.agent_tag,
-            created_from=time_or_none(request, "create_time_start"),
-            created_before=time_or_none(request, "create_time_end"),
-        )
+        where = _run_filter(request)
         runs, token = await self._runs.list_runs(
             where, VISIBLE.get(), request.page_size, request.page_token
         )
         return pb.ListRunsResponse(runs=[pm.run(r) for r in runs], next_page_token=token)
+
+    async def SaveView(self, request: pb.SaveViewRequest, context: Context) -> pb.SaveViewResponse:
+        where = _run_filter(request.view.query, "view.query.")
+        view, created = await self._views.save(request.view.name, where)
+        return pb.SaveViewResponse(view=_saved_view(view), created=created)
+
+    async def ListViews(
+        self, request: pb.ListViewsRequest, context: Context
+    ) -> pb.ListViewsResponse:
+        found, token = await self._views.list(request.page_size, request.page_token)
+        return pb.ListViewsResponse(views=[_saved_view(v) for v in found], next_page_token=token)
+
+    async def DeleteView(
+        self, request: pb.DeleteViewRequest, context: Context
+    ) -> pb.DeleteViewResponse:
+        await self._views.delete(request.name)
+        return pb.DeleteViewResponse()
 
     async def CancelRun(
         self, request: pb.CancelRunRequest, context: Context
@@ -325,3 +338,42 @@ def _event_types(values: Any) -> set[str]:
         head, _, tail = name.lower().partition("_")
         names.add(f"{head}.{tail}")
     return names
+
+
+def _run_filter(query: pb.ListRunsRequest | message_pb2.RunsQuery, prefix: str = "") -> RunFilter:
+    """A runs filter from ListRuns's request or a saved view's query (the same fields);
+    ``prefix``: where the fields are in the request, for the errors."""
+    statuses = [
+        enum_name(enum_pb2.RunStatus, "RUN_STATUS_", s, f"{prefix}statuses[{i}]", required=True)
+        for i, s in enumerate(query.statuses)
+    ]
+    return RunFilter(
+        thread_id=query.thread_id,
+        statuses=tuple(statuses),
+        agent_id=query.agent_id,
+        namespace=query.namespace,
+        agent_digest=query.agent_digest,
+        agent_tag=query.agent_tag,
+        created_from=time_or_none(query, "create_time_start"),
+        created_before=time_or_none(query, "create_time_end"),
+    )
+
+
+def _saved_view(view: SavedView) -> message_pb2.SavedView:
+    where = view.where
+    return message_pb2.SavedView(
+        name=view.name,
+        query=message_pb2.RunsQuery(
+            thread_id=where.thread_id,
+            statuses=[enum_value(enum_pb2.RunStatus, "RUN_STATUS_", s) for s in where.statuses],
+            agent_id=where.agent_id,
+            namespace=where.namespace,
+            agent_digest=where.agent_digest,
+            agent_tag=where.agent_tag,
+            create_time_start=pm.timestamp(where.created_from),
+            create_time_end=pm.timestamp(where.created_before),
+        ),
+        principal=view.principal,
+        create_time=pm.timestamp(view.create_time),
+        update_time=pm.timestamp(view.update_time),
+    )

@@ -23,7 +23,6 @@ from agentrt_core.errors import (
 from agentrt_core.lru import LruCache
 from agentrt_core.model import AgentVersion
 from agentrt_core.paging import cut_page, page_request
-from agentrt_core.refs import is_digest, is_valid_tag
 from registry.service_lookup import resolve_agent
 from runtime_service import labels as label_rules
 from runtime_service import lifecycle
@@ -39,9 +38,9 @@ from runtime_service.records import (
     thread_of,
 )
 from runtime_service.services.context import Runtime, scoped_request_id
+from runtime_service.services.run_filters import RunFilter, check_run_filter
 from runtime_service.step_rules import dumps, input_too_large
 from runtime_service.store import messages, run_requests, runs, threads, transitions
-from runtime_service.store.runs import RunFilter as RunFilter  # the servicer builds one
 from runtime_service.store.tables import AttemptRow, MessageRow, RunRow, ThreadRow
 
 #: Documented limits (docs/lifecycle.md, "Limits").
@@ -424,17 +423,8 @@ class RunsService:
         self, where: RunFilter, visible: Visibility, page_size: int, page_token: str
     ) -> tuple[list[Run], str]:
         """The runs matching ``where`` that ``visible`` admits, newest first."""
-        if where.agent_digest and not is_digest(where.agent_digest):
-            raise InvalidArgument.for_field(
-                "agent_digest",
-                f"{where.agent_digest!r} is not a digest: expected 'sha256:' and 64 lowercase"
-                " hex digits",
-            )
-        if where.agent_tag and not is_valid_tag(where.agent_tag):
-            raise InvalidArgument.for_field("agent_tag", f"{where.agent_tag!r} is not a tag")
+        check_run_filter(where)
         start, end = where.created_from, where.created_before
-        if start is not None and end is not None and start >= end:
-            raise InvalidArgument.for_field("create_time_end", "must be after create_time_start")
         filters = {
             "thread_id": where.thread_id,
             "statuses": sorted(where.statuses),

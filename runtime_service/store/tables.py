@@ -218,3 +218,17 @@ class EventRow(Base):
     attributes_json: Mapped[str] = mapped_column(sa.Text)
     prev_hash: Mapped[str] = mapped_column(_DIGEST)
     hash: Mapped[str] = mapped_column(_DIGEST)
+
+
+class SavedViewRow(Base):
+    """A runs list's filters a principal saved under a name (SaveView): console state, not
+    ledger. One per (principal, name); a principal lists its own, by name."""
+
+    __tablename__ = "runtime_saved_views"
+
+    principal: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(100), primary_key=True)
+    #: The RunsQuery in the proto3 JSON mapping (proto field names).
+    query_json: Mapped[str] = mapped_column(sa.Text)
+    create_time: Mapped[dt.datetime]
+    update_time: Mapped[dt.datetime]

@@ -410,6 +410,24 @@ def test_the_registry_pages_and_the_diff_read_well(seeded: Seeded, page: Page) -
     page.checked("registry-diff")
 
 
+def test_a_view_saved_in_the_browser_opens_its_list_and_is_deleted_there(
+    seeded: Seeded, page: Page
+) -> None:
+    page.sign_in(seeded.tokens["auditor"])
+    page.open("/runs?status=COMPLETED&status=RUNNING&status=WAITING_APPROVAL")
+    page.find("#view-name").send_keys("what moved")
+    page.find("form.save-view button[type=submit]").click()
+    _wait("the saved view", lambda: ">what moved</a>" in page.driver.page_source, 15)
+    link = page.find("section.saved-views a[href^='/runs?status=']")
+    assert link.text == "what moved"
+    page.checked("runs-with-a-saved-view")
+    page.open("/views")
+    assert [a.text for a in page.all("table.views tbody a")] == ["what moved"]
+    page.checked("views")
+    page.find("table.views tbody button[type=submit]").click()
+    _wait("the view deleted", lambda: "No saved views yet" in page.driver.page_source, 15)
+
+
 def _bundle(seeded: Seeded, run_id: str, fmt: int) -> bytes:
     audit = audit_service_pb2_grpc.AuditServiceStub(seeded.admin.channel)
     chunks = audit.ExportBundle(
@@ -474,3 +492,112 @@ def _json_of(path: Path) -> str:
         return text
     lines = [json.loads(line) for line in text.splitlines() if line.strip()]
     return json.dumps({"events": [r["value"] for r in lines[1:] if r["record"] == "event"]})
+
+
+PROVIDER = Path(__file__).resolve().parent / "oidc" / "provider.mjs"
+CLIENT_ID = "agentrt-console"
+
+
+@pytest.fixture
+def provider(tmp_path: Path) -> Iterator[tuple[str, int, str]]:
+    """panva's oidc-provider (tests/e2e/oidc/provider.mjs) on a loopback port, with the
+    console (on the port it will listen on) registered as a client: (issuer, console port,
+    client secret)."""
+    port, console_port = free_port(), free_port()
+    secret = new_token()
+    callback = f"http://127.0.0.1:{console_port}/sign-in/oidc/callback"
+    process = subprocess.Popen(
+        ["node", str(PROVIDER), str(port), CLIENT_ID, secret, callback],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("ready "), line
+        yield line.split()[1], console_port, secret
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_signing_in_with_an_openid_provider(
+    seeded: Seeded,
+    shared_database_url: str,
+    provider: tuple[str, int, str],
+    tmp_path: Path,
+    shots: Path,
+) -> None:
+    """The console's sign-in with a provider run here: the browser signs in at the provider
+    (its login and consent pages), comes back with a code the console trades for an ID token,
+    and the session is the principal the server's [[oidc]] rules make of that token. An
+    account no rule admits is refused, and a callback not begun in this browser changes
+    nothing."""
+    issuer, console_port, secret = provider
+    (tmp_path / "console.secret").write_text(secret)
+    admin_token = new_token()
+    config = tmp_path / "auth.toml"
+    config.write_text(
+        token_entry("admin-1", admin_token, ["admin"], [], [])
+        + f"""
+[[oidc]]
+issuer = "{issuer}"
+audiences = ["{CLIENT_ID}"]
+jwks_url = "{issuer}/jwks"
+principal = "sso:{{sub}}"
+
+[[oidc.rules]]
+claims = {{ sub = "alice" }}
+roles = ["auditor"]
+namespaces = ["default"]
+
+[console_sign_in]
+issuer = "{issuer}"
+client_id = "{CLIENT_ID}"
+client_secret_file = "console.secret"
+authorization_url = "{issuer}/auth"
+token_url = "{issuer}/token"
+label = "Test SSO"
+"""
+    )
+    with serving(
+        shared_database_url, auth_config=str(config), console_listen=f"127.0.0.1:{console_port}"
+    ):
+        # A server of its own (its auth config names the provider) on the seeded database.
+        page = Page(f"http://127.0.0.1:{console_port}", shots)
+        try:
+            _sign_in_at_provider(page, "alice")
+            _wait("the runs list", lambda: page.driver.current_url.endswith("/runs"), 30)
+            assert "Signed in as sso:alice" in page.find("header").text
+            assert page.all(f"a[href='/runs/{seeded.fix_run}']")
+            page.checked("runs-signed-in-with-sso")
+            # A callback this browser did not begin: refused, nothing opened.
+            page.open("/sign-in/oidc/callback?state=forged&code=anything")
+            assert "not begun in this browser" in page.find("main").text
+        finally:
+            page.close()
+        stranger = Page(f"http://127.0.0.1:{console_port}", shots)
+        try:
+            _sign_in_at_provider(stranger, "mallory")
+            refused = _wait("the refusal", lambda: stranger.all("main p.error"), 30)
+            assert "admits no one" in refused[0].text
+            stranger.open("/runs")
+            assert stranger.driver.current_url.split("?")[0].endswith("/sign-in")
+        finally:
+            stranger.close()
+
+
+def _sign_in_at_provider(page: Page, login: str) -> None:
+    page.open("/sign-in")
+    page.checked("sign-in-with-sso")
+    page.find("a[href^='/sign-in/oidc']").click()
+    _wait("the provider's login", lambda: page.all("input[name=login]"), 30)
+    page.find("input[name=login]").send_keys(login)
+    page.find("input[name=password]").send_keys("any password")
+    page.find("button[type=submit]").click()
+    _wait("the provider's consent", lambda: page.all("input[name=prompt][value=consent]"), 30)
+    # What the provider's own pages logged (its missing favicon) is not the console's.
+    page.driver.get_log("browser")
+    page.find("button[type=submit]").click()

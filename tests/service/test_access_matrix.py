@@ -241,6 +241,18 @@ REQUESTS: dict[str, tuple[Call, set[str]]] = {
     ),
     "GetRun": (lambda s, a, w: s.runtime.GetRun(pb.GetRunRequest(run_id=w.run_id)), {NS, SCOPE}),
     "ListRuns": (lambda s, a, w: s.runtime.ListRuns(pb.ListRunsRequest()), set()),
+    "SaveView": (
+        lambda s, a, w: s.runtime.SaveView(
+            pb.SaveViewRequest(
+                view=message_pb2.SavedView(
+                    name="mine", query=message_pb2.RunsQuery(agent_id="coding_agent")
+                )
+            )
+        ),
+        set(),
+    ),
+    "ListViews": (lambda s, a, w: s.runtime.ListViews(pb.ListViewsRequest()), set()),
+    "DeleteView": (lambda s, a, w: s.runtime.DeleteView(pb.DeleteViewRequest(name="mine")), set()),
     "ListAttempts": (
         lambda s, a, w: s.runtime.ListAttempts(pb.ListAttemptsRequest(run_id=w.run_id)),
         {NS, SCOPE},

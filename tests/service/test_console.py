@@ -86,7 +86,12 @@ class Browser:
     def get(self, path: str) -> Answer:
         return self._send(urllib.request.Request(self.base + path))
 
-    def post(self, path: str, form: dict[str, str], origin: str | None = "") -> Answer:
+    def post(
+        self,
+        path: str,
+        form: dict[str, str] | list[tuple[str, str]],
+        origin: str | None = "",
+    ) -> Answer:
         headers = {"Content-Type": "application/x-www-form-urlencoded"}
         if origin is not None:
             headers["Origin"] = origin or self.base
@@ -261,6 +266,38 @@ def test_the_runs_list_filters_by_tag_digest_and_creation_time(site: Site) -> No
     assert bad_time.status == 400 and "from: &#39;yesterday&#39; is not a time" in bad_time.body
     bad_digest = browser.get("/runs?digest=sha256:abc")
     assert bad_digest.status == 400 and "INVALID_ARGUMENT" in bad_digest.body
+
+
+def test_a_saved_view_is_the_principals_own_and_opens_its_list(site: Site) -> None:
+    admin, auditor = site.browser("admin"), site.browser("auditor")
+    token = admin.csrf("/runs?tag=prod")
+    saved = admin.post(
+        "/views",
+        [
+            ("csrf", token),
+            ("name", f"prod runs {SCRIPT}"),
+            ("tag", "prod"),
+            ("status", "RUNNING"),
+            ("status", "QUEUED"),
+        ],
+    )
+    assert saved.status == 303
+    assert saved.headers["location"] == "/runs?status=RUNNING&status=QUEUED&tag=prod"
+    listed = admin.get("/runs").body
+    assert 'href="/runs?status=RUNNING&amp;status=QUEUED&amp;tag=prod">prod runs' in listed
+    assert SCRIPT not in listed and str(escape(SCRIPT)) in listed
+    opened = admin.get("/runs?status=RUNNING&status=QUEUED&tag=prod").body
+    assert site.run_id in opened
+    # Another principal's console shows none of it, on either page.
+    assert "prod runs" not in auditor.get("/runs").body
+    assert "prod runs" not in auditor.get("/views").body
+    # Deleted from /views by its owner; the same request by another principal finds nothing.
+    name = f"prod runs {SCRIPT}"
+    refused = auditor.post("/views/delete", {"csrf": auditor.csrf("/views"), "name": name})
+    assert refused.status == 404
+    deleted = admin.post("/views/delete", {"csrf": admin.csrf("/views"), "name": name})
+    assert deleted.status == 303 and deleted.headers["location"] == "/views"
+    assert "prod runs" not in admin.get("/views").body
 
 
 def test_what_callers_wrote_is_shown_as_text(site: Site) -> None:

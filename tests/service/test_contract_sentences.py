@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import grpc
 import pytest
 import sqlalchemy as sa
-from google.protobuf import duration_pb2
+from google.protobuf import duration_pb2, timestamp_pb2
 
 from agentrt.audit.v1 import audit_service_pb2 as apb
 from agentrt.audit.v1 import audit_service_pb2_grpc
@@ -417,6 +417,46 @@ def test_list_attempts_and_steps_errors(stubs: Stubs) -> None:
     # The sentence ends the comments of ListAttempts and ListSteps.
     expect(NOT_FOUND, stubs.runtime.ListAttempts, pb.ListAttemptsRequest(run_id="run_nope"))
     expect(NOT_FOUND, stubs.runtime.ListSteps, pb.ListStepsRequest(run_id="run_nope"))
+
+
+@sentence(
+    RT,
+    "Errors: INVALID_ARGUMENT (a status, digest or tag that is not one; a time range that "
+    "ends before it starts).",
+)
+def test_list_runs_errors(stubs: Stubs) -> None:
+    call = stubs.runtime.ListRuns
+    expect(INVALID, call, pb.ListRunsRequest(statuses=[99]))
+    expect(INVALID, call, pb.ListRunsRequest(agent_digest="sha256:nope"))
+    expect(INVALID, call, pb.ListRunsRequest(agent_tag="no tag"))
+    start = timestamp_pb2.Timestamp(seconds=2_000_000_000)
+    expect(INVALID, call, pb.ListRunsRequest(create_time_start=start, create_time_end=start))
+
+
+@sentence(
+    RT,
+    "Errors: INVALID_ARGUMENT (empty or over-long name; the query refused as ListRuns would "
+    "refuse it).",
+)
+def test_save_view_errors(stubs: Stubs) -> None:
+    def save(name: str, **query: Any) -> Any:
+        view = message_pb2.SavedView(name=name, query=message_pb2.RunsQuery(**query))
+        return stubs.runtime.SaveView(pb.SaveViewRequest(view=view), timeout=T)
+
+    expect(INVALID, save, "")
+    expect(INVALID, save, "x" * 101)
+    expect(INVALID, save, "mine", statuses=[99])
+    expect(INVALID, save, "mine", agent_digest="sha256:nope")
+
+
+@sentence(
+    RT,
+    "Errors: NOT_FOUND (the caller has no view of that name); INVALID_ARGUMENT (empty name).",
+)
+def test_delete_view_errors(stubs: Stubs) -> None:
+    call = stubs.runtime.DeleteView
+    expect(NOT_FOUND, call, pb.DeleteViewRequest(name="no such view"))
+    expect(INVALID, call, pb.DeleteViewRequest(name=""))
 
 
 @sentence(RT, "Errors: INVALID_ARGUMENT (neither or both of run_id and thread_id); NOT_FOUND.")

@@ -10,9 +10,8 @@ from multidict import MultiDict
 from agentrt.runtime.v1 import enum_pb2
 from agentrt_base.auth import Principal
 from runtime_service.console import sessions as console_sessions
-from runtime_service.console.sessions import Sessions, same_token
+from runtime_service.console.sessions import Sessions, next_path, same_token
 from runtime_service.console.views import RunFilter
-from runtime_service.console.web import _next_path
 
 
 class Clock:
@@ -77,7 +76,7 @@ def test_ids_and_form_tokens_are_unguessable_and_compared_exactly() -> None:
     ],
 )
 def test_sign_in_sends_a_browser_only_to_a_page_of_this_console(asked: object, goes: str) -> None:
-    assert _next_path(asked) == goes
+    assert next_path(asked) == goes
 
 
 def test_the_runs_filter_keeps_only_what_the_list_can_ask() -> None:

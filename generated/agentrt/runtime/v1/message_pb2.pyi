@@ -1926,3 +1926,91 @@ class AcquireFilter(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AcquireFilter: _TypeAlias = AcquireFilter  # noqa: Y015
+
+@_typing.final
+class RunsQuery(_message.Message):
+    """The filters of a runs list, as ListRuns takes them: what a saved view keeps."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THREAD_ID_FIELD_NUMBER: _builtins.int
+    STATUSES_FIELD_NUMBER: _builtins.int
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    AGENT_DIGEST_FIELD_NUMBER: _builtins.int
+    AGENT_TAG_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_START_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_END_FIELD_NUMBER: _builtins.int
+    thread_id: _builtins.str
+    agent_id: _builtins.str
+    namespace: _builtins.str
+    agent_digest: _builtins.str
+    agent_tag: _builtins.str
+    @_builtins.property
+    def statuses(self) -> _containers.RepeatedScalarFieldContainer[_enum_pb2.RunStatus.ValueType]: ...
+    @_builtins.property
+    def create_time_start(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def create_time_end(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        thread_id: _builtins.str = ...,
+        statuses: _abc.Iterable[_enum_pb2.RunStatus.ValueType] | None = ...,
+        agent_id: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+        agent_digest: _builtins.str = ...,
+        agent_tag: _builtins.str = ...,
+        create_time_start: _timestamp_pb2.Timestamp | None = ...,
+        create_time_end: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time_end", b"create_time_end", "create_time_start", b"create_time_start"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_digest", b"agent_digest", "agent_id", b"agent_id", "agent_tag", b"agent_tag", "create_time_end", b"create_time_end", "create_time_start", b"create_time_start", "namespace", b"namespace", "statuses", b"statuses", "thread_id", b"thread_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunsQuery: _TypeAlias = RunsQuery  # noqa: Y015
+
+@_typing.final
+class SavedView(_message.Message):
+    """A runs list a principal saved under a name (SaveView): its own, seen by no
+    one else.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    principal: _builtins.str
+    """Output only: whose it is (the authenticated principal that saved it)."""
+    @_builtins.property
+    def query(self) -> Global___RunsQuery: ...
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """Output only."""
+
+    @_builtins.property
+    def update_time(self) -> _timestamp_pb2.Timestamp:
+        """Output only: when it was last saved."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        query: Global___RunsQuery | None = ...,
+        principal: _builtins.str = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        update_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "query", b"query", "update_time", b"update_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "name", b"name", "principal", b"principal", "query", b"query", "update_time", b"update_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SavedView: _TypeAlias = SavedView  # noqa: Y015

@@ -89,6 +89,21 @@ class RuntimeServiceStub:
                 request_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ListRunsRequest.SerializeToString,
                 response_deserializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ListRunsResponse.FromString,
                 _registered_method=True)
+        self.SaveView = channel.unary_unary(
+                '/agentrt.runtime.v1.RuntimeService/SaveView',
+                request_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.SaveViewRequest.SerializeToString,
+                response_deserializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.SaveViewResponse.FromString,
+                _registered_method=True)
+        self.ListViews = channel.unary_unary(
+                '/agentrt.runtime.v1.RuntimeService/ListViews',
+                request_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ListViewsRequest.SerializeToString,
+                response_deserializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ListViewsResponse.FromString,
+                _registered_method=True)
+        self.DeleteView = channel.unary_unary(
+                '/agentrt.runtime.v1.RuntimeService/DeleteView',
+                request_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.DeleteViewRequest.SerializeToString,
+                response_deserializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.DeleteViewResponse.FromString,
+                _registered_method=True)
         self.CancelRun = channel.unary_unary(
                 '/agentrt.runtime.v1.RuntimeService/CancelRun',
                 request_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.CancelRunRequest.SerializeToString,
@@ -249,7 +264,35 @@ class RuntimeServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListRuns(self, request, context):
-        """Lists runs, newest first, filtered by thread, status and agent.
+        """Lists runs, newest first, filtered by thread, status, agent, namespace,
+        digest, tag followed and creation time. Errors: INVALID_ARGUMENT (a status,
+        digest or tag that is not one; a time range that ends before it starts).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SaveView(self, request, context):
+        """Saves a runs list's filters under a name, as the calling principal's own
+        view (the console's saved views): replaces the caller's view of that name,
+        if any. A principal sees and changes only its own views; there is no limit
+        on how many it keeps. Errors: INVALID_ARGUMENT (empty or over-long name;
+        the query refused as ListRuns would refuse it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListViews(self, request, context):
+        """Lists the calling principal's saved views, by name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteView(self, request, context):
+        """Deletes one of the calling principal's saved views. Errors: NOT_FOUND (the
+        caller has no view of that name); INVALID_ARGUMENT (empty name).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -461,6 +504,21 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     servicer.ListRuns,
                     request_deserializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ListRunsRequest.FromString,
                     response_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ListRunsResponse.SerializeToString,
+            ),
+            'SaveView': grpc.unary_unary_rpc_method_handler(
+                    servicer.SaveView,
+                    request_deserializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.SaveViewRequest.FromString,
+                    response_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.SaveViewResponse.SerializeToString,
+            ),
+            'ListViews': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListViews,
+                    request_deserializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ListViewsRequest.FromString,
+                    response_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ListViewsResponse.SerializeToString,
+            ),
+            'DeleteView': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteView,
+                    request_deserializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.DeleteViewRequest.FromString,
+                    response_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.DeleteViewResponse.SerializeToString,
             ),
             'CancelRun': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelRun,
@@ -764,6 +822,87 @@ class RuntimeService:
             '/agentrt.runtime.v1.RuntimeService/ListRuns',
             agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ListRunsRequest.SerializeToString,
             agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ListRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SaveView(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrt.runtime.v1.RuntimeService/SaveView',
+            agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.SaveViewRequest.SerializeToString,
+            agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.SaveViewResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListViews(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrt.runtime.v1.RuntimeService/ListViews',
+            agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ListViewsRequest.SerializeToString,
+            agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ListViewsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteView(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrt.runtime.v1.RuntimeService/DeleteView',
+            agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.DeleteViewRequest.SerializeToString,
+            agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.DeleteViewResponse.FromString,
             options,
             channel_credentials,
             insecure,

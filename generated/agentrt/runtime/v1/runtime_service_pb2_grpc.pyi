@@ -87,7 +87,23 @@ class RuntimeServiceStub:
     GetRun: _grpc.UnaryUnaryMultiCallable[_runtime_service_pb2.GetRunRequest, _runtime_service_pb2.GetRunResponse]
     """Returns a run. Errors: NOT_FOUND."""
     ListRuns: _grpc.UnaryUnaryMultiCallable[_runtime_service_pb2.ListRunsRequest, _runtime_service_pb2.ListRunsResponse]
-    """Lists runs, newest first, filtered by thread, status and agent."""
+    """Lists runs, newest first, filtered by thread, status, agent, namespace,
+    digest, tag followed and creation time. Errors: INVALID_ARGUMENT (a status,
+    digest or tag that is not one; a time range that ends before it starts).
+    """
+    SaveView: _grpc.UnaryUnaryMultiCallable[_runtime_service_pb2.SaveViewRequest, _runtime_service_pb2.SaveViewResponse]
+    """Saves a runs list's filters under a name, as the calling principal's own
+    view (the console's saved views): replaces the caller's view of that name,
+    if any. A principal sees and changes only its own views; there is no limit
+    on how many it keeps. Errors: INVALID_ARGUMENT (empty or over-long name;
+    the query refused as ListRuns would refuse it).
+    """
+    ListViews: _grpc.UnaryUnaryMultiCallable[_runtime_service_pb2.ListViewsRequest, _runtime_service_pb2.ListViewsResponse]
+    """Lists the calling principal's saved views, by name."""
+    DeleteView: _grpc.UnaryUnaryMultiCallable[_runtime_service_pb2.DeleteViewRequest, _runtime_service_pb2.DeleteViewResponse]
+    """Deletes one of the calling principal's saved views. Errors: NOT_FOUND (the
+    caller has no view of that name); INVALID_ARGUMENT (empty name).
+    """
     CancelRun: _grpc.UnaryUnaryMultiCallable[_runtime_service_pb2.CancelRunRequest, _runtime_service_pb2.CancelRunResponse]
     """Cancels a run. A run without an active attempt becomes CANCELLED at once. A
     run with an active attempt gets cancel_requested (event
@@ -254,7 +270,23 @@ class RuntimeServiceAsyncStub(RuntimeServiceStub):
     GetRun: _aio.UnaryUnaryMultiCallable[_runtime_service_pb2.GetRunRequest, _runtime_service_pb2.GetRunResponse]  # type: ignore[assignment]
     """Returns a run. Errors: NOT_FOUND."""
     ListRuns: _aio.UnaryUnaryMultiCallable[_runtime_service_pb2.ListRunsRequest, _runtime_service_pb2.ListRunsResponse]  # type: ignore[assignment]
-    """Lists runs, newest first, filtered by thread, status and agent."""
+    """Lists runs, newest first, filtered by thread, status, agent, namespace,
+    digest, tag followed and creation time. Errors: INVALID_ARGUMENT (a status,
+    digest or tag that is not one; a time range that ends before it starts).
+    """
+    SaveView: _aio.UnaryUnaryMultiCallable[_runtime_service_pb2.SaveViewRequest, _runtime_service_pb2.SaveViewResponse]  # type: ignore[assignment]
+    """Saves a runs list's filters under a name, as the calling principal's own
+    view (the console's saved views): replaces the caller's view of that name,
+    if any. A principal sees and changes only its own views; there is no limit
+    on how many it keeps. Errors: INVALID_ARGUMENT (empty or over-long name;
+    the query refused as ListRuns would refuse it).
+    """
+    ListViews: _aio.UnaryUnaryMultiCallable[_runtime_service_pb2.ListViewsRequest, _runtime_service_pb2.ListViewsResponse]  # type: ignore[assignment]
+    """Lists the calling principal's saved views, by name."""
+    DeleteView: _aio.UnaryUnaryMultiCallable[_runtime_service_pb2.DeleteViewRequest, _runtime_service_pb2.DeleteViewResponse]  # type: ignore[assignment]
+    """Deletes one of the calling principal's saved views. Errors: NOT_FOUND (the
+    caller has no view of that name); INVALID_ARGUMENT (empty name).
+    """
     CancelRun: _aio.UnaryUnaryMultiCallable[_runtime_service_pb2.CancelRunRequest, _runtime_service_pb2.CancelRunResponse]  # type: ignore[assignment]
     """Cancels a run. A run without an active attempt becomes CANCELLED at once. A
     run with an active attempt gets cancel_requested (event
@@ -466,7 +498,41 @@ class RuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _runtime_service_pb2.ListRunsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_runtime_service_pb2.ListRunsResponse, _abc.Awaitable[_runtime_service_pb2.ListRunsResponse]]:
-        """Lists runs, newest first, filtered by thread, status and agent."""
+        """Lists runs, newest first, filtered by thread, status, agent, namespace,
+        digest, tag followed and creation time. Errors: INVALID_ARGUMENT (a status,
+        digest or tag that is not one; a time range that ends before it starts).
+        """
+
+    @_abc_1.abstractmethod
+    def SaveView(
+        self,
+        request: _runtime_service_pb2.SaveViewRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_runtime_service_pb2.SaveViewResponse, _abc.Awaitable[_runtime_service_pb2.SaveViewResponse]]:
+        """Saves a runs list's filters under a name, as the calling principal's own
+        view (the console's saved views): replaces the caller's view of that name,
+        if any. A principal sees and changes only its own views; there is no limit
+        on how many it keeps. Errors: INVALID_ARGUMENT (empty or over-long name;
+        the query refused as ListRuns would refuse it).
+        """
+
+    @_abc_1.abstractmethod
+    def ListViews(
+        self,
+        request: _runtime_service_pb2.ListViewsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_runtime_service_pb2.ListViewsResponse, _abc.Awaitable[_runtime_service_pb2.ListViewsResponse]]:
+        """Lists the calling principal's saved views, by name."""
+
+    @_abc_1.abstractmethod
+    def DeleteView(
+        self,
+        request: _runtime_service_pb2.DeleteViewRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_runtime_service_pb2.DeleteViewResponse, _abc.Awaitable[_runtime_service_pb2.DeleteViewResponse]]:
+        """Deletes one of the calling principal's saved views. Errors: NOT_FOUND (the
+        caller has no view of that name); INVALID_ARGUMENT (empty name).
+        """
 
     @_abc_1.abstractmethod
     def CancelRun(
