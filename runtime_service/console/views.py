@@ -23,6 +23,8 @@ from google.protobuf.struct_pb2 import Struct
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentrt.audit.v1 import audit_service_pb2
+from agentrt.registry.v1 import enum_pb2 as registry_enums
+from agentrt.registry.v1 import message_pb2 as registry_pb2
 from agentrt.runtime.v1 import enum_pb2, event_pb2, message_pb2, runtime_service_pb2
 from agentrt_sdk.errors import InvalidArgumentError
 
@@ -341,3 +343,52 @@ def register(environment: jinja2.Environment) -> None:
             "decision": _enum_filter("APPROVAL_DECISION_", enum_pb2.ApprovalDecision),
         }
     )
+
+
+@dataclass(frozen=True)
+class CheckShown:
+    """One check of the run's completion policy, as the run page shows it."""
+
+    name: str
+    description: str
+    #: Who decides it: the worker attests it, or the runtime evaluates a condition.
+    how: str
+    #: What the steps on the page say of it ("" when they say nothing).
+    outcome: str
+
+
+_CONDITIONS: Final = {
+    registry_enums.COMPLETION_CONDITION_ARTIFACT_EXISTS: "an artifact of kind {artifact_kind}",
+    registry_enums.COMPLETION_CONDITION_TOOL_SUCCEEDED_AFTER_SIDE_EFFECTS: (
+        "{tool} succeeded after the last step with side effects"
+    ),
+    registry_enums.COMPLETION_CONDITION_NO_OPEN_STEPS: "no step left open",
+}
+
+
+def completion_checks(
+    policy: registry_pb2.CompletionPolicySpec, steps: list[message_pb2.Step]
+) -> list[CheckShown]:
+    """The policy's checks, each with how it is decided and, for one the worker attests, the
+    last COMPLETION_CHECK step of it among ``steps`` (the page's)."""
+    last: dict[str, message_pb2.Step] = {}
+    for step in steps:
+        if step.type == enum_pb2.STEP_TYPE_COMPLETION_CHECK and step.completion_check:
+            last[step.completion_check] = step
+    shown = []
+    for check in policy.checks:
+        if check.condition:
+            template = _CONDITIONS.get(check.condition, "a condition")
+            how = "evaluated by the runtime: " + template.format(
+                artifact_kind=check.artifact_kind, tool=check.tool
+            )
+            outcome = ""
+        else:
+            how = "attested by the worker"
+            attested = last.get(check.name)
+            outcome = ""
+            if attested is not None:
+                status = enum_pb2.StepStatus.Name(attested.status).removeprefix("STEP_STATUS_")
+                outcome = f"step {attested.sequence}: {status}"
+        shown.append(CheckShown(check.name, check.description, how, outcome))
+    return shown

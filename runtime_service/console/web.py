@@ -32,9 +32,12 @@ import grpc
 import jinja2
 from aiohttp import web
 
+from agentrt.registry.v1 import registry_service_pb2 as rpb
+from agentrt.registry.v1.message_pb2 import CompletionPolicySpec
 from agentrt_base.auth import Principal
 from agentrt_base.sign_in_config import ConsoleSignIn
 from agentrt_base.tls import ServerTls, is_loopback
+from agentrt_core.lru import LruCache
 from agentrt_sdk.errors import AgentrtError
 from runtime_service.console import views
 from runtime_service.console.api import Api
@@ -292,6 +295,9 @@ def _to_sign_in(request: web.Request) -> web.HTTPException:
 class Pages:
     def __init__(self, console: Console) -> None:
         self.c = console
+        # A version's completion policy, by the version's digest: what a digest pins never
+        # changes, and a live run page is fetched again on every batch of its events.
+        self._policies: LruCache[str, CompletionPolicySpec] = LruCache(256)
 
     async def home(self, request: web.Request) -> web.StreamResponse:
         raise web.HTTPSeeOther("/runs")
@@ -407,6 +413,7 @@ class Pages:
             "run.html",
             may_verify=await self.c.may(session, views.VERIFY_RUN, views.verify_run(run.id)),
             run=run,
+            checks=await self._completion_checks(session, run, list(steps.steps)),
             attempts=list(attempts.attempts),
             steps=list(steps.steps),
             next_steps=steps.next_page_token,
@@ -429,6 +436,25 @@ class Pages:
                 )
             ],
         )
+
+    async def _completion_checks(
+        self, session: Session, run: Any, steps: list[Any]
+    ) -> list[views.CheckShown]:
+        """The checks of the completion policy the run's definition pins (from the registry:
+        the version it is bound to, then the policy component that version resolved)."""
+        digest = run.agent.agent_digest
+        policy = self._policies.get(digest)
+        if policy is None:
+            api = self.c.api
+            asked = rpb.GetAgentVersionRequest(ref=digest)
+            version = (await api.call(session, api.registry.GetAgentVersion, asked)).agent_version
+            policy = CompletionPolicySpec()
+            if version.closure.HasField("completion_policy"):
+                pinned = rpb.GetComponentRequest(ref=version.closure.completion_policy.digest)
+                component = (await api.call(session, api.registry.GetComponent, pinned)).component
+                policy = component.spec.completion_policy
+            self._policies.put(digest, policy)
+        return views.completion_checks(policy, steps)
 
     async def verify(self, request: web.Request) -> web.StreamResponse:
         """VerifyRun's verdict on the run's record. Its own page, which the run page loads

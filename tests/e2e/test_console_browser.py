@@ -315,7 +315,12 @@ def test_the_run_page_follows_the_worker_and_the_approval_given_there_is_recorde
     assert decided.approval.approver_principal == "operator-1"
     assert decided.approval.comment == "patch reviewed in the browser"
     page.open(f"/runs/{seeded.fix_run}")
-    assert "COMPLETED" in page.find("dl.facts").text
+    facts = page.find("dl.facts").text
+    assert "COMPLETED" in facts
+    # The completion policy the run's version pins, each check with the step that attested it.
+    checks = [li.text for li in page.all("ul.checks li")]
+    assert sorted(c.split(" ")[0] for c in checks) == ["diff-produced", "tests-pass"], checks
+    assert all("attested by the worker" in c and ": SUCCEEDED" in c for c in checks), checks
     verdict = _wait(
         "the verdict, put in after the first screen", lambda: page.all("dl.verdict"), 30
     )

@@ -4,8 +4,9 @@ a refused call changed anything.
 The witness is a published agent (two versions, two tags), two threads with messages, and
 runs: one with a live attempt that has a turn, finished steps with usage, a blob, a
 checkpoint and artifacts (its fence is live, so fuzzed step calls pass the fence check), one
-whose first attempt failed and was retried (two attempts), one queued. Every List RPC has at
-least two items to page through, so it hands out a real page token to tamper with.
+whose first attempt failed and was retried (two attempts), one queued; and two saved views.
+Every List RPC has at least two items to page through, so it hands out a real page token to
+tamper with.
 """
 
 from __future__ import annotations
@@ -174,6 +175,13 @@ def build(stubs: Stubs) -> Witness:
     )
     out.append(_acquire(stubs, "w2"))
     out.append(stubs.runtime.GetRun(pb.GetRunRequest(run_id=runs[0].id), timeout=T))
+    # Two saved views, so ListViews pages too.
+    for name, status in (
+        ("queued", enum_pb2.RUN_STATUS_QUEUED),
+        ("running", enum_pb2.RUN_STATUS_RUNNING),
+    ):
+        view = message_pb2.SavedView(name=name, query=message_pb2.RunsQuery(statuses=[status]))
+        out.append(stubs.runtime.SaveView(pb.SaveViewRequest(view=view), timeout=T))
     out += threads + runs
     return Witness(run_id=runs[0].id, fence=fence, turn_id=turn.turn.id, responses=out)
 
