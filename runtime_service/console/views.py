@@ -392,3 +392,63 @@ def completion_checks(
                 outcome = f"step {attested.sequence}: {status}"
         shown.append(CheckShown(check.name, check.description, how, outcome))
     return shown
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One attempt on the run page's timeline: where its bar starts and how long it is, in
+    thousandths of the span from the run's creation to the last moment drawn."""
+
+    number: int
+    x: int
+    width: int
+    status: str
+    label: str
+    #: The whole span drawn, in seconds, as its scale says it (the same for every bar).
+    span: str
+
+
+#: The timeline's width in its own units (the SVG's viewBox), and a bar's height with its gap.
+TIMELINE_WIDTH: Final = 1000
+TIMELINE_ROW: Final = 22
+
+
+def attempt_bars(
+    run: message_pb2.Run, attempts: list[message_pb2.Attempt], now: dt.datetime
+) -> list[Bar]:
+    """The attempts drawn against time, from the run's creation to its end (or ``now`` while
+    it is live): the queue wait before the first, the gaps between attempts (a retry's
+    backoff, an approval waited for) and each attempt's length show as they were."""
+    if not attempts:
+        return []
+    origin = run.create_time.ToDatetime(tzinfo=dt.UTC)
+
+    def end_of(attempt: message_pb2.Attempt) -> dt.datetime:
+        if attempt.HasField("end_time"):
+            return attempt.end_time.ToDatetime(tzinfo=dt.UTC)
+        return now
+
+    last = max([now if live(run) else origin, *(end_of(a) for a in attempts)])
+    if run.HasField("end_time"):
+        last = max(last, run.end_time.ToDatetime(tzinfo=dt.UTC))
+    span = max((last - origin).total_seconds(), 1e-6)
+    bars = []
+    for attempt in attempts:
+        start = attempt.start_time.ToDatetime(tzinfo=dt.UTC)
+        x = round((start - origin).total_seconds() / span * TIMELINE_WIDTH)
+        width = round((end_of(attempt) - start).total_seconds() / span * TIMELINE_WIDTH)
+        status = enum_pb2.AttemptStatus.Name(attempt.status).removeprefix("ATTEMPT_STATUS_")
+        reason = enum_pb2.AttemptReason.Name(attempt.reason).removeprefix("ATTEMPT_REASON_")
+        seconds = (end_of(attempt) - start).total_seconds()
+        bars.append(
+            Bar(
+                attempt.number,
+                min(max(x, 0), TIMELINE_WIDTH - 2),
+                max(width, 2),  # an attempt of no length still shows
+                status.lower(),
+                f"#{attempt.number} {reason} → {status}, lease epoch {attempt.lease_epoch},"
+                f" {seconds:.1f} s",
+                f"{span:.1f} s",
+            )
+        )
+    return bars

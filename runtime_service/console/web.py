@@ -19,6 +19,7 @@ still carry a CSRF token).
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 import re
 import secrets
@@ -415,6 +416,9 @@ class Pages:
             run=run,
             checks=await self._completion_checks(session, run, list(steps.steps)),
             attempts=list(attempts.attempts),
+            bars=views.attempt_bars(run, list(attempts.attempts), dt.datetime.now(dt.UTC)),
+            timeline_width=views.TIMELINE_WIDTH,
+            timeline_row=views.TIMELINE_ROW,
             steps=list(steps.steps),
             next_steps=steps.next_page_token,
             live=views.live(run),

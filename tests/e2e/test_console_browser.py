@@ -318,6 +318,8 @@ def test_the_run_page_follows_the_worker_and_the_approval_given_there_is_recorde
     facts = page.find("dl.facts").text
     assert "COMPLETED" in facts
     # The completion policy the run's version pins, each check with the step that attested it.
+    # Each attempt drawn on the timeline, as many bars as attempts listed.
+    assert len(page.all("svg.timeline g.attempt-bar")) == len(page.all("ol.attempts > li")) >= 2
     checks = [li.text for li in page.all("ul.checks li")]
     assert sorted(c.split(" ")[0] for c in checks) == ["diff-produced", "tests-pass"], checks
     assert all("attested by the worker" in c and ": SUCCEEDED" in c for c in checks), checks

@@ -1,17 +1,20 @@
 """The console's own rules, without a server: sessions (expiry, the cap, sign-out), the form
-token comparison, where sign-in may send a browser next, and the runs list's filters read
-from a query string."""
+token comparison, where sign-in may send a browser next, the runs list's filters read
+from a query string, and the attempts drawn against time."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 from multidict import MultiDict
 
-from agentrt.runtime.v1 import enum_pb2
+from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt_base.auth import Principal
 from runtime_service.console import sessions as console_sessions
 from runtime_service.console.sessions import Sessions, next_path, same_token
-from runtime_service.console.views import RunFilter
+from runtime_service.console.views import RunFilter, attempt_bars
 
 
 class Clock:
@@ -99,3 +102,46 @@ def test_the_runs_filter_keeps_only_what_the_list_can_ask() -> None:
     assert (
         chosen.next_page("next") == "namespace=team-a&agent=coding_agent&status=RUNNING&page=next"
     )
+
+
+def test_attempts_are_drawn_against_the_runs_time() -> None:
+    """A bar starts where its attempt started and is as long as it lasted, in thousandths of
+    the span from the run's creation to its end; a live run's span ends now, and its open
+    attempt reaches the right edge."""
+
+    def at(seconds: int) -> Timestamp:
+        return Timestamp(seconds=1_800_000_000 + seconds)
+
+    run = message_pb2.Run(status=enum_pb2.RUN_STATUS_COMPLETED, create_time=at(0), end_time=at(10))
+    first = message_pb2.Attempt(
+        number=1,
+        start_time=at(1),
+        end_time=at(3),
+        status=enum_pb2.ATTEMPT_STATUS_FAILED,
+        reason=enum_pb2.ATTEMPT_REASON_INITIAL,
+        lease_epoch=1,
+    )
+    second = message_pb2.Attempt(
+        number=2,
+        start_time=at(5),
+        end_time=at(10),
+        status=enum_pb2.ATTEMPT_STATUS_SUCCEEDED,
+        reason=enum_pb2.ATTEMPT_REASON_RETRY_AFTER_ERROR,
+        lease_epoch=2,
+    )
+    now = at(60).ToDatetime(tzinfo=dt.UTC)
+    bars = attempt_bars(run, [first, second], now)
+    assert [(b.x, b.width, b.status) for b in bars] == [
+        (100, 200, "failed"),
+        (500, 500, "succeeded"),
+    ]
+    assert bars[0].label == "#1 INITIAL → FAILED, lease epoch 1, 2.0 s"
+    assert {b.span for b in bars} == {"10.0 s"}
+
+    live = message_pb2.Run(status=enum_pb2.RUN_STATUS_RUNNING, create_time=at(0))
+    running = message_pb2.Attempt(
+        number=1, start_time=at(15), status=enum_pb2.ATTEMPT_STATUS_ACTIVE, lease_epoch=1
+    )
+    (bar,) = attempt_bars(live, [running], at(20).ToDatetime(tzinfo=dt.UTC))
+    assert (bar.x, bar.width, bar.status, bar.span) == (750, 250, "active", "20.0 s")
+    assert attempt_bars(live, [], now) == []
