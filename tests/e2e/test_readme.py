@@ -9,6 +9,7 @@ test's own: the database name, the port the server listens on, and where Postgre
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -27,6 +28,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from agentrt_base.db_engines import normalise_url
 from tests.conftest import drop_postgres_database
 from tests.e2e.cli_support import (
+    AGENTRT,
     ROOT,
     checkout_env,
     in_process,
@@ -143,6 +145,21 @@ def test_the_postgresql_lines_serve_from_a_fresh_database(
         assert f"console at {console}" in ready, "make serve prints the console's URL"
         with urllib.request.urlopen(console + "runs", timeout=10) as page:
             assert page.status == 200 and "<h1>Runs</h1>" in page.read().decode()
+        # Issue 30's newcomer: `agentrt demo --target` against it, and the demo's runs are
+        # on the console's runs list.
+        demo = subprocess.run(
+            [*AGENTRT, "demo", "--json", "--target", f"{host}:{port}"],
+            capture_output=True,
+            text=True,
+            env=checkout_env(os.environ),
+            timeout=180,
+            check=False,
+        )
+        assert demo.returncode == 0, demo.stderr
+        with urllib.request.urlopen(console + "runs", timeout=10) as page:
+            listed = page.read().decode()
+        for run in json.loads(demo.stdout)["runs"]:
+            assert f'href="/runs/{run["id"]}"' in listed
     finally:
         assert stop_group(process), "make serve did not exit on SIGTERM"
 
