@@ -221,6 +221,12 @@ RULES: Mapping[str, Rule] = {
     _REG + "ListTags": _r("registry.read"),
     _REG + "ListTagHistory": _r("registry.read"),
     _REG + "DiffAgentVersions": _r("registry.read"),
+    # The registry log: what anyone who may read the registry may check it against.
+    _REG + "GetSigningKeys": _r("registry.read"),
+    _REG + "GetCheckpoint": _r("registry.read"),
+    _REG + "GetInclusionProof": _r("registry.read"),
+    _REG + "GetConsistencyProof": _r("registry.read"),
+    _REG + "GetLogEntries": _r("registry.read"),
     _RUN + "CreateThread": _r("threads.create", (Kind.NAMESPACE, "namespace")),
     _RUN + "GetThread": _r("threads.read", (Kind.THREAD, "thread_id")),
     _RUN + "ListThreads": _r("threads.read", (Kind.NAMESPACE, "namespace"), lists=_NS),

@@ -25,6 +25,7 @@ _CODES: list[tuple[type[errors.AgentrtError], grpc.StatusCode]] = [
     # Order matters: subclasses before their bases.
     (errors.LeaseLost, grpc.StatusCode.ABORTED),
     (errors.Aborted, grpc.StatusCode.ABORTED),
+    (errors.OutOfRange, grpc.StatusCode.OUT_OF_RANGE),
     (errors.InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
     (errors.NotFound, grpc.StatusCode.NOT_FOUND),
     (errors.AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),

@@ -6,7 +6,7 @@ Read once by the CLI and passed down explicitly; nothing reads the environment a
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agentrt_base.limits import Limits
@@ -46,6 +46,9 @@ ENV_MAX_LONG_POLLS = "AGENTRT_MAX_LONG_POLLS"
 ENV_MAX_STREAMS_PER_CONNECTION = "AGENTRT_MAX_STREAMS_PER_CONNECTION"
 ENV_MAX_CONNECTIONS = "AGENTRT_MAX_CONNECTIONS"
 ENV_SHUTDOWN_DEADLINE = "AGENTRT_SHUTDOWN_DEADLINE"
+#: The signing key files, comma-separated, the signing one first (agentrt_base.signing_keys).
+ENV_SIGNING_KEYS = "AGENTRT_SIGNING_KEYS"
+ENV_LOG_ORIGIN = "AGENTRT_LOG_ORIGIN"
 
 #: HTTP/2 streams one connection may have open at once (``grpc.max_concurrent_streams``):
 #: above one principal's watches plus long polls, so a client that keeps them all on one
@@ -142,6 +145,12 @@ class ServerSettings:
     #: Connections the server accepts at once (0: unlimited); None: from the open-file limit
     #: (:func:`default_max_connections`).
     max_connections: int | None = None
+    #: Key files the server signs with, the signing one first (``agentrt_base.signing_keys``);
+    #: empty: a SQLite file's generated key.
+    signing_keys: tuple[str, ...] = ()
+    #: The registry log's origin, the first line of its checkpoints; None: the one it has,
+    #: or ``agentrt/<installation id>`` for a new log.
+    log_origin: str | None = None
 
     @classmethod
     def resolve(
@@ -168,6 +177,8 @@ class ServerSettings:
         metrics_listen: str | None = None,
         log_format: str | None = None,
         console_listen: str | None = None,
+        signing_keys: Sequence[str] | None = None,
+        log_origin: str | None = None,
     ) -> ServerSettings:
         """Combine flags (which win) with the environment and the defaults; raises
         ValueError (one line) for a malformed value."""
@@ -204,7 +215,16 @@ class ServerSettings:
             ),
             max_connections=_count(max_connections, env, ENV_MAX_CONNECTIONS),
             shutdown_deadline_seconds=_seconds(env, ENV_SHUTDOWN_DEADLINE, 30.0),
+            signing_keys=signing_key_paths(signing_keys, env),
+            log_origin=log_origin or env.get(ENV_LOG_ORIGIN) or None,
         )
+
+
+def signing_key_paths(flags: Sequence[str] | None, env: Mapping[str, str]) -> tuple[str, ...]:
+    """``--signing-key`` values, else ``AGENTRT_SIGNING_KEYS`` split at commas."""
+    if flags:
+        return tuple(flags)
+    return tuple(p.strip() for p in env.get(ENV_SIGNING_KEYS, "").split(",") if p.strip())
 
 
 def resolve_log_format(flag: str | None, env: Mapping[str, str]) -> str:

@@ -80,6 +80,16 @@ class InvalidArgument(AgentrtError):
         return cls(f"{field_path}: {description}", [FieldViolation(field_path, description)])
 
 
+class OutOfRange(InvalidArgument):
+    """A position past the end of what exists now (a log index or size beyond the log's):
+    well formed, and may be valid later (AIP-193: OUT_OF_RANGE, with BadRequest)."""
+
+    reason = reasons.OUT_OF_RANGE
+
+    def __init__(self, field_path: str, description: str) -> None:
+        super().__init__(f"{field_path}: {description}", [FieldViolation(field_path, description)])
+
+
 class NotFound(AgentrtError):
     """A named resource does not exist; ``resource_type``/``resource_name`` say which."""
 

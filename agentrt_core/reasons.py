@@ -41,6 +41,7 @@ _G = "agentrt.registry.v1.RegistryService."
 # -- the status code's own name: the default of each error class (docs/api.md) ---------------
 ERROR = _reason("ERROR", "an error without a more specific reason (the base class's default)")
 INVALID_ARGUMENT = _reason("INVALID_ARGUMENT", "the request is malformed; BadRequest says where")
+OUT_OF_RANGE = _reason("OUT_OF_RANGE", "a position past the end of what exists now")
 NOT_FOUND = _reason("NOT_FOUND", "a named resource does not exist; ResourceInfo names it")
 ALREADY_EXISTS = _reason("ALREADY_EXISTS", "a create whose identity another resource holds")
 FAILED_PRECONDITION = _reason("FAILED_PRECONDITION", "the state does not allow the call")

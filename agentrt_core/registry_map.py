@@ -329,6 +329,30 @@ def _resolved(e: ClosureEntry) -> message_pb2.ResolvedComponent:
     )
 
 
+def closure_from_proto(closure: message_pb2.ResolvedClosure) -> tuple[ClosureEntry, ...]:
+    """The closure entries a served version names (its digest is recomputed from them)."""
+
+    def entry(slot: str, r: message_pb2.ResolvedComponent) -> ClosureEntry:
+        return ClosureEntry(
+            slot=slot,
+            kind=kind_from_proto(r.kind, f"closure.{slot}"),
+            name=r.name,
+            version=r.version,
+            digest=r.digest,
+            requested_ref=r.requested_ref,
+            schema_digest=r.schema_digest or None,
+        )
+
+    out = [
+        entry(slot, getattr(closure, slot))
+        for slot in ("system_prompt", "model_policy", "permission_policy", "completion_policy")
+        if closure.HasField(slot)
+    ]
+    for family in ("skills", "tools"):
+        out.extend(entry(f"{family}[{r.name}]", r) for r in getattr(closure, family))
+    return tuple(out)
+
+
 def closure_to_proto(closure: tuple[ClosureEntry, ...]) -> message_pb2.ResolvedClosure:
     out = message_pb2.ResolvedClosure()
     for e in closure:

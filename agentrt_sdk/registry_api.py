@@ -214,3 +214,48 @@ class Registry:
             rpb.ComputeDigestRequest(agent_definition=definition),
             rpb.ComputeDigestResponse,
         )
+
+    # the registry log (docs/audit.md); agentrt_sdk.transparency checks what these return
+
+    async def signing_keys(self) -> list[rmsg.SigningKey]:
+        response = await self._c.unary(
+            "registry", "GetSigningKeys", rpb.GetSigningKeysRequest(), rpb.GetSigningKeysResponse
+        )
+        return list(response.keys)
+
+    async def checkpoint(self) -> rmsg.Checkpoint:
+        response = await self._c.unary(
+            "registry", "GetCheckpoint", rpb.GetCheckpointRequest(), rpb.GetCheckpointResponse
+        )
+        return response.checkpoint
+
+    async def inclusion_proof(
+        self, *, digest: str = "", index: int | None = None, tree_size: int = 0
+    ) -> rmsg.LogInclusion:
+        request = rpb.GetInclusionProofRequest(tree_size=tree_size)
+        if index is not None:
+            request.index = index
+        else:
+            request.digest = digest
+        response = await self._c.unary(
+            "registry", "GetInclusionProof", request, rpb.GetInclusionProofResponse
+        )
+        return response.inclusion
+
+    async def consistency_proof(
+        self, old_size: int, new_size: int
+    ) -> rpb.GetConsistencyProofResponse:
+        return await self._c.unary(
+            "registry",
+            "GetConsistencyProof",
+            rpb.GetConsistencyProofRequest(old_size=old_size, new_size=new_size),
+            rpb.GetConsistencyProofResponse,
+        )
+
+    async def log_entries(self, start: int, end: int = 0) -> rpb.GetLogEntriesResponse:
+        return await self._c.unary(
+            "registry",
+            "GetLogEntries",
+            rpb.GetLogEntriesRequest(start=start, end=end),
+            rpb.GetLogEntriesResponse,
+        )

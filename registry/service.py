@@ -24,6 +24,7 @@ from agentrt_core.errors import (
     NotFound,
     ViolationCollector,
 )
+from agentrt_core.log_entries import Leaf, agent_version_leaf, component_leaf
 from agentrt_core.lru import LruCache
 from agentrt_core.model import (
     AgentDefinition,
@@ -43,7 +44,7 @@ from agentrt_core.publishing import (
     digest_agent,
     digest_component,
 )
-from registry import store
+from registry import log_store, store
 from registry.service_common import (
     Page,
     Publisher,
@@ -52,6 +53,7 @@ from registry.service_common import (
     write_retrying,
 )
 from registry.service_lookup import StoreSource, diff_versions, parse_lookup_ref, resolve_agent
+from registry.transparency import inclusion_in
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ class RegistryService:
 
     async def publish_component(
         self, draft: ComponentDraft, provenance: Provenance, request_id: str = ""
-    ) -> tuple[Component, bool]:
+    ) -> tuple[Component, bool, log_store.Proof]:
         """Store ``name@version``; identical content again returns the stored one.
 
         ``request_id`` is accepted for AIP-155 symmetry; publishing is idempotent by content
@@ -99,12 +101,12 @@ class RegistryService:
         digested: DigestedComponent,
         provenance: Provenance,
         publisher: Publisher,
-    ) -> tuple[Component, bool]:
+    ) -> tuple[Component, bool, log_store.Proof]:
         draft = digested.draft
         existing = store.component_by_version(session, draft.name, draft.version)
         if existing is not None:
             if existing.digest == digested.digest:
-                return store.component_of(existing), False
+                return store.component_of(existing), False, _published(session, existing.digest)
             raise AlreadyExists(
                 "component",
                 f"{draft.name}@{draft.version}",
@@ -130,7 +132,7 @@ class RegistryService:
         row = store.add_component(
             session, digested, provenance, publisher.principal, publisher.verified, utcnow()
         )
-        return store.component_of(row), True
+        return store.component_of(row), True, log_store.append(session, _component_leaf(row))
 
     async def get_component(self, ref: str) -> Component:
         parsed = parse_lookup_ref(ref)
@@ -188,7 +190,7 @@ class RegistryService:
 
     async def publish_agent_version(
         self, definition: AgentDefinition, provenance: Provenance, request_id: str = ""
-    ) -> tuple[AgentVersion, bool]:
+    ) -> tuple[AgentVersion, bool, log_store.Proof]:
         """Resolve, digest and store an agent version; identical content is idempotent."""
         problems = ViolationCollector()
         check_provenance(provenance, problems)
@@ -206,7 +208,7 @@ class RegistryService:
         definition: AgentDefinition,
         provenance: Provenance,
         publisher: Publisher,
-    ) -> tuple[AgentVersion, bool]:
+    ) -> tuple[AgentVersion, bool, log_store.Proof]:
         source = StoreSource(session, self._components)
         source.prefetch(definition)
         digested = digest_agent(definition, source)
@@ -215,7 +217,8 @@ class RegistryService:
         )
         if existing is not None:
             if existing.digest == digested.digest:
-                return store.agent_version_of(session, existing), False
+                version = store.agent_version_of(session, existing)
+                return version, False, _published(session, existing.digest)
             label = f"{definition.agent_id}@{definition.version_label}"
             raise AlreadyExists(
                 "agent version",
@@ -230,7 +233,7 @@ class RegistryService:
         if digested.inline_prompt is not None and (
             store.component_by_digest(session, digested.inline_prompt.digest) is None
         ):
-            store.add_component(
+            prompt = store.add_component(
                 session,
                 digested.inline_prompt,
                 provenance,
@@ -238,6 +241,7 @@ class RegistryService:
                 publisher.verified,
                 utcnow(),
             )
+            log_store.append(session, _component_leaf(prompt))
         version = AgentVersion(
             agent_id=definition.agent_id,
             version_label=definition.version_label,
@@ -250,7 +254,14 @@ class RegistryService:
             verified=publisher.verified,
         )
         store.add_agent_version(session, version)
-        return version, True
+        leaf = agent_version_leaf(
+            digest=version.digest,
+            agent_id=version.agent_id,
+            version_label=version.version_label,
+            principal=version.principal,
+            time=version.publish_time,
+        )
+        return version, True, log_store.append(session, leaf)
 
     async def get_agent_version(self, ref: str) -> tuple[AgentVersion, Resolution]:
         return await self._db.read(lambda s: resolve_agent(s, ref, cache=self._versions))
@@ -325,6 +336,25 @@ class RegistryService:
             return base.digest, target.digest, diff_versions(base, target)
 
         return await self._db.read(read)
+
+
+def _component_leaf(row: store.ComponentRow) -> Leaf:
+    return component_leaf(
+        digest=row.digest,
+        kind=row.kind,
+        name=row.name,
+        version=row.version,
+        principal=row.principal,
+        time=row.publish_time,
+    )
+
+
+def _published(session: Session, digest: str) -> log_store.Proof:
+    """The proof of the entry that published ``digest`` (a publish found it already there)."""
+    found = log_store.publish_entry(session, digest)
+    if found is None:
+        raise RuntimeError(f"{digest} is published but has no entry in the registry log")
+    return inclusion_in(session, *found)
 
 
 def _sorted_definition(definition: AgentDefinition) -> AgentDefinition:

@@ -18,9 +18,10 @@ from agentrt_core.errors import FailedPrecondition, InvalidArgument, NotFound, V
 from agentrt_core.model import Provenance, Tag, TagEvent
 from agentrt_core.paging import cut_page, page_request
 from agentrt_core.tag_names import tag_spelling
-from registry import store
+from registry import log_store, store
 from registry.service_common import Page, check_provenance, digest_field, write_retrying
 from registry.tag_policy import check_tag_policies
+from registry.transparency import tag_event_leaf
 
 
 class TagsService:
@@ -46,8 +47,9 @@ class TagsService:
         actor: str,
         reason: str,
         provenance: Provenance,
-    ) -> tuple[Tag, TagEvent | None]:
-        """Point ``agent_id:tag_name`` at ``digest`` if the expectation holds; record the move."""
+    ) -> tuple[Tag, TagEvent | None, log_store.Proof | None]:
+        """Point ``agent_id:tag_name`` at ``digest`` if the expectation holds; record the move
+        (in the tag's history and in the registry log)."""
         problems = ViolationCollector()
         _check_tag_request(agent_id, tag_name, actor, reason, provenance, problems)
         if refs.is_valid_tag(tag_name) and not refs.is_settable_tag(tag_name):
@@ -63,14 +65,14 @@ class TagsService:
         principal = caller_name()
         policies = tuple(self._tag_policies())
 
-        def write(session: Session) -> tuple[Tag, TagEvent | None]:
+        def write(session: Session) -> tuple[Tag, TagEvent | None, log_store.Proof | None]:
             agent = _locked_agent(session, agent_id)
             version = store.agent_version_by_digest(session, digest)
             if version is None or version.agent_id != agent_id:
                 raise NotFound("agent version", f"{agent_id}@{digest}")
             current = store.tag(session, agent_id, tag_name, for_update=True)
             if current is not None and current.digest == digest:
-                return store.tag_of(current), None
+                return store.tag_of(current), None, None
             check_tag_policies(
                 policies,
                 agent_id,
@@ -95,7 +97,7 @@ class TagsService:
             tag = store.point_tag(
                 session, current, agent_id, tag_name, event, actor=actor, principal=principal
             )
-            return tag, event
+            return tag, event, log_store.append(session, tag_event_leaf(event))
 
         return await write_retrying(self._db, write, conflict_is_abort=True)
 
@@ -108,7 +110,7 @@ class TagsService:
         actor: str,
         reason: str,
         provenance: Provenance,
-    ) -> TagEvent:
+    ) -> tuple[TagEvent, log_store.Proof]:
         problems = ViolationCollector()
         _check_tag_request(agent_id, tag_name, actor, reason, provenance, problems)
         if expected_digest:
@@ -116,7 +118,7 @@ class TagsService:
         problems.raise_if_any()
         principal = caller_name()
 
-        def write(session: Session) -> TagEvent:
+        def write(session: Session) -> tuple[TagEvent, log_store.Proof]:
             agent = _locked_agent(session, agent_id)
             current = store.tag(session, agent_id, tag_name, for_update=True)
             if current is None:
@@ -137,7 +139,7 @@ class TagsService:
                 now=utcnow(),
             )
             store.delete_tag(session, current)
-            return event
+            return event, log_store.append(session, tag_event_leaf(event))
 
         return await write_retrying(self._db, write, conflict_is_abort=True)
 

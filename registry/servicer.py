@@ -14,8 +14,11 @@ from agentrt_core import registry_map as pm
 from agentrt_core.errors import InvalidArgument
 from agentrt_core.lru import LruCache
 from agentrt_core.model import AgentVersion
+from registry import log_map as lm
+from registry import log_store
 from registry.service import RegistryService
 from registry.service_tags import TagsService
+from registry.transparency import RegistryLog
 
 Context = Any  # grpc.aio.ServicerContext; the handlers never touch it (errors are raised)
 
@@ -24,9 +27,13 @@ class RegistryServicer(registry_service_pb2_grpc.RegistryServiceServicer):
     """``agentrt.registry.v1.RegistryService``."""
 
     def __init__(
-        self, database: Database, tag_policies: Callable[[], Sequence[TagPolicy]] = lambda: ()
+        self,
+        database: Database,
+        log: RegistryLog,
+        tag_policies: Callable[[], Sequence[TagPolicy]] = lambda: (),
     ) -> None:
         self._service = RegistryService(database)
+        self._log = log
         self._tags = TagsService(database, tag_policies)
         # Serialised AgentVersion messages without their (mutable) tags, by digest: the
         # version itself never changes, and rebuilding ~60 closure entries per call was most
@@ -45,13 +52,15 @@ class RegistryServicer(registry_service_pb2_grpc.RegistryServiceServicer):
     async def PublishComponent(
         self, request: pb.PublishComponentRequest, context: Context
     ) -> pb.PublishComponentResponse:
-        component, created = await self._service.publish_component(
+        component, created, proof = await self._service.publish_component(
             pm.draft_from_proto(request.component),
             pm.provenance_from_proto(request.provenance),
             request.request_id,
         )
         return pb.PublishComponentResponse(
-            component=pm.component_to_proto(component), created=created
+            component=pm.component_to_proto(component),
+            created=created,
+            log_inclusion=self._inclusion(proof),
         )
 
     async def GetComponent(
@@ -75,13 +84,15 @@ class RegistryServicer(registry_service_pb2_grpc.RegistryServiceServicer):
     async def PublishAgentVersion(
         self, request: pb.PublishAgentVersionRequest, context: Context
     ) -> pb.PublishAgentVersionResponse:
-        version, created = await self._service.publish_agent_version(
+        version, created, proof = await self._service.publish_agent_version(
             pm.definition_from_proto(request.definition),
             pm.provenance_from_proto(request.provenance),
             request.request_id,
         )
         return pb.PublishAgentVersionResponse(
-            agent_version=self._version_proto(version), created=created
+            agent_version=self._version_proto(version),
+            created=created,
+            log_inclusion=self._inclusion(proof),
         )
 
     async def GetAgentVersion(
@@ -130,7 +141,7 @@ class RegistryServicer(registry_service_pb2_grpc.RegistryServiceServicer):
 
     async def SetTag(self, request: pb.SetTagRequest, context: Context) -> pb.SetTagResponse:
         expectation = request.WhichOneof("expectation")
-        tag, event = await self._tags.set_tag(
+        tag, event, proof = await self._tags.set_tag(
             request.agent_id,
             request.tag,
             request.digest,
@@ -143,12 +154,14 @@ class RegistryServicer(registry_service_pb2_grpc.RegistryServiceServicer):
         response = pb.SetTagResponse(tag=pm.tag_to_proto(tag))
         if event is not None:
             response.event.CopyFrom(pm.tag_event_to_proto(event))
+        if proof is not None:
+            response.log_inclusion.CopyFrom(self._inclusion(proof))
         return response
 
     async def DeleteTag(
         self, request: pb.DeleteTagRequest, context: Context
     ) -> pb.DeleteTagResponse:
-        event = await self._tags.delete_tag(
+        event, proof = await self._tags.delete_tag(
             request.agent_id,
             request.tag,
             expected_digest=request.expected_digest,
@@ -156,7 +169,9 @@ class RegistryServicer(registry_service_pb2_grpc.RegistryServiceServicer):
             reason=request.reason,
             provenance=pm.provenance_from_proto(request.provenance),
         )
-        return pb.DeleteTagResponse(event=pm.tag_event_to_proto(event))
+        return pb.DeleteTagResponse(
+            event=pm.tag_event_to_proto(event), log_inclusion=self._inclusion(proof)
+        )
 
     async def ListTags(self, request: pb.ListTagsRequest, context: Context) -> pb.ListTagsResponse:
         page = await self._tags.list_tags(request.agent_id, request.page_size, request.page_token)
@@ -183,4 +198,54 @@ class RegistryServicer(registry_service_pb2_grpc.RegistryServiceServicer):
         )
         return pb.DiffAgentVersionsResponse(
             base_digest=base, target_digest=target, changes=[pm.change_to_proto(c) for c in changes]
+        )
+
+    # the registry log
+
+    def _inclusion(self, proof: log_store.Proof) -> message_pb2.LogInclusion:
+        return lm.inclusion_to_proto(self._log.signed(proof))
+
+    async def GetSigningKeys(
+        self, request: pb.GetSigningKeysRequest, context: Context
+    ) -> pb.GetSigningKeysResponse:
+        return pb.GetSigningKeysResponse(keys=lm.keys_to_proto(self._log.keys))
+
+    async def GetCheckpoint(
+        self, request: pb.GetCheckpointRequest, context: Context
+    ) -> pb.GetCheckpointResponse:
+        checkpoint = await self._log.checkpoint()
+        return pb.GetCheckpointResponse(checkpoint=lm.checkpoint_to_proto(checkpoint))
+
+    async def GetInclusionProof(
+        self, request: pb.GetInclusionProofRequest, context: Context
+    ) -> pb.GetInclusionProofResponse:
+        target = request.WhichOneof("target")
+        if target is None:
+            raise InvalidArgument.for_field("target", "required: index or digest")
+        inclusion = await self._log.inclusion(
+            index=request.index if target == "index" else None,
+            digest=request.digest,
+            tree_size=request.tree_size,
+        )
+        return pb.GetInclusionProofResponse(inclusion=lm.inclusion_to_proto(inclusion))
+
+    async def GetConsistencyProof(
+        self, request: pb.GetConsistencyProofRequest, context: Context
+    ) -> pb.GetConsistencyProofResponse:
+        proof = await self._log.consistency(request.old_size, request.new_size)
+        return pb.GetConsistencyProofResponse(
+            old_size=proof.old_size,
+            new_size=proof.new_size,
+            hashes=list(proof.hashes),
+            checkpoint=lm.checkpoint_to_proto(proof.checkpoint),
+        )
+
+    async def GetLogEntries(
+        self, request: pb.GetLogEntriesRequest, context: Context
+    ) -> pb.GetLogEntriesResponse:
+        found = await self._log.entries(request.start, request.end)
+        return pb.GetLogEntriesResponse(
+            entries=[lm.entry_to_proto(i, leaf) for i, leaf in found.entries],
+            prefix_hashes=list(found.prefix_hashes),
+            checkpoint=lm.checkpoint_to_proto(found.checkpoint),
         )

@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -29,7 +30,7 @@ from agentrt.runtime.v1 import (
     worker_service_pb2,
     worker_service_pb2_grpc,
 )
-from agentrt_base import gc_policy, log_redaction
+from agentrt_base import gc_policy, log_redaction, signing_keys
 from agentrt_base.access import Authorizer
 from agentrt_base.auth_gate import Authenticator
 from agentrt_base.call_context import CallContextInterceptor
@@ -46,6 +47,7 @@ from agentrt_base.settings import ENV_SHUTDOWN_DEADLINE, ServerSettings
 from agentrt_base.tls import server_credentials
 from agentrt_base.tracing import Tracing, TracingConfigError
 from registry.servicer import RegistryServicer
+from registry.transparency import RegistryLog, open_registry_log
 from runtime_service import __version__, migrate
 from runtime_service.console.mount import ConsoleMount
 from runtime_service.console.web import ConsoleExposureError
@@ -159,6 +161,14 @@ class AgentrtServer:
             raise StartupError(str(exc)) from None
         except OSError as exc:  # the exporter process could not be started
             raise StartupError(f"cannot start the span exporter process: {exc}") from None
+        try:  # a key file that cannot be used stops the start before anything is opened
+            given_keys = (
+                signing_keys.load(self.settings.signing_keys)
+                if self.settings.signing_keys
+                else None
+            )
+        except signing_keys.SigningKeyError as exc:
+            raise StartupError(str(exc)) from None
         url = normalise_url(self.settings.database_url)
         # The step writer process needs a database both processes can open: a SQLite file
         # (not an in-memory database) or PostgreSQL.
@@ -180,7 +190,8 @@ class AgentrtServer:
         )
         try:
             await asyncio.to_thread(database.check)
-            await asyncio.to_thread(migrate.upgrade, database)
+            installation_id = await asyncio.to_thread(migrate.upgrade, database)
+            registry_log = await self._open_log(database, given_keys, installation_id)
             if step_process is not None:
                 try:
                     await step_process.start()
@@ -250,7 +261,7 @@ class AgentrtServer:
             options=transport_options(self.settings),
         )
         registry_service_pb2_grpc.add_RegistryServiceServicer_to_server(
-            RegistryServicer(database, self.authenticator.tag_policies),
+            RegistryServicer(database, registry_log, self.authenticator.tag_policies),
             server,
         )
         worker = WorkerServicer(runtime, bound, step_process)
@@ -317,6 +328,20 @@ class AgentrtServer:
         await self._database_health.start()
         self._server, self._health, self.port = server, health_servicer, port
         return port
+
+    async def _open_log(
+        self, database: Database, given: signing_keys.KeyFiles | None, installation_id: str
+    ) -> RegistryLog:
+        """The registry log and its keys: those given, else a SQLite file's generated key."""
+        lock_path = writer_lock_path(database.url)
+        sqlite_file = Path(database.url.database or "") if lock_path is not None else None
+        try:
+            keys = given or signing_keys.resolve((), sqlite_file)
+            return await asyncio.to_thread(
+                open_registry_log, database, keys, self.settings.log_origin, installation_id
+            )
+        except ValueError as exc:  # SigningKeyError, NoteError, a refused origin
+            raise StartupError(str(exc)) from None
 
     @property
     def step_process(self) -> StepProcess | None:

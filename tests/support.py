@@ -6,8 +6,10 @@ import asyncio
 import concurrent.futures
 import contextlib
 import socket
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -18,6 +20,21 @@ from grpc_status import rpc_status
 from agentrt_base.settings import ServerSettings
 from runtime_service.runtime_settings import RuntimeSettings
 from runtime_service.server import AgentrtServer
+
+_SIGNING_KEY: list[str] = []
+
+
+def signing_key() -> str:
+    """The key file the test servers on PostgreSQL sign with (one per test process): a
+    PostgreSQL server must be given its key (agentrt_base.signing_keys); a SQLite file's
+    server generates its own beside the database, as in production."""
+    if not _SIGNING_KEY:
+        from agentrt_base.signing_keys import generate_key_file
+
+        path = Path(tempfile.mkdtemp(prefix="agentrt-test-key-")) / "signing-key.pem"
+        generate_key_file(path)
+        _SIGNING_KEY.append(str(path))
+    return _SIGNING_KEY[0]
 
 
 class ServerThread:
@@ -33,6 +50,8 @@ class ServerThread:
         **settings: Any,
     ) -> None:
         """``settings``: other ServerSettings fields (``tls``, ``listen``, ``insecure``...)."""
+        if database_url.startswith("postgresql") and "signing_keys" not in settings:
+            settings["signing_keys"] = (signing_key(),)
         self.settings = ServerSettings(
             **{
                 "listen": "127.0.0.1:0",

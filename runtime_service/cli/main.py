@@ -16,7 +16,7 @@ from typing import Any
 from agentrt_core.connect import TargetError, cannot_reach, client_channel, resolve_target
 from runtime_service import __version__
 from runtime_service.cli import audit as audit_cli
-from runtime_service.cli import entry, server_commands
+from runtime_service.cli import entry, log_commands, server_commands
 from runtime_service.cli import operator as operator_cli
 from runtime_service.cli import registry as registry_cli
 from runtime_service.cli.client import add_target_argument
@@ -88,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=_cmd_demo)
 
     registry_cli.add_commands(commands)
+    log_commands.add_commands(commands)
     audit_cli.add_commands(commands)
     operator_cli.add_commands(commands)
     return parser

@@ -143,6 +143,20 @@ def add_commands(commands: Subparsers[argparse.ArgumentParser]) -> None:
         help=f"the principals file (tokens, client certificates); read again on SIGHUP (env"
         f" {ENV_AUTH_CONFIG}; docs/security.md)",
     )
+    serve.add_argument(
+        "--signing-key",
+        action="append",
+        metavar="PATH",
+        help="an Ed25519 key file the server signs its log's checkpoints with; repeat to keep"
+        " retired keys published after the signing one (env AGENTRT_SIGNING_KEYS, comma-"
+        "separated; default: generated beside a SQLite database file; docs/audit.md)",
+    )
+    serve.add_argument(
+        "--log-origin",
+        metavar="ORIGIN",
+        help="the registry log's name, the first line of its checkpoints, fixed when the log"
+        " is created (env AGENTRT_LOG_ORIGIN; default agentrt/<installation id>)",
+    )
     _add_limit_arguments(serve)
     serve.add_argument(
         "--insecure",
@@ -213,6 +227,8 @@ def _settings(args: argparse.Namespace, listen: str | None) -> ServerSettings:
         metrics_listen=getattr(args, "metrics_listen", None),
         log_format=getattr(args, "log_format", None),
         console_listen=getattr(args, "console_listen", None),
+        signing_keys=getattr(args, "signing_key", None),
+        log_origin=getattr(args, "log_origin", None),
     )
     path = database_url.password_file(args.database_password_file)
     if path is None:

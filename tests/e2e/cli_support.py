@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from tests.support import signing_key
+
 ROOT = Path(__file__).resolve().parents[2]
 AGENTRT = [sys.executable, "-m", "runtime_service.cli.entry"]
 
@@ -88,6 +90,9 @@ def serve_env() -> dict[str, str]:
     env = checkout_env(os.environ)
     for name in ("AGENTRT_LISTEN", "AGENTRT_DATABASE_URL", "AGENTRT_CONSOLE_LISTEN"):
         env.pop(name, None)
+    # A server on PostgreSQL must be given its signing key (a SQLite file's generates one);
+    # the tests' servers share one, as an operator's replicas would.
+    env.setdefault("AGENTRT_SIGNING_KEYS", signing_key())
     return env
 
 

@@ -27,8 +27,9 @@ def engine() -> str:
     return "sqlite"
 
 
-#: The server's and the CLI's packages: none may be installed, let alone imported.
-SERVER_ONLY = ("sqlalchemy", "alembic", "psycopg", "jwt", "cryptography", "rich", "openai")
+#: The server's and the CLI's packages: none may be installed, let alone imported (cryptography
+#: is the client's too: it checks what the server signed).
+SERVER_ONLY = ("sqlalchemy", "alembic", "psycopg", "jwt", "rich", "openai")
 
 CLIENT = textwrap.dedent(
     """

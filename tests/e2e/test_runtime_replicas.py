@@ -1,6 +1,7 @@
 """Two `agentrt serve` processes on one PostgreSQL database behave as one service: an event
 written through one replica reaches a watcher on the other, and a run created on one wakes a
-worker long-polling on the other (LISTEN/NOTIFY), promptly rather than after a poll interval."""
+worker long-polling on the other (LISTEN/NOTIFY), promptly rather than after a poll interval;
+publishes through both append one registry log."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ from typing import Any
 
 import pytest
 
+from agentrt.registry.v1 import registry_service_pb2 as registry_pb
 from agentrt.runtime.v1 import enum_pb2, message_pb2
 from agentrt.runtime.v1 import runtime_service_pb2 as pb
+from agentrt_core import log_verify
 from tests.conftest import _truncate
 from tests.e2e.cli_support import AGENTRT, serve_env
+from tests.log_support import current, proven, publish_agent, trusted, unique
 from tests.runtime_support import PLAIN, Stubs
 from tests.service.steps_support import Worker
 from tests.support import free_port
@@ -170,3 +174,34 @@ def test_a_worker_long_polling_on_one_replica_is_woken_by_a_run_created_on_the_o
         listed = a.runtime.ListAttempts(pb.ListAttemptsRequest(run_id=run.id), timeout=10)
         assert [x.worker_id for x in listed.attempts] == ["worker-on-b"]
         b.finish(got.fence, enum_pb2.ATTEMPT_OUTCOME_SUCCEEDED_COMPLETE_RUN)
+
+
+def test_replicas_append_one_registry_log(replicas: tuple[Stubs, Stubs]) -> None:
+    """Publishes through both replicas at once take consecutive indexes of one log, which both
+    sign with the one key (issue 31, item 2): the entries since make the signed root."""
+    registries = [replicas[0].registry, replicas[1].registry]
+    keys = trusted(registries[0])
+    assert trusted(registries[1]) == keys
+    before = current(registries[0], keys)
+    results: list[Any] = []
+
+    def publish(registry: Any, n: int) -> None:
+        for i in range(5):
+            results.append(publish_agent(registry, unique(f"replica{n}"), f"v{i}"))
+
+    threads = [threading.Thread(target=publish, args=(registries[n % 2], n)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({r.log_inclusion.entry.index for r in results}) == 20
+    for r in results:
+        proven(r.log_inclusion, keys)
+    after = current(registries[1], keys)
+    response = registries[0].GetLogEntries(
+        registry_pb.GetLogEntriesRequest(start=before.size), timeout=10
+    )
+    entries = log_verify.EntryRange(before.size, list(response.prefix_hashes))
+    for entry in response.entries:
+        entries.add(entry.index, entry.leaf)
+    entries.check(after)

@@ -205,6 +205,25 @@ REQUESTS: dict[str, tuple[Call, set[str]]] = {
         ),
         set(),
     ),
+    "GetSigningKeys": (
+        lambda s, a, w: s.registry.GetSigningKeys(rpb.GetSigningKeysRequest()),
+        set(),
+    ),
+    "GetCheckpoint": (lambda s, a, w: s.registry.GetCheckpoint(rpb.GetCheckpointRequest()), set()),
+    "GetInclusionProof": (
+        lambda s, a, w: s.registry.GetInclusionProof(rpb.GetInclusionProofRequest(digest=w.digest)),
+        set(),
+    ),
+    "GetConsistencyProof": (
+        lambda s, a, w: s.registry.GetConsistencyProof(
+            rpb.GetConsistencyProofRequest(old_size=1)
+        ),
+        set(),
+    ),
+    "GetLogEntries": (
+        lambda s, a, w: s.registry.GetLogEntries(rpb.GetLogEntriesRequest(start=0)),
+        set(),
+    ),
     "CreateThread": (
         lambda s, a, w: s.runtime.CreateThread(pb.CreateThreadRequest(namespace="team-a")),
         {NS},

@@ -40,7 +40,8 @@ class Rule:
 
 #: What installs with the server or the command line (pyproject's ``server`` and ``cli``
 #: extras) and so may not be needed by a client: ``pip install agentrt`` has none of them.
-SERVER_PACKAGES = ("sqlalchemy", "alembic", "psycopg", "jwt", "cryptography", "rich")
+#: (cryptography is the client's too: it verifies what the server signed.)
+SERVER_PACKAGES = ("sqlalchemy", "alembic", "psycopg", "jwt", "rich")
 
 RULES = (
     Rule(
@@ -365,6 +366,11 @@ CLIENT_IMPORTS = frozenset(
         "yaml",
         "typing_extensions",
         "idna",
+        # Ed25519 checks of signed checkpoints (agentrt_core/signed_note.py), and what the
+        # cryptography package loads.
+        "cryptography",
+        "_cffi_backend",
+        "_openssl",
         # The OpenTelemetry API (agentrt_sdk/tracing.py: the worker joins the run's trace).
         "opentelemetry",
         # grpc's __init__ probes for these optional add-ons; a client-only install has none
@@ -410,7 +416,7 @@ CLI_IMPORTS = CLIENT_IMPORTS | {
 
 
 def test_a_client_command_runs_without_the_server_packages() -> None:
-    """``pip install 'agentrt[cli]'`` has no SQLAlchemy, PyJWT, cryptography or psycopg: the
+    """``pip install 'agentrt[cli]'`` has no SQLAlchemy, PyJWT or psycopg: the
     parser (which lists serve, db and token too) must build and a client command must run
     with those packages absent. Run in a fresh interpreter where importing any of them fails,
     as it would there; the command talks to a port nobody listens on and must fail as a

@@ -1170,3 +1170,148 @@ class FieldChange(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FieldChange: _TypeAlias = FieldChange  # noqa: Y015
+
+@_typing.final
+class SigningKey(_message.Message):
+    """A key the server signs with: Ed25519 (RFC 8032)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_ID_FIELD_NUMBER: _builtins.int
+    VERIFIER_KEY_FIELD_NUMBER: _builtins.int
+    PUBLIC_KEY_FIELD_NUMBER: _builtins.int
+    ACTIVE_FIELD_NUMBER: _builtins.int
+    key_id: _builtins.str
+    """`<name>+<key hash>`: the key's name and the first four bytes of
+    SHA-256(name || "\\n" || 0x01 || public key), in hex. DSSE signatures name
+    their key with it.
+    """
+    verifier_key: _builtins.str
+    """The C2SP signed-note verifier key: `<name>+<key hash>+<base64(0x01 ||
+    public key)>`.
+    """
+    public_key: _builtins.bytes
+    """The raw 32-byte Ed25519 public key."""
+    active: _builtins.bool
+    """True for the key signing now; false for a retired key."""
+    def __init__(
+        self,
+        *,
+        key_id: _builtins.str = ...,
+        verifier_key: _builtins.str = ...,
+        public_key: _builtins.bytes = ...,
+        active: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active", b"active", "key_id", b"key_id", "public_key", b"public_key", "verifier_key", b"verifier_key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SigningKey: _TypeAlias = SigningKey  # noqa: Y015
+
+@_typing.final
+class Checkpoint(_message.Message):
+    """A signed state of the registry log."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NOTE_FIELD_NUMBER: _builtins.int
+    ORIGIN_FIELD_NUMBER: _builtins.int
+    TREE_SIZE_FIELD_NUMBER: _builtins.int
+    ROOT_HASH_FIELD_NUMBER: _builtins.int
+    note: _builtins.str
+    """The C2SP signed note exactly as signed: its text (origin, tree size, root
+    hash, a line each), a blank line, then one signature line per key. Verify
+    this; the fields below are read from it for convenience.
+    """
+    origin: _builtins.str
+    """Names the log: `agentrt/<installation id>` unless the server was started
+    with --log-origin.
+    """
+    tree_size: _builtins.int
+    root_hash: _builtins.bytes
+    """The RFC 6962 root hash (SHA-256) of the first tree_size entries."""
+    def __init__(
+        self,
+        *,
+        note: _builtins.str = ...,
+        origin: _builtins.str = ...,
+        tree_size: _builtins.int = ...,
+        root_hash: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["note", b"note", "origin", b"origin", "root_hash", b"root_hash", "tree_size", b"tree_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Checkpoint: _TypeAlias = Checkpoint  # noqa: Y015
+
+@_typing.final
+class LogEntry(_message.Message):
+    """One entry of the registry log."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    LEAF_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    """Its position (0 is the first)."""
+    leaf: _builtins.bytes
+    """What the entry records, as RFC 8785 canonical JSON; its leaf hash is
+    SHA-256(0x00 || leaf). The fields per `type` are in docs/audit.md.
+    """
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        leaf: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "leaf", b"leaf"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LogEntry: _TypeAlias = LogEntry  # noqa: Y015
+
+@_typing.final
+class LogInclusion(_message.Message):
+    """An entry and the proof that it is in the log."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRY_FIELD_NUMBER: _builtins.int
+    TREE_SIZE_FIELD_NUMBER: _builtins.int
+    HASHES_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
+    tree_size: _builtins.int
+    """The size of the tree the proof is against."""
+    @_builtins.property
+    def entry(self) -> Global___LogEntry: ...
+    @_builtins.property
+    def hashes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """RFC 6962 PATH(entry.index, D[tree_size]): the audit path, nearest
+        sibling first.
+        """
+
+    @_builtins.property
+    def checkpoint(self) -> Global___Checkpoint:
+        """Signed at tree_size."""
+
+    def __init__(
+        self,
+        *,
+        entry: Global___LogEntry | None = ...,
+        tree_size: _builtins.int = ...,
+        hashes: _abc.Iterable[_builtins.bytes] | None = ...,
+        checkpoint: Global___Checkpoint | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "entry", b"entry"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "entry", b"entry", "hashes", b"hashes", "tree_size", b"tree_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LogInclusion: _TypeAlias = LogInclusion  # noqa: Y015

@@ -60,19 +60,27 @@ class PublishComponentResponse(_message.Message):
 
     COMPONENT_FIELD_NUMBER: _builtins.int
     CREATED_FIELD_NUMBER: _builtins.int
+    LOG_INCLUSION_FIELD_NUMBER: _builtins.int
     created: _builtins.bool
     """False when identical content was already published under this name@version."""
     @_builtins.property
     def component(self) -> _message_pb2.Component: ...
+    @_builtins.property
+    def log_inclusion(self) -> _message_pb2.LogInclusion:
+        """The log entry that published the component (the earlier one when
+        created is false), proven against a fresh signed checkpoint.
+        """
+
     def __init__(
         self,
         *,
         component: _message_pb2.Component | None = ...,
         created: _builtins.bool = ...,
+        log_inclusion: _message_pb2.LogInclusion | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["component", b"component"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["component", b"component", "log_inclusion", b"log_inclusion"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["component", b"component", "created", b"created"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["component", b"component", "created", b"created", "log_inclusion", b"log_inclusion"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -216,19 +224,27 @@ class PublishAgentVersionResponse(_message.Message):
 
     AGENT_VERSION_FIELD_NUMBER: _builtins.int
     CREATED_FIELD_NUMBER: _builtins.int
+    LOG_INCLUSION_FIELD_NUMBER: _builtins.int
     created: _builtins.bool
     """False when identical content was already published under this label."""
     @_builtins.property
     def agent_version(self) -> _message_pb2.AgentVersion: ...
+    @_builtins.property
+    def log_inclusion(self) -> _message_pb2.LogInclusion:
+        """The log entry that published the version (the earlier one when created is
+        false), proven against a fresh signed checkpoint.
+        """
+
     def __init__(
         self,
         *,
         agent_version: _message_pb2.AgentVersion | None = ...,
         created: _builtins.bool = ...,
+        log_inclusion: _message_pb2.LogInclusion | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["agent_version", b"agent_version"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["agent_version", b"agent_version", "log_inclusion", b"log_inclusion"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_version", b"agent_version", "created", b"created"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_version", b"agent_version", "created", b"created", "log_inclusion", b"log_inclusion"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -468,6 +484,7 @@ class SetTagResponse(_message.Message):
 
     TAG_FIELD_NUMBER: _builtins.int
     EVENT_FIELD_NUMBER: _builtins.int
+    LOG_INCLUSION_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def tag(self) -> _message_pb2.Tag:
         """The tag after the call."""
@@ -476,15 +493,22 @@ class SetTagResponse(_message.Message):
     def event(self) -> _message_pb2.TagEvent:
         """The history entry written; unset when the tag already pointed at digest."""
 
+    @_builtins.property
+    def log_inclusion(self) -> _message_pb2.LogInclusion:
+        """The log entry of the move, proven against a fresh signed checkpoint; unset
+        when no event was written.
+        """
+
     def __init__(
         self,
         *,
         tag: _message_pb2.Tag | None = ...,
         event: _message_pb2.TagEvent | None = ...,
+        log_inclusion: _message_pb2.LogInclusion | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "tag", b"tag"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "log_inclusion", b"log_inclusion", "tag", b"tag"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "tag", b"tag"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "log_inclusion", b"log_inclusion", "tag", b"tag"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -541,18 +565,24 @@ class DeleteTagResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     EVENT_FIELD_NUMBER: _builtins.int
+    LOG_INCLUSION_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def event(self) -> _message_pb2.TagEvent:
         """The history entry written (type TAG_EVENT_TYPE_DELETE)."""
+
+    @_builtins.property
+    def log_inclusion(self) -> _message_pb2.LogInclusion:
+        """The log entry of the deletion, proven against a fresh signed checkpoint."""
 
     def __init__(
         self,
         *,
         event: _message_pb2.TagEvent | None = ...,
+        log_inclusion: _message_pb2.LogInclusion | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "log_inclusion", b"log_inclusion"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "log_inclusion", b"log_inclusion"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -725,3 +755,251 @@ class DiffAgentVersionsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DiffAgentVersionsResponse: _TypeAlias = DiffAgentVersionsResponse  # noqa: Y015
+
+@_typing.final
+class GetSigningKeysRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSigningKeysRequest: _TypeAlias = GetSigningKeysRequest  # noqa: Y015
+
+@_typing.final
+class GetSigningKeysResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEYS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def keys(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.SigningKey]:
+        """The key signing now first, then retired keys."""
+
+    def __init__(
+        self,
+        *,
+        keys: _abc.Iterable[_message_pb2.SigningKey] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keys", b"keys"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSigningKeysResponse: _TypeAlias = GetSigningKeysResponse  # noqa: Y015
+
+@_typing.final
+class GetCheckpointRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetCheckpointRequest: _TypeAlias = GetCheckpointRequest  # noqa: Y015
+
+@_typing.final
+class GetCheckpointResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def checkpoint(self) -> _message_pb2.Checkpoint: ...
+    def __init__(
+        self,
+        *,
+        checkpoint: _message_pb2.Checkpoint | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetCheckpointResponse: _TypeAlias = GetCheckpointResponse  # noqa: Y015
+
+@_typing.final
+class GetInclusionProofRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    DIGEST_FIELD_NUMBER: _builtins.int
+    TREE_SIZE_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    """The entry's index (0 is the first entry)."""
+    digest: _builtins.str
+    """`sha256:…` of a published component or agent version: the entry that
+    published it.
+    """
+    tree_size: _builtins.int
+    """The size of the tree to prove inclusion in; 0: the log's current size.
+    Must be above the entry's index.
+    """
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        digest: _builtins.str = ...,
+        tree_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "index", b"index", "target", b"target"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "index", b"index", "target", b"target", "tree_size", b"tree_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_target: _TypeAlias = _typing.Literal["index", "digest"]  # noqa: Y015
+    _WhichOneofArgType_target: _TypeAlias = _typing.Literal["target", b"target"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_target) -> _WhichOneofReturnType_target | None: ...
+
+Global___GetInclusionProofRequest: _TypeAlias = GetInclusionProofRequest  # noqa: Y015
+
+@_typing.final
+class GetInclusionProofResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INCLUSION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def inclusion(self) -> _message_pb2.LogInclusion: ...
+    def __init__(
+        self,
+        *,
+        inclusion: _message_pb2.LogInclusion | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["inclusion", b"inclusion"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["inclusion", b"inclusion"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetInclusionProofResponse: _TypeAlias = GetInclusionProofResponse  # noqa: Y015
+
+@_typing.final
+class GetConsistencyProofRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OLD_SIZE_FIELD_NUMBER: _builtins.int
+    NEW_SIZE_FIELD_NUMBER: _builtins.int
+    old_size: _builtins.int
+    """The size of the earlier tree (0 or more)."""
+    new_size: _builtins.int
+    """The size of the later tree; 0: the log's current size."""
+    def __init__(
+        self,
+        *,
+        old_size: _builtins.int = ...,
+        new_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["new_size", b"new_size", "old_size", b"old_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetConsistencyProofRequest: _TypeAlias = GetConsistencyProofRequest  # noqa: Y015
+
+@_typing.final
+class GetConsistencyProofResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OLD_SIZE_FIELD_NUMBER: _builtins.int
+    NEW_SIZE_FIELD_NUMBER: _builtins.int
+    HASHES_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
+    old_size: _builtins.int
+    new_size: _builtins.int
+    @_builtins.property
+    def hashes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """RFC 6962 PROOF(old_size, D[new_size]); empty when old_size is 0 or equals
+        new_size.
+        """
+
+    @_builtins.property
+    def checkpoint(self) -> _message_pb2.Checkpoint:
+        """Signed at new_size."""
+
+    def __init__(
+        self,
+        *,
+        old_size: _builtins.int = ...,
+        new_size: _builtins.int = ...,
+        hashes: _abc.Iterable[_builtins.bytes] | None = ...,
+        checkpoint: _message_pb2.Checkpoint | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "hashes", b"hashes", "new_size", b"new_size", "old_size", b"old_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetConsistencyProofResponse: _TypeAlias = GetConsistencyProofResponse  # noqa: Y015
+
+@_typing.final
+class GetLogEntriesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    start: _builtins.int
+    """The first index wanted (0 or more, below the log's size)."""
+    end: _builtins.int
+    """One past the last index wanted; 0: the log's current size. Larger values
+    are cut to the current size, and at most 1000 entries are returned.
+    """
+    def __init__(
+        self,
+        *,
+        start: _builtins.int = ...,
+        end: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetLogEntriesRequest: _TypeAlias = GetLogEntriesRequest  # noqa: Y015
+
+@_typing.final
+class GetLogEntriesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    PREFIX_HASHES_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.LogEntry]:
+        """Consecutive entries from `start`."""
+
+    @_builtins.property
+    def prefix_hashes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """The hashes of the complete subtrees that make up the first `start`
+        entries, largest first (the binary decomposition of start).
+        """
+
+    @_builtins.property
+    def checkpoint(self) -> _message_pb2.Checkpoint:
+        """Signed at start + the number of entries returned."""
+
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[_message_pb2.LogEntry] | None = ...,
+        prefix_hashes: _abc.Iterable[_builtins.bytes] | None = ...,
+        checkpoint: _message_pb2.Checkpoint | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "entries", b"entries", "prefix_hashes", b"prefix_hashes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetLogEntriesResponse: _TypeAlias = GetLogEntriesResponse  # noqa: Y015

@@ -106,6 +106,31 @@ class RegistryServiceStub:
                 request_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.DiffAgentVersionsRequest.SerializeToString,
                 response_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.DiffAgentVersionsResponse.FromString,
                 _registered_method=True)
+        self.GetSigningKeys = channel.unary_unary(
+                '/agentrt.registry.v1.RegistryService/GetSigningKeys',
+                request_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetSigningKeysRequest.SerializeToString,
+                response_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetSigningKeysResponse.FromString,
+                _registered_method=True)
+        self.GetCheckpoint = channel.unary_unary(
+                '/agentrt.registry.v1.RegistryService/GetCheckpoint',
+                request_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetCheckpointRequest.SerializeToString,
+                response_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetCheckpointResponse.FromString,
+                _registered_method=True)
+        self.GetInclusionProof = channel.unary_unary(
+                '/agentrt.registry.v1.RegistryService/GetInclusionProof',
+                request_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetInclusionProofRequest.SerializeToString,
+                response_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetInclusionProofResponse.FromString,
+                _registered_method=True)
+        self.GetConsistencyProof = channel.unary_unary(
+                '/agentrt.registry.v1.RegistryService/GetConsistencyProof',
+                request_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetConsistencyProofRequest.SerializeToString,
+                response_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetConsistencyProofResponse.FromString,
+                _registered_method=True)
+        self.GetLogEntries = channel.unary_unary(
+                '/agentrt.registry.v1.RegistryService/GetLogEntries',
+                request_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetLogEntriesRequest.SerializeToString,
+                response_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetLogEntriesResponse.FromString,
+                _registered_method=True)
 
 
 class RegistryServiceServicer:
@@ -254,6 +279,70 @@ class RegistryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSigningKeys(self, request, context):
+        """GetSigningKeys lists the keys the server signs with (checkpoints of the
+        registry log, run attestations) and has signed with: the one signing now
+        first, then retired keys, kept so what they signed still verifies. Each is
+        also given in the C2SP signed-note verifier-key form
+        (`name+keyhash+base64`), which `agentrt keys` prints. Trust a key obtained
+        out of band (or pinned on first use), not one a server hands out with the
+        note it signed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCheckpoint(self, request, context):
+        """GetCheckpoint returns the registry log's current checkpoint: a C2SP
+        tlog-checkpoint (origin, tree size, RFC 6962 root hash) signed as a C2SP
+        signed note. Every publish of a component or agent version and every tag
+        move or deletion is an entry of that log (docs/audit.md, "The registry
+        log").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetInclusionProof(self, request, context):
+        """GetInclusionProof proves that one entry is in the log: the RFC 6962 audit
+        path from the entry's leaf to the root of a tree of `tree_size` entries,
+        with a checkpoint of that size signed by the server. The entry is named by
+        its index, or by the digest of the component or agent version it
+        published. NOT_FOUND when no entry published the digest; INVALID_ARGUMENT
+        (BadRequest on `target`, `index`, `digest` or `tree_size`) for a malformed
+        request; OUT_OF_RANGE when the index or `tree_size` is past the log's
+        current size.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetConsistencyProof(self, request, context):
+        """GetConsistencyProof proves that the log of `old_size` entries is a prefix
+        of the log of `new_size` (RFC 6962 section 2.1.2), with a signed checkpoint
+        of `new_size`: a client that kept an earlier checkpoint detects a server
+        that rewrote or forked its history. INVALID_ARGUMENT (BadRequest on
+        `old_size` or `new_size`) when old_size exceeds new_size or either is
+        negative; OUT_OF_RANGE when a size is past the log's current size.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetLogEntries(self, request, context):
+        """GetLogEntries returns the entries with indexes from `start` (inclusive)
+        to `end` (exclusive), at most 1000 a call, with what proves they are the
+        log's: the hashes of the complete subtrees before `start` and a signed
+        checkpoint of the size the last returned entry ends. A verifier hashes
+        each returned entry onto those subtrees and must reach the checkpoint's
+        root (docs/audit.md). INVALID_ARGUMENT (BadRequest on `start` or `end`) when
+        start is negative or end is not above start; OUT_OF_RANGE when start is at
+        or past the log's current size.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RegistryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -316,6 +405,31 @@ def add_RegistryServiceServicer_to_server(servicer, server):
                     servicer.DiffAgentVersions,
                     request_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.DiffAgentVersionsRequest.FromString,
                     response_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.DiffAgentVersionsResponse.SerializeToString,
+            ),
+            'GetSigningKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSigningKeys,
+                    request_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetSigningKeysRequest.FromString,
+                    response_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetSigningKeysResponse.SerializeToString,
+            ),
+            'GetCheckpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCheckpoint,
+                    request_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetCheckpointRequest.FromString,
+                    response_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetCheckpointResponse.SerializeToString,
+            ),
+            'GetInclusionProof': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetInclusionProof,
+                    request_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetInclusionProofRequest.FromString,
+                    response_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetInclusionProofResponse.SerializeToString,
+            ),
+            'GetConsistencyProof': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetConsistencyProof,
+                    request_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetConsistencyProofRequest.FromString,
+                    response_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetConsistencyProofResponse.SerializeToString,
+            ),
+            'GetLogEntries': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLogEntries,
+                    request_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetLogEntriesRequest.FromString,
+                    response_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetLogEntriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -654,6 +768,141 @@ class RegistryService:
             '/agentrt.registry.v1.RegistryService/DiffAgentVersions',
             agentrt_dot_registry_dot_v1_dot_registry__service__pb2.DiffAgentVersionsRequest.SerializeToString,
             agentrt_dot_registry_dot_v1_dot_registry__service__pb2.DiffAgentVersionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSigningKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrt.registry.v1.RegistryService/GetSigningKeys',
+            agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetSigningKeysRequest.SerializeToString,
+            agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetSigningKeysResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCheckpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrt.registry.v1.RegistryService/GetCheckpoint',
+            agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetCheckpointRequest.SerializeToString,
+            agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetCheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetInclusionProof(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrt.registry.v1.RegistryService/GetInclusionProof',
+            agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetInclusionProofRequest.SerializeToString,
+            agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetInclusionProofResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetConsistencyProof(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrt.registry.v1.RegistryService/GetConsistencyProof',
+            agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetConsistencyProofRequest.SerializeToString,
+            agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetConsistencyProofResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLogEntries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrt.registry.v1.RegistryService/GetLogEntries',
+            agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetLogEntriesRequest.SerializeToString,
+            agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetLogEntriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -127,6 +127,50 @@ class RegistryServiceStub:
     changes. NOT_FOUND / INVALID_ARGUMENT for either reference as in
     GetAgentVersion. The versions may belong to different agents.
     """
+    GetSigningKeys: _grpc.UnaryUnaryMultiCallable[_registry_service_pb2.GetSigningKeysRequest, _registry_service_pb2.GetSigningKeysResponse]
+    """GetSigningKeys lists the keys the server signs with (checkpoints of the
+    registry log, run attestations) and has signed with: the one signing now
+    first, then retired keys, kept so what they signed still verifies. Each is
+    also given in the C2SP signed-note verifier-key form
+    (`name+keyhash+base64`), which `agentrt keys` prints. Trust a key obtained
+    out of band (or pinned on first use), not one a server hands out with the
+    note it signed.
+    """
+    GetCheckpoint: _grpc.UnaryUnaryMultiCallable[_registry_service_pb2.GetCheckpointRequest, _registry_service_pb2.GetCheckpointResponse]
+    """GetCheckpoint returns the registry log's current checkpoint: a C2SP
+    tlog-checkpoint (origin, tree size, RFC 6962 root hash) signed as a C2SP
+    signed note. Every publish of a component or agent version and every tag
+    move or deletion is an entry of that log (docs/audit.md, "The registry
+    log").
+    """
+    GetInclusionProof: _grpc.UnaryUnaryMultiCallable[_registry_service_pb2.GetInclusionProofRequest, _registry_service_pb2.GetInclusionProofResponse]
+    """GetInclusionProof proves that one entry is in the log: the RFC 6962 audit
+    path from the entry's leaf to the root of a tree of `tree_size` entries,
+    with a checkpoint of that size signed by the server. The entry is named by
+    its index, or by the digest of the component or agent version it
+    published. NOT_FOUND when no entry published the digest; INVALID_ARGUMENT
+    (BadRequest on `target`, `index`, `digest` or `tree_size`) for a malformed
+    request; OUT_OF_RANGE when the index or `tree_size` is past the log's
+    current size.
+    """
+    GetConsistencyProof: _grpc.UnaryUnaryMultiCallable[_registry_service_pb2.GetConsistencyProofRequest, _registry_service_pb2.GetConsistencyProofResponse]
+    """GetConsistencyProof proves that the log of `old_size` entries is a prefix
+    of the log of `new_size` (RFC 6962 section 2.1.2), with a signed checkpoint
+    of `new_size`: a client that kept an earlier checkpoint detects a server
+    that rewrote or forked its history. INVALID_ARGUMENT (BadRequest on
+    `old_size` or `new_size`) when old_size exceeds new_size or either is
+    negative; OUT_OF_RANGE when a size is past the log's current size.
+    """
+    GetLogEntries: _grpc.UnaryUnaryMultiCallable[_registry_service_pb2.GetLogEntriesRequest, _registry_service_pb2.GetLogEntriesResponse]
+    """GetLogEntries returns the entries with indexes from `start` (inclusive)
+    to `end` (exclusive), at most 1000 a call, with what proves they are the
+    log's: the hashes of the complete subtrees before `start` and a signed
+    checkpoint of the size the last returned entry ends. A verifier hashes
+    each returned entry onto those subtrees and must reach the checkpoint's
+    root (docs/audit.md). INVALID_ARGUMENT (BadRequest on `start` or `end`) when
+    start is negative or end is not above start; OUT_OF_RANGE when start is at
+    or past the log's current size.
+    """
 
 @_typing.type_check_only
 class RegistryServiceAsyncStub(RegistryServiceStub):
@@ -226,6 +270,50 @@ class RegistryServiceAsyncStub(RegistryServiceStub):
     part by part over their resolved closures. Identical versions give no
     changes. NOT_FOUND / INVALID_ARGUMENT for either reference as in
     GetAgentVersion. The versions may belong to different agents.
+    """
+    GetSigningKeys: _aio.UnaryUnaryMultiCallable[_registry_service_pb2.GetSigningKeysRequest, _registry_service_pb2.GetSigningKeysResponse]  # type: ignore[assignment]
+    """GetSigningKeys lists the keys the server signs with (checkpoints of the
+    registry log, run attestations) and has signed with: the one signing now
+    first, then retired keys, kept so what they signed still verifies. Each is
+    also given in the C2SP signed-note verifier-key form
+    (`name+keyhash+base64`), which `agentrt keys` prints. Trust a key obtained
+    out of band (or pinned on first use), not one a server hands out with the
+    note it signed.
+    """
+    GetCheckpoint: _aio.UnaryUnaryMultiCallable[_registry_service_pb2.GetCheckpointRequest, _registry_service_pb2.GetCheckpointResponse]  # type: ignore[assignment]
+    """GetCheckpoint returns the registry log's current checkpoint: a C2SP
+    tlog-checkpoint (origin, tree size, RFC 6962 root hash) signed as a C2SP
+    signed note. Every publish of a component or agent version and every tag
+    move or deletion is an entry of that log (docs/audit.md, "The registry
+    log").
+    """
+    GetInclusionProof: _aio.UnaryUnaryMultiCallable[_registry_service_pb2.GetInclusionProofRequest, _registry_service_pb2.GetInclusionProofResponse]  # type: ignore[assignment]
+    """GetInclusionProof proves that one entry is in the log: the RFC 6962 audit
+    path from the entry's leaf to the root of a tree of `tree_size` entries,
+    with a checkpoint of that size signed by the server. The entry is named by
+    its index, or by the digest of the component or agent version it
+    published. NOT_FOUND when no entry published the digest; INVALID_ARGUMENT
+    (BadRequest on `target`, `index`, `digest` or `tree_size`) for a malformed
+    request; OUT_OF_RANGE when the index or `tree_size` is past the log's
+    current size.
+    """
+    GetConsistencyProof: _aio.UnaryUnaryMultiCallable[_registry_service_pb2.GetConsistencyProofRequest, _registry_service_pb2.GetConsistencyProofResponse]  # type: ignore[assignment]
+    """GetConsistencyProof proves that the log of `old_size` entries is a prefix
+    of the log of `new_size` (RFC 6962 section 2.1.2), with a signed checkpoint
+    of `new_size`: a client that kept an earlier checkpoint detects a server
+    that rewrote or forked its history. INVALID_ARGUMENT (BadRequest on
+    `old_size` or `new_size`) when old_size exceeds new_size or either is
+    negative; OUT_OF_RANGE when a size is past the log's current size.
+    """
+    GetLogEntries: _aio.UnaryUnaryMultiCallable[_registry_service_pb2.GetLogEntriesRequest, _registry_service_pb2.GetLogEntriesResponse]  # type: ignore[assignment]
+    """GetLogEntries returns the entries with indexes from `start` (inclusive)
+    to `end` (exclusive), at most 1000 a call, with what proves they are the
+    log's: the hashes of the complete subtrees before `start` and a signed
+    checkpoint of the size the last returned entry ends. A verifier hashes
+    each returned entry onto those subtrees and must reach the checkpoint's
+    root (docs/audit.md). INVALID_ARGUMENT (BadRequest on `start` or `end`) when
+    start is negative or end is not above start; OUT_OF_RANGE when start is at
+    or past the log's current size.
     """
 
 class RegistryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -395,6 +483,80 @@ class RegistryServiceServicer(metaclass=_abc_1.ABCMeta):
         part by part over their resolved closures. Identical versions give no
         changes. NOT_FOUND / INVALID_ARGUMENT for either reference as in
         GetAgentVersion. The versions may belong to different agents.
+        """
+
+    @_abc_1.abstractmethod
+    def GetSigningKeys(
+        self,
+        request: _registry_service_pb2.GetSigningKeysRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_registry_service_pb2.GetSigningKeysResponse, _abc.Awaitable[_registry_service_pb2.GetSigningKeysResponse]]:
+        """GetSigningKeys lists the keys the server signs with (checkpoints of the
+        registry log, run attestations) and has signed with: the one signing now
+        first, then retired keys, kept so what they signed still verifies. Each is
+        also given in the C2SP signed-note verifier-key form
+        (`name+keyhash+base64`), which `agentrt keys` prints. Trust a key obtained
+        out of band (or pinned on first use), not one a server hands out with the
+        note it signed.
+        """
+
+    @_abc_1.abstractmethod
+    def GetCheckpoint(
+        self,
+        request: _registry_service_pb2.GetCheckpointRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_registry_service_pb2.GetCheckpointResponse, _abc.Awaitable[_registry_service_pb2.GetCheckpointResponse]]:
+        """GetCheckpoint returns the registry log's current checkpoint: a C2SP
+        tlog-checkpoint (origin, tree size, RFC 6962 root hash) signed as a C2SP
+        signed note. Every publish of a component or agent version and every tag
+        move or deletion is an entry of that log (docs/audit.md, "The registry
+        log").
+        """
+
+    @_abc_1.abstractmethod
+    def GetInclusionProof(
+        self,
+        request: _registry_service_pb2.GetInclusionProofRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_registry_service_pb2.GetInclusionProofResponse, _abc.Awaitable[_registry_service_pb2.GetInclusionProofResponse]]:
+        """GetInclusionProof proves that one entry is in the log: the RFC 6962 audit
+        path from the entry's leaf to the root of a tree of `tree_size` entries,
+        with a checkpoint of that size signed by the server. The entry is named by
+        its index, or by the digest of the component or agent version it
+        published. NOT_FOUND when no entry published the digest; INVALID_ARGUMENT
+        (BadRequest on `target`, `index`, `digest` or `tree_size`) for a malformed
+        request; OUT_OF_RANGE when the index or `tree_size` is past the log's
+        current size.
+        """
+
+    @_abc_1.abstractmethod
+    def GetConsistencyProof(
+        self,
+        request: _registry_service_pb2.GetConsistencyProofRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_registry_service_pb2.GetConsistencyProofResponse, _abc.Awaitable[_registry_service_pb2.GetConsistencyProofResponse]]:
+        """GetConsistencyProof proves that the log of `old_size` entries is a prefix
+        of the log of `new_size` (RFC 6962 section 2.1.2), with a signed checkpoint
+        of `new_size`: a client that kept an earlier checkpoint detects a server
+        that rewrote or forked its history. INVALID_ARGUMENT (BadRequest on
+        `old_size` or `new_size`) when old_size exceeds new_size or either is
+        negative; OUT_OF_RANGE when a size is past the log's current size.
+        """
+
+    @_abc_1.abstractmethod
+    def GetLogEntries(
+        self,
+        request: _registry_service_pb2.GetLogEntriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_registry_service_pb2.GetLogEntriesResponse, _abc.Awaitable[_registry_service_pb2.GetLogEntriesResponse]]:
+        """GetLogEntries returns the entries with indexes from `start` (inclusive)
+        to `end` (exclusive), at most 1000 a call, with what proves they are the
+        log's: the hashes of the complete subtrees before `start` and a signed
+        checkpoint of the size the last returned entry ends. A verifier hashes
+        each returned entry onto those subtrees and must reach the checkpoint's
+        root (docs/audit.md). INVALID_ARGUMENT (BadRequest on `start` or `end`) when
+        start is negative or end is not above start; OUT_OF_RANGE when start is at
+        or past the log's current size.
         """
 
 def add_RegistryServiceServicer_to_server(servicer: RegistryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
