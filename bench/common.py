@@ -111,7 +111,24 @@ def server_env(root: Path = ROOT, extra: Mapping[str, str] | None = None) -> dic
     on ``sys.path``, so the server imports ``root``'s packages and generated stubs instead.
     """
     path = os.pathsep.join([str(root), str(root / "generated")])
-    return {**os.environ, **(extra or {}), "PYTHONPATH": path}
+    # A server on PostgreSQL must be given its signing key (a SQLite file's makes its own);
+    # one key for the run, as replicas would share (code before the registry log ignores it).
+    keys = {} if os.environ.get("AGENTRT_SIGNING_KEYS") else {"AGENTRT_SIGNING_KEYS": bench_key()}
+    return {**os.environ, **keys, **(extra or {}), "PYTHONPATH": path}
+
+
+_KEY: list[str] = []
+
+
+def bench_key() -> str:
+    """A signing key file for this benchmark run's servers."""
+    if not _KEY:
+        from agentrt_base.signing_keys import generate_key_file
+
+        path = Path(tempfile.mkdtemp(prefix="agentrt-bench-key-")) / "signing-key.pem"
+        generate_key_file(path)
+        _KEY.append(str(path))
+    return _KEY[0]
 
 
 @contextlib.contextmanager

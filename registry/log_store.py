@@ -99,36 +99,46 @@ def create_head(session: Session, origin: str) -> None:
     session.execute(sa.insert(LogHeadRow).values(singleton=1, origin=origin, size=0, frontier=b""))
 
 
-def append(session: Session, leaf: Leaf) -> Proof:
-    """Append ``leaf``; its index and proof in the tree it ends (the last leaf's audit path is
-    the old frontier, smallest subtree first)."""
+def append(session: Session, *leaves: Leaf) -> list[Proof]:
+    """Append ``leaves`` in order; each one's index and proof in the tree it ends (the last
+    leaf's audit path is the frontier before it, smallest subtree first).
+
+    Call it once, as the transaction's last write: the head's lock is then held only while
+    nothing else is waited for. A transaction that took it and then inserted a row another
+    publish had inserted first would wait on that publish, which would wait on the head:
+    a deadlock PostgreSQL breaks by aborting one of them."""
     current = head(session, for_update=True)
     if current is None:
         raise RuntimeError("the registry log has no head row (the server creates it at start)")
-    index = current.size
-    leaf_hash = merkle.leaf_hash(leaf.data)
-    known = dict(zip(merkle.prefix_nodes(index), current.frontier, strict=True))
-    completed = merkle.completed_nodes(index, leaf_hash, merkle.from_mapping(known))
-    compact = merkle.CompactRange(index, current.frontier)
-    compact.append(leaf_hash)
-    session.execute(
-        sa.insert(LogEntryRow).values(
-            position=index,
-            type=leaf.type,
-            subject_digest=None if leaf.type == "tag" else leaf.subject_digest,
-            leaf=leaf.data,
+    size, frontier = current.size, list(current.frontier)
+    proofs, entries, nodes = [], [], []
+    for leaf in leaves:
+        leaf_hash = merkle.leaf_hash(leaf.data)
+        known = dict(zip(merkle.prefix_nodes(size), frontier, strict=True))
+        for level, position, value in merkle.completed_nodes(
+            size, leaf_hash, merkle.from_mapping(known)
+        ):
+            nodes.append({"level": level, "position": position, "hash": value})
+        compact = merkle.CompactRange(size, frontier)
+        compact.append(leaf_hash)
+        entries.append(
+            {
+                "position": size,
+                "type": leaf.type,
+                "subject_digest": None if leaf.type == "tag" else leaf.subject_digest,
+                "leaf": leaf.data,
+            }
         )
-    )
-    session.execute(
-        sa.insert(LogNodeRow),
-        [{"level": lv, "position": pos, "hash": value} for lv, pos, value in completed],
-    )
+        proofs.append(Proof(size, leaf.data, size + 1, tuple(reversed(frontier)), compact.root()))
+        size, frontier = size + 1, compact.hashes
+    session.execute(sa.insert(LogEntryRow), entries)
+    session.execute(sa.insert(LogNodeRow), nodes)
     session.execute(
         sa.update(LogHeadRow)
         .where(LogHeadRow.singleton == 1)
-        .values(size=index + 1, frontier=b"".join(compact.hashes))
+        .values(size=size, frontier=b"".join(frontier))
     )
-    return Proof(index, leaf.data, index + 1, tuple(reversed(current.frontier)), compact.root())
+    return proofs
 
 
 def nodes(session: Session, keys: Iterable[merkle.NodeKey]) -> dict[merkle.NodeKey, bytes]:

@@ -132,7 +132,8 @@ class RegistryService:
         row = store.add_component(
             session, digested, provenance, publisher.principal, publisher.verified, utcnow()
         )
-        return store.component_of(row), True, log_store.append(session, _component_leaf(row))
+        (proof,) = log_store.append(session, _component_leaf(row))
+        return store.component_of(row), True, proof
 
     async def get_component(self, ref: str) -> Component:
         parsed = parse_lookup_ref(ref)
@@ -230,6 +231,7 @@ class RegistryService:
             )
         now = utcnow()
         store.add_agent_if_new(session, definition.agent_id, now)
+        leaves: list[Leaf] = []  # appended last, together (log_store.append says why)
         if digested.inline_prompt is not None and (
             store.component_by_digest(session, digested.inline_prompt.digest) is None
         ):
@@ -241,7 +243,7 @@ class RegistryService:
                 publisher.verified,
                 utcnow(),
             )
-            log_store.append(session, _component_leaf(prompt))
+            leaves.append(_component_leaf(prompt))
         version = AgentVersion(
             agent_id=definition.agent_id,
             version_label=definition.version_label,
@@ -254,14 +256,16 @@ class RegistryService:
             verified=publisher.verified,
         )
         store.add_agent_version(session, version)
-        leaf = agent_version_leaf(
-            digest=version.digest,
-            agent_id=version.agent_id,
-            version_label=version.version_label,
-            principal=version.principal,
-            time=version.publish_time,
+        leaves.append(
+            agent_version_leaf(
+                digest=version.digest,
+                agent_id=version.agent_id,
+                version_label=version.version_label,
+                principal=version.principal,
+                time=version.publish_time,
+            )
         )
-        return version, True, log_store.append(session, leaf)
+        return version, True, log_store.append(session, *leaves)[-1]
 
     async def get_agent_version(self, ref: str) -> tuple[AgentVersion, Resolution]:
         return await self._db.read(lambda s: resolve_agent(s, ref, cache=self._versions))

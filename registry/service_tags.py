@@ -97,7 +97,8 @@ class TagsService:
             tag = store.point_tag(
                 session, current, agent_id, tag_name, event, actor=actor, principal=principal
             )
-            return tag, event, log_store.append(session, tag_event_leaf(event))
+            (proof,) = log_store.append(session, tag_event_leaf(event))
+            return tag, event, proof
 
         return await write_retrying(self._db, write, conflict_is_abort=True)
 
@@ -139,7 +140,8 @@ class TagsService:
                 now=utcnow(),
             )
             store.delete_tag(session, current)
-            return event, log_store.append(session, tag_event_leaf(event))
+            (proof,) = log_store.append(session, tag_event_leaf(event))
+            return event, proof
 
         return await write_retrying(self._db, write, conflict_is_abort=True)
 

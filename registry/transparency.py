@@ -228,8 +228,9 @@ def open_log(session: Session, configured: str, default: str) -> str:
     origin = configured or default
     check_key_name(origin)  # the keys are named after it
     log_store.create_head(session, origin)
-    for _, leaf in sorted(_history(session), key=lambda item: item[0]):
-        log_store.append(session, leaf)
+    history = [leaf for _, leaf in sorted(_history(session), key=lambda item: item[0])]
+    if history:
+        log_store.append(session, *history)
     return origin
 
 
