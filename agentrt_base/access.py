@@ -282,6 +282,7 @@ RULES: Mapping[str, Rule] = {
     _AUD + "FindUsages": _r("audit.read", lists=_NS),
     _AUD + "VerifyRun": _r("audit.read", (Kind.RUN, "run_id")),
     _AUD + "ExportBundle": _r("audit.read", (Kind.RUN, "run_id")),
+    _AUD + "GetRunAttestation": _r("audit.read", (Kind.RUN, "run_id")),
 }
 
 

@@ -128,7 +128,7 @@ def resolve(paths: Sequence[str], sqlite_file: Path | None) -> KeyFiles:
     if sqlite_file is None:
         raise SigningKeyError(
             "a server on PostgreSQL needs --signing-key FILE (or AGENTRT_SIGNING_KEYS): its "
-            "replicas must sign with one key; make one with 'agentrt keys generate FILE'"
+            "replicas must sign with one key; make one with 'agentrt keygen FILE'"
         )
     generated = sqlite_file.with_name(sqlite_file.name + GENERATED_SUFFIX)
     if not generated.exists():

@@ -241,7 +241,7 @@ class RegistryService:
                 provenance,
                 publisher.principal,
                 publisher.verified,
-                utcnow(),
+                now,  # one time for the publish: the prompt's entry is not later than its agent's
             )
             leaves.append(_component_leaf(prompt))
         version = AgentVersion(

@@ -37,6 +37,7 @@ class RunMoved:
     trigger: str
     ended: bool
     lifetime: dt.timedelta | None
+    run_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

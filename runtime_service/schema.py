@@ -12,6 +12,7 @@ import sqlalchemy as sa
 import agentrt_base.installation  # noqa: F401  (registers its table)
 import registry.log_store
 import registry.store  # noqa: F401
+import runtime_service.store.attestations
 import runtime_service.store.ledger
 import runtime_service.store.tables  # noqa: F401
 from agentrt_base.db import Base

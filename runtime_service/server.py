@@ -67,6 +67,7 @@ from runtime_service.runtime_settings import RuntimeSettings
 from runtime_service.servicers.audit import AuditServicer
 from runtime_service.servicers.runtime import RuntimeServicer
 from runtime_service.servicers.worker import WorkerServicer
+from runtime_service.services.attestations import RunAttester
 from runtime_service.services.bound import BoundAgents
 from runtime_service.services.context import Runtime
 from runtime_service.services.resources import ResourceLookup
@@ -109,6 +110,7 @@ class AgentrtServer:
     limiter: Limiter = field(init=False)
     _notifier: Notifier | None = field(default=None, repr=False)
     _reaper: asyncio.Task[None] | None = field(default=None, repr=False)
+    _attester: asyncio.Task[None] | None = field(default=None, repr=False)
     _stop_background: asyncio.Event | None = field(default=None, repr=False)
     _step_process: StepProcess | None = field(default=None, repr=False)
     _database_health: DatabaseHealth | None = field(default=None, repr=False)
@@ -209,6 +211,8 @@ class AgentrtServer:
             watch_writers(self.metrics, database, step_process)
 
         runtime = Runtime(database, notifier, self.runtime_settings)
+        attester = RunAttester(runtime, registry_log.keys)
+        runtime.run_ended = attester.ended
         bound = BoundAgents()
         tracing = self.tracing
         observers: list[Observer] = []
@@ -269,7 +273,9 @@ class AgentrtServer:
             RuntimeServicer(runtime, bound), server
         )
         worker_service_pb2_grpc.add_WorkerServiceServicer_to_server(worker, server)
-        audit_service_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(runtime), server)
+        audit_service_pb2_grpc.add_AuditServiceServicer_to_server(
+            AuditServicer(runtime, attester), server
+        )
         health_servicer = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         enable_reflection(server, (*SERVICE_NAMES, health.SERVICE_NAME))
@@ -315,6 +321,9 @@ class AgentrtServer:
         self._stop_background = asyncio.Event()
         self._reaper = asyncio.create_task(
             worker.leases.run_reaper(self._stop_background), name="agentrt-reaper"
+        )
+        self._attester = asyncio.create_task(
+            attester.run(self._stop_background), name="agentrt-run-attester"
         )
         # Health follows the database from here on: SERVING only while it can be written.
         db_settings = self.settings.database
@@ -391,6 +400,10 @@ class AgentrtServer:
         if self._reaper is not None:
             await self._reaper
             self._reaper = None
+        self.stopping = "stopping the run attester"
+        if self._attester is not None:
+            await self._attester
+            self._attester = None
         self.stopping = "stopping the PostgreSQL listener"
         if self._notifier is not None:
             await self._notifier.stop()

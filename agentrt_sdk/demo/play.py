@@ -127,6 +127,20 @@ def _python(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
 
 
+def _signing_key(url: str, workdir: Path) -> list[str]:
+    """A server on PostgreSQL must be given its signing key (a SQLite file's makes its own):
+    the one ``AGENTRT_SIGNING_KEYS`` names, else a key made for the demo in its folder."""
+    if url.startswith("sqlite") or os.environ.get("AGENTRT_SIGNING_KEYS"):
+        return []
+    path = workdir / "signing-key.pem"
+    subprocess.run(
+        _python("runtime_service.cli.entry", "keygen", str(path)),
+        check=True,
+        capture_output=True,
+    )
+    return ["--signing-key", str(path)]
+
+
 async def _until_event(
     client: AgentrtClient, run_id: str, after: int, wanted: set[int], limit: float
 ) -> event_pb2.Event:
@@ -197,6 +211,7 @@ async def play(target: str | None, database_url: str | None, workdir: Path) -> d
                     target,
                     "--database-url",
                     url,
+                    *_signing_key(url, workdir),
                 ),
                 server_log,
             )

@@ -22,6 +22,7 @@ from agentrt_core.audit_rows import RowReport
 from agentrt_core.proto_json import enum_name, enum_value, time_or_none
 from runtime_service import proto_map as pm
 from runtime_service.servicers import audit_export
+from runtime_service.services.attestations import RunAttester
 from runtime_service.services.audit import AuditService, ProvenanceRecord, TargetKind
 from runtime_service.services.context import Runtime
 from runtime_service.services.usages import ModelMatch, QueryKind, Usage, UsageQuery, UsageService
@@ -38,9 +39,16 @@ _FORMAT_ENUM = {"json": pb.BUNDLE_FORMAT_JSON, "jsonl": pb.BUNDLE_FORMAT_JSONL}
 class AuditServicer(audit_service_pb2_grpc.AuditServiceServicer):
     """``agentrt.audit.v1.AuditService``."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, attester: RunAttester) -> None:
         self._audit = AuditService(runtime)
         self._usages = UsageService(runtime)
+        self._attester = attester
+
+    async def GetRunAttestation(
+        self, request: pb.GetRunAttestationRequest, context: Context
+    ) -> pb.GetRunAttestationResponse:
+        found = await self._attester.attestation(request.run_id)
+        return pb.GetRunAttestationResponse(envelope=found.envelope, final=found.final)
 
     async def GetProvenance(
         self, request: pb.GetProvenanceRequest, context: Context

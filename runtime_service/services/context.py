@@ -14,7 +14,7 @@ from agentrt_base.db import Database
 from agentrt_base.raw import RawTx
 from runtime_service import notify
 from runtime_service.notify import Notifier
-from runtime_service.observations import OBSERVED, Observation, Observer
+from runtime_service.observations import OBSERVED, Observation, Observer, RunMoved
 from runtime_service.runtime_settings import RuntimeSettings
 from runtime_service.store.blobs import Upload
 
@@ -28,6 +28,9 @@ class Runtime:
     settings: RuntimeSettings = field(default_factory=RuntimeSettings)
     #: Told what each committed write did (``runtime_service.observations``); None: nobody.
     observer: Observer | None = None
+    #: Told the id of each run a committed write ended (the run attester), apart from the
+    #: observer: a step's write tells the observer of the step, which this needs not.
+    run_ended: Callable[[str], None] | None = None
     #: The uploads this server is receiving (PutBlob), not yet stored: the metrics' staged
     #: bytes.
     uploads: set[Upload] = field(default_factory=set)
@@ -45,7 +48,7 @@ class Runtime:
 
         def run(session: Session) -> T:
             session.info[notify.WAKE] = keys
-            if self.observer is not None:
+            if self.observer is not None or self.run_ended is not None:
                 session.info[OBSERVED] = observed
             result = fn(session)
             notify.notify_in_transaction(session.connection(), keys, self.notifier.origin)
@@ -53,8 +56,13 @@ class Runtime:
 
         result = await self.database.write(run)
         self.notifier.wake(keys)
-        if observed and self.observer is not None:
-            self.observer.observed(observed)
+        if observed:
+            if self.observer is not None:
+                self.observer.observed(observed)
+            if self.run_ended is not None:
+                for o in observed:
+                    if isinstance(o, RunMoved) and o.ended:
+                        self.run_ended(o.run_id)
         return result
 
     async def write_raw(self, fn: Callable[[RawTx], T]) -> T:

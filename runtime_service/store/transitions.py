@@ -203,6 +203,7 @@ def apply(
             trigger.value,
             ended=t.reason is not None,
             lifetime=now - run.create_time if t.reason is not None else None,
+            run_id=run.id,
         ),
     )
     if t.target is RunStatus.RUNNING and run.start_time is None:

@@ -1,10 +1,11 @@
 """The README's commands as a newcomer types them.
 
-The PostgreSQL section's two lines are run in the shape the README gives them (``createdb
--h -p -U NAME``, checked to name the database of the URL on the next line; then ``make
-serve`` with that URL and the ``AGENTRT_LISTEN`` the README shows), on a database of the
-test's own: the database name, the port the server listens on, and where PostgreSQL answers
-(the suite's admin URL) are put in.
+The PostgreSQL section's three lines are run in the shape the README gives them (``createdb
+-h -p -U NAME``, checked to name the database of the URL on the last line; ``agentrt keygen``
+of the key file that line names; then ``make serve`` with that URL, that key and the
+``AGENTRT_LISTEN`` the README shows), on a database of the test's own: the database name,
+the port the server listens on, and where PostgreSQL answers (the suite's admin URL) are put
+in.
 """
 
 from __future__ import annotations
@@ -69,13 +70,16 @@ def database_name(postgres_admin_url: str) -> Iterator[str]:
 
 @pytest.mark.postgres
 def test_the_postgresql_lines_serve_from_a_fresh_database(
-    postgres_admin_url: str, database_name: str
+    postgres_admin_url: str, database_name: str, tmp_path: Path
 ) -> None:
-    createdb, serve = _shell_lines(_section("PostgreSQL"))
-    assignment, make = serve.split(" ", 1)
+    createdb, keygen, serve = _shell_lines(_section("PostgreSQL"))
+    database_assignment, key_assignment, make = serve.split(" ", 2)
     assert make == "make serve"
-    variable, readme_url = assignment.split("=", 1)
+    variable, readme_url = database_assignment.split("=", 1)
     assert variable == "AGENTRT_DATABASE_URL"
+    key_variable, key_file = key_assignment.split("=", 1)
+    assert key_variable == "AGENTRT_SIGNING_KEYS"
+    assert shlex.split(keygen) == [".venv/bin/agentrt", "keygen", key_file]
     url = sa.make_url(readme_url)
     # The two lines name the same database.
     assert shlex.split(createdb) == [
@@ -98,6 +102,18 @@ def test_the_postgresql_lines_serve_from_a_fresh_database(
     env = serve_env()
     for name in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL"):  # when run under `make test`
         env.pop(name, None)
+    # The README's key, made by its keygen line (in a folder of the test's own), not the
+    # tests' shared one.
+    key_path = tmp_path / key_file
+    made = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "agentrt"), "keygen", str(key_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+    env["AGENTRT_SIGNING_KEYS"] = str(key_path)
     if admin.password:
         env["PGPASSWORD"] = admin.password
         ours = ours.set(password=admin.password)

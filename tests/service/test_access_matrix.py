@@ -215,9 +215,7 @@ REQUESTS: dict[str, tuple[Call, set[str]]] = {
         set(),
     ),
     "GetConsistencyProof": (
-        lambda s, a, w: s.registry.GetConsistencyProof(
-            rpb.GetConsistencyProofRequest(old_size=1)
-        ),
+        lambda s, a, w: s.registry.GetConsistencyProof(rpb.GetConsistencyProofRequest(old_size=1)),
         set(),
     ),
     "GetLogEntries": (
@@ -406,6 +404,10 @@ REQUESTS: dict[str, tuple[Call, set[str]]] = {
     ),
     "ExportBundle": (
         lambda s, a, w: _first(a.ExportBundle(apb.ExportBundleRequest(run_id=w.run_id))),
+        {NS, SCOPE},
+    ),
+    "GetRunAttestation": (
+        lambda s, a, w: a.GetRunAttestation(apb.GetRunAttestationRequest(run_id=w.run_id)),
         {NS, SCOPE},
     ),
 }

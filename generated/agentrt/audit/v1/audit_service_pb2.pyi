@@ -370,3 +370,50 @@ class BundleInfo(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BundleInfo: _TypeAlias = BundleInfo  # noqa: Y015
+
+@_typing.final
+class GetRunAttestationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """Required. `run_...`."""
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetRunAttestationRequest: _TypeAlias = GetRunAttestationRequest  # noqa: Y015
+
+@_typing.final
+class GetRunAttestationResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENVELOPE_FIELD_NUMBER: _builtins.int
+    FINAL_FIELD_NUMBER: _builtins.int
+    envelope: _builtins.str
+    """The DSSE envelope as JSON: `payloadType`
+    (`application/vnd.in-toto+json`), `payload` (the Statement, RFC 8785
+    canonical JSON, base64) and `signatures` (`keyid`, `sig`).
+    """
+    final: _builtins.bool
+    """True when the run had ended: this is the attestation made when it ended."""
+    def __init__(
+        self,
+        *,
+        envelope: _builtins.str = ...,
+        final: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["envelope", b"envelope", "final", b"final"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetRunAttestationResponse: _TypeAlias = GetRunAttestationResponse  # noqa: Y015

@@ -59,6 +59,11 @@ class AuditServiceStub:
                 request_serializer=agentrt_dot_audit_dot_v1_dot_audit__service__pb2.ExportBundleRequest.SerializeToString,
                 response_deserializer=agentrt_dot_audit_dot_v1_dot_audit__service__pb2.ExportBundleResponse.FromString,
                 _registered_method=True)
+        self.GetRunAttestation = channel.unary_unary(
+                '/agentrt.audit.v1.AuditService/GetRunAttestation',
+                request_serializer=agentrt_dot_audit_dot_v1_dot_audit__service__pb2.GetRunAttestationRequest.SerializeToString,
+                response_deserializer=agentrt_dot_audit_dot_v1_dot_audit__service__pb2.GetRunAttestationResponse.FromString,
+                _registered_method=True)
 
 
 class AuditServiceServicer:
@@ -120,6 +125,24 @@ class AuditServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRunAttestation(self, request, context):
+        """GetRunAttestation returns the server's signed statement of what produced
+        what in a run: a DSSE envelope holding an in-toto Statement v1 whose
+        subjects are the run's record (by its event chain's head hash) and its
+        artifacts (by blob digest), and whose predicate
+        (`https://agentrt.dev/run-provenance/v1`, schema in
+        docs/run-provenance.schema.json) names the run, its agent version and how
+        its reference resolved, every attempt, every step's resolved versions, the
+        chain head and the usage totals. A run that has ended was attested when it
+        ended, and that envelope is returned unchanged (final = true); a running
+        run is attested as it stands now (final = false), and nothing is kept.
+        Verify it with the keys of RegistryService.GetSigningKeys (docs/audit.md,
+        "Run attestations"). NOT_FOUND if the run does not exist.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuditServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -142,6 +165,11 @@ def add_AuditServiceServicer_to_server(servicer, server):
                     servicer.ExportBundle,
                     request_deserializer=agentrt_dot_audit_dot_v1_dot_audit__service__pb2.ExportBundleRequest.FromString,
                     response_serializer=agentrt_dot_audit_dot_v1_dot_audit__service__pb2.ExportBundleResponse.SerializeToString,
+            ),
+            'GetRunAttestation': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRunAttestation,
+                    request_deserializer=agentrt_dot_audit_dot_v1_dot_audit__service__pb2.GetRunAttestationRequest.FromString,
+                    response_serializer=agentrt_dot_audit_dot_v1_dot_audit__service__pb2.GetRunAttestationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -257,6 +285,33 @@ class AuditService:
             '/agentrt.audit.v1.AuditService/ExportBundle',
             agentrt_dot_audit_dot_v1_dot_audit__service__pb2.ExportBundleRequest.SerializeToString,
             agentrt_dot_audit_dot_v1_dot_audit__service__pb2.ExportBundleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRunAttestation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrt.audit.v1.AuditService/GetRunAttestation',
+            agentrt_dot_audit_dot_v1_dot_audit__service__pb2.GetRunAttestationRequest.SerializeToString,
+            agentrt_dot_audit_dot_v1_dot_audit__service__pb2.GetRunAttestationResponse.FromString,
             options,
             channel_credentials,
             insecure,

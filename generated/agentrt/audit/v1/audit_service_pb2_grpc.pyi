@@ -73,6 +73,20 @@ class AuditServiceStub:
     metadata, the rest carry its bytes in order. NOT_FOUND if the run does not
     exist.
     """
+    GetRunAttestation: _grpc.UnaryUnaryMultiCallable[_audit_service_pb2.GetRunAttestationRequest, _audit_service_pb2.GetRunAttestationResponse]
+    """GetRunAttestation returns the server's signed statement of what produced
+    what in a run: a DSSE envelope holding an in-toto Statement v1 whose
+    subjects are the run's record (by its event chain's head hash) and its
+    artifacts (by blob digest), and whose predicate
+    (`https://agentrt.dev/run-provenance/v1`, schema in
+    docs/run-provenance.schema.json) names the run, its agent version and how
+    its reference resolved, every attempt, every step's resolved versions, the
+    chain head and the usage totals. A run that has ended was attested when it
+    ended, and that envelope is returned unchanged (final = true); a running
+    run is attested as it stands now (final = false), and nothing is kept.
+    Verify it with the keys of RegistryService.GetSigningKeys (docs/audit.md,
+    "Run attestations"). NOT_FOUND if the run does not exist.
+    """
 
 @_typing.type_check_only
 class AuditServiceAsyncStub(AuditServiceStub):
@@ -118,6 +132,20 @@ class AuditServiceAsyncStub(AuditServiceStub):
     event chain without a server. The first message carries the bundle's
     metadata, the rest carry its bytes in order. NOT_FOUND if the run does not
     exist.
+    """
+    GetRunAttestation: _aio.UnaryUnaryMultiCallable[_audit_service_pb2.GetRunAttestationRequest, _audit_service_pb2.GetRunAttestationResponse]  # type: ignore[assignment]
+    """GetRunAttestation returns the server's signed statement of what produced
+    what in a run: a DSSE envelope holding an in-toto Statement v1 whose
+    subjects are the run's record (by its event chain's head hash) and its
+    artifacts (by blob digest), and whose predicate
+    (`https://agentrt.dev/run-provenance/v1`, schema in
+    docs/run-provenance.schema.json) names the run, its agent version and how
+    its reference resolved, every attempt, every step's resolved versions, the
+    chain head and the usage totals. A run that has ended was attested when it
+    ended, and that envelope is returned unchanged (final = true); a running
+    run is attested as it stands now (final = false), and nothing is kept.
+    Verify it with the keys of RegistryService.GetSigningKeys (docs/audit.md,
+    "Run attestations"). NOT_FOUND if the run does not exist.
     """
 
 class AuditServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -185,6 +213,26 @@ class AuditServiceServicer(metaclass=_abc_1.ABCMeta):
         event chain without a server. The first message carries the bundle's
         metadata, the rest carry its bytes in order. NOT_FOUND if the run does not
         exist.
+        """
+
+    @_abc_1.abstractmethod
+    def GetRunAttestation(
+        self,
+        request: _audit_service_pb2.GetRunAttestationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_audit_service_pb2.GetRunAttestationResponse, _abc.Awaitable[_audit_service_pb2.GetRunAttestationResponse]]:
+        """GetRunAttestation returns the server's signed statement of what produced
+        what in a run: a DSSE envelope holding an in-toto Statement v1 whose
+        subjects are the run's record (by its event chain's head hash) and its
+        artifacts (by blob digest), and whose predicate
+        (`https://agentrt.dev/run-provenance/v1`, schema in
+        docs/run-provenance.schema.json) names the run, its agent version and how
+        its reference resolved, every attempt, every step's resolved versions, the
+        chain head and the usage totals. A run that has ended was attested when it
+        ended, and that envelope is returned unchanged (final = true); a running
+        run is attested as it stands now (final = false), and nothing is kept.
+        Verify it with the keys of RegistryService.GetSigningKeys (docs/audit.md,
+        "Run attestations"). NOT_FOUND if the run does not exist.
         """
 
 def add_AuditServiceServicer_to_server(servicer: AuditServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
