@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from agentrt_core import audit_rows, canonical
 from agentrt_core.audit_chain import Link, verify_chain
-from agentrt_core.canonical import CanonicalError, ComponentKind
+from agentrt_core.canonical import CanonicalError
 from agentrt_core.model import ClosureEntry
 from agentrt_core.publishing import to_agent_closure
 
@@ -80,6 +80,7 @@ def build_document(
     chain_head: tuple[int, str],
     agent: dict[str, Any],
     components: list[dict[str, Any]],
+    evidence: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The bundle as one JSON object (see ``docs/audit.md``, "Bundle format").
 
@@ -102,6 +103,8 @@ def build_document(
         "events": [e.to_json() for e in events],
         "agent": agent,
         "components": components,
+        # What the server signed (bundle_evidence.py): checked with its key, not by the above.
+        **({"evidence": evidence} if evidence is not None else {}),
     }
 
 
@@ -307,11 +310,7 @@ def _verify_components(raw: list[Any], report: BundleReport) -> dict[str, _Compo
         ref = f"{name}@{version}" if name else f"(inline {kind.lower()})"
         spec = _object(c.get("spec"), f"{where}.spec")
         try:
-            if kind == ComponentKind.TOOL.value:
-                recomputed, schema = canonical.tool_digests(name, version, description, spec)
-            else:
-                recomputed = canonical.component_digest(kind, name, version, description, spec)
-                schema = None
+            recomputed, schema = canonical.component_digests(kind, name, version, description, spec)
         except CanonicalError as exc:
             report.failures.append(f"component {ref}: has no canonical form: {exc}")
             continue

@@ -178,6 +178,20 @@ def component_digest(
     return digest_document(doc)
 
 
+def component_digests(
+    kind: str, name: str, version: str, description: str, spec: Mapping[str, Any]
+) -> tuple[str, str | None]:
+    """A component's digest and, for a TOOL, its input schema digest (None otherwise): what a
+    verifier recomputes from a component it was served or handed.
+
+    Raises:
+        CanonicalError: See :func:`component_document`.
+    """
+    if kind == ComponentKind.TOOL.value:
+        return tool_digests(name, version, description, spec)
+    return component_digest(kind, name, version, description, spec), None
+
+
 def tool_digests(
     name: str, version: str, description: str, spec: Mapping[str, Any]
 ) -> tuple[str, str]:

@@ -92,6 +92,11 @@ def open_envelope(
 def statement(envelope: dict[str, Any], verifiers: Sequence[Verifier]) -> dict[str, Any]:
     """The in-toto Statement an envelope signed by a trusted key holds."""
     payload, _ = open_envelope(envelope, verifiers)
+    return parse_statement(payload)
+
+
+def parse_statement(payload: bytes) -> dict[str, Any]:
+    """An envelope's payload as an in-toto Statement v1 (its signature checked already)."""
     try:
         value = json.loads(payload)
     except ValueError:

@@ -11,6 +11,7 @@ moved the tag elsewhere (so an old version served under a tag since moved is cau
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from agentrt_core import registry_map as pm
 from agentrt_core.log_entries import AGENT_VERSION, TAG
 from agentrt_core.publishing import to_agent_closure
 from agentrt_core.signed_note import Checkpoint, NoteError, Verifier
+from agentrt_sdk.errors import NotFoundError
 from agentrt_sdk.registry_api import Registry
 
 VerificationError = log_verify.VerificationError
@@ -103,8 +105,13 @@ async def verify_version(
         pinned_now = True
     response = await registry.resolve(ref)
     version, resolution = response.agent_version, response.resolution
-    _check_content(version)
-    inclusion = await registry.inclusion_proof(digest=version.digest)
+    await _check_content(registry, version)
+    try:
+        inclusion = await registry.inclusion_proof(digest=version.digest)
+    except NotFoundError:
+        raise VerificationError(
+            f"the registry log has no entry that published {version.digest}"
+        ) from None
     proven = log_verify.inclusion(
         note=inclusion.checkpoint.note,
         verifiers=trusted,
@@ -145,13 +152,17 @@ async def verify_version(
     )
 
 
-def _check_content(version: rmsg.AgentVersion) -> None:
-    """The served content recomputes to the served digest (a row rewritten in place is not
-    what the digest, and so the log, recorded)."""
+async def _check_content(registry: Registry, version: rmsg.AgentVersion) -> None:
+    """The served content recomputes to the served digest, and so does every component it
+    pins, as served (a row rewritten in place is not what the digest, and so the log,
+    recorded; a worker is handed the component rows, not the agent's)."""
     try:
-        closure = to_agent_closure(pm.closure_from_proto(version.closure))
+        closure = pm.closure_from_proto(version.closure)
         recomputed = canonical.agent_digest(
-            version.agent_id, version.version_label, version.definition.description, closure
+            version.agent_id,
+            version.version_label,
+            version.definition.description,
+            to_agent_closure(closure),
         )
     except (ValueError, KeyError) as exc:
         raise VerificationError(f"the served version has no canonical form: {exc}") from None
@@ -160,6 +171,31 @@ def _check_content(version: rmsg.AgentVersion) -> None:
             f"the served content of {version.agent_id}@{version.version_label} recomputes to "
             f"{recomputed}, not the {version.digest} it is served under"
         )
+    pinned = {e.slot: e.digest for e in closure}
+    if version.definition.system_prompt.HasField("text"):
+        text = version.definition.system_prompt.text
+        prompt = canonical.component_digest("PROMPT", "", "", "", {"text": text})
+        if prompt != pinned.get("system_prompt"):
+            raise VerificationError(
+                f"the served inline system prompt recomputes to {prompt}, not the "
+                f"{pinned.get('system_prompt')} the version pins"
+            )
+    components = await asyncio.gather(*(registry.get_component(e.digest) for e in closure))
+    for entry, component in zip(closure, components, strict=True):
+        try:
+            spec = pm.spec_to_json(entry.kind, component.spec, "spec")
+            digest, schema = canonical.component_digests(
+                entry.kind.value, component.name, component.version, component.description, spec
+            )
+        except (ValueError, KeyError) as exc:
+            raise VerificationError(
+                f"component {entry.digest} has no canonical form: {exc}"
+            ) from None
+        if digest != entry.digest or (schema or "") != (entry.schema_digest or ""):
+            raise VerificationError(
+                f"the served content of component {entry.slot} ({entry.name or 'inline'}) "
+                f"recomputes to {digest}, not the {entry.digest} the version pins"
+            )
 
 
 async def _check_tag(

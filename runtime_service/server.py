@@ -274,7 +274,7 @@ class AgentrtServer:
         )
         worker_service_pb2_grpc.add_WorkerServiceServicer_to_server(worker, server)
         audit_service_pb2_grpc.add_AuditServiceServicer_to_server(
-            AuditServicer(runtime, attester), server
+            AuditServicer(runtime, attester, registry_log), server
         )
         health_servicer = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

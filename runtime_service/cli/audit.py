@@ -29,13 +29,14 @@ from agentrt.audit.v1 import message_pb2 as apb
 from agentrt.registry.v1 import message_pb2 as rpb
 from agentrt.runtime.v1 import enum_pb2
 from agentrt.runtime.v1 import message_pb2 as mpb
-from agentrt_core import audit_bundle, proto_json
+from agentrt_core import proto_json
 from agentrt_core.actors import display_actor
 from agentrt_core.ids import has_prefix
 from agentrt_core.jcs import digest_bytes
 from agentrt_core.trace_context import parse, trace_id_of
 from agentrt_sdk import AgentrtClient
 from runtime_service.cli import render
+from runtime_service.cli.bundle_verify import KEY_HELP, add_verify_bundle, verify_bundle_file
 from runtime_service.cli.client import (
     Body,
     Subparsers,
@@ -46,6 +47,7 @@ from runtime_service.cli.client import (
 )
 from runtime_service.cli.entry import EXIT_USAGE
 from runtime_service.cli.errors import CommandFailed
+from runtime_service.cli.log_commands import trusted_keys
 from runtime_service.cli.render import enum_label, published_by, verified_text, when
 
 __all__ = ["add_commands", "normalise_argv"]
@@ -53,7 +55,7 @@ __all__ = ["add_commands", "normalise_argv"]
 #: A provenance record of a long run is larger than gRPC's default 4 MiB message limit.
 _RECEIVE_OPTIONS = (("grpc.max_receive_message_length", 8 * 1024 * 1024),)
 
-_SUBCOMMANDS = ("run", "step", "artifact", "blob", "usages", "verify", "export")
+_SUBCOMMANDS = ("run", "step", "artifact", "blob", "usages", "verify", "verify-bundle", "export")
 #: Options of the audit commands that take a value (to find the first positional).
 _VALUED = ("--target", "--timeout", "--max-steps", "-o", "--output")
 
@@ -138,7 +140,9 @@ def add_commands(commands: Subparsers[argparse.ArgumentParser]) -> None:
         _verify_run,
     )
     verify.add_argument("subject", metavar="RUN_ID|BUNDLE")
+    verify.add_argument("--key", action="append", default=[], metavar="KEY", help=KEY_HELP)
     verify.set_defaults(handler=_verify)
+    add_verify_bundle(sub)
 
     export = client("export", "export a run as a self-contained, verifiable bundle", _export)
     export.add_argument("run_id", metavar="RUN_ID")
@@ -462,7 +466,8 @@ def _verify(args: argparse.Namespace) -> int:
     server); anything else is a run the server verifies."""
     path = Path(args.subject)
     if path.exists():
-        return run_reported(lambda: _verify_bundle(path, args.json), lambda: "")
+        keys = trusted_keys(args.key) or None
+        return run_reported(lambda: verify_bundle_file(path, args.json, keys), lambda: "")
     return guarded(_verify_run, _RECEIVE_OPTIONS)(args)
 
 
@@ -499,51 +504,6 @@ async def _verify_run(client: AgentrtClient, args: argparse.Namespace) -> int:
                 f"  not covered by this run's chain (created before its events recorded them): "
                 f"{', '.join(response.not_covered)}"
             )
-    return 0
-
-
-def _verify_bundle(path: Path, as_json: bool) -> int:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise CommandFailed(f"{path}: cannot read: {exc.strerror}", EXIT_USAGE) from exc
-    try:
-        report = audit_bundle.verify_bundle(audit_bundle.decode(data))
-    except audit_bundle.BundleFormatError as exc:
-        raise CommandFailed(f"{path}: verification failed: {exc}") from exc
-    if as_json:
-        print(
-            json.dumps(
-                {
-                    "ok": report.ok,
-                    "digest": digest_bytes(data),
-                    "run_id": report.run_id,
-                    "agent": report.agent,
-                    "agent_digest": report.agent_digest,
-                    "component_count": report.component_count,
-                    "step_count": report.step_count,
-                    "event_count": report.event_count,
-                    "head_hash": report.head_hash,
-                    "rows_checked": report.rows_checked,
-                    "not_covered": report.not_covered,
-                    "failures": report.failures,
-                },
-                indent=2,
-            )
-        )
-    if not report.ok:
-        more = f" (and {len(report.failures) - 1} more)" if len(report.failures) > 1 else ""
-        raise CommandFailed(f"{path}: verification failed: {report.failures[0]}{more}")
-    if not as_json:
-        print(f"bundle {path}: verified offline ({digest_bytes(data)})")
-        print(f"  run {report.run_id}, agent {report.agent} {report.agent_digest}")
-        print(f"  {report.component_count} component digests recompute from their canonical form")
-        print("  the agent digest recomputes from its closure and is the run's binding")
-        print(f"  {report.step_count} steps: every recorded version is in the closure")
-        print(f"  {report.rows_checked} rows are what the chain's events committed to")
-        if report.not_covered:
-            print(f"  not covered by the chain: {', '.join(report.not_covered)}")
-        print(f"  {report.event_count} events chain to head {report.head_hash}")
     return 0
 
 

@@ -32,7 +32,12 @@ from runtime_service.cli.client import (
 from runtime_service.cli.entry import EXIT_FAILED, EXIT_USAGE
 from runtime_service.cli.errors import CommandFailed, fail, one_line
 
-__all__ = ["add_commands"]
+__all__ = ["KEY_HELP", "add_commands", "trusted_keys"]
+
+KEY_HELP = (
+    "a trusted verifier key (name+hash+base64, as 'agentrt keys' prints it), or a file holding"
+    " them a line each; repeatable"
+)
 
 
 def add_commands(commands: Subparsers[argparse.ArgumentParser]) -> None:
@@ -68,9 +73,8 @@ def add_commands(commands: Subparsers[argparse.ArgumentParser]) -> None:
         action="append",
         default=[],
         metavar="KEY",
-        help="a trusted verifier key (name+hash+base64), or a file holding them a line each;"
-        " repeatable (default: the keys pinned for this log in the state file; without any,"
-        " the server's keys are pinned on first use)",
+        help=f"{KEY_HELP} (default: the keys pinned for this log in the state file; without"
+        " any, the server's keys are pinned on first use)",
     )
     verify.add_argument(
         "--state",
@@ -110,7 +114,9 @@ async def _checkpoint(client: AgentrtClient, args: argparse.Namespace) -> int:
     return 0
 
 
-def _trusted(values: list[str]) -> list[Verifier]:
+def trusted_keys(values: list[str]) -> list[Verifier]:
+    """The keys ``--key`` names (each a verifier key or a file of them); a bad one is a
+    usage error naming it."""
     keys: list[Verifier] = []
     for value in values:
         lines = [value]
@@ -128,7 +134,7 @@ def _trusted(values: list[str]) -> list[Verifier]:
 
 
 async def _verify(client: AgentrtClient, args: argparse.Namespace) -> int:
-    keys = _trusted(args.key)
+    keys = trusted_keys(args.key)
     state = LogState.load(args.state or default_state_path())
     try:
         result = await verify_version(client.registry, args.ref, state, keys or None)

@@ -20,9 +20,10 @@ from agentrt_core.audit_bundle import Format
 from agentrt_core.audit_chain import ChainReport
 from agentrt_core.audit_rows import RowReport
 from agentrt_core.proto_json import enum_name, enum_value, time_or_none
+from registry.transparency import RegistryLog
 from runtime_service import proto_map as pm
 from runtime_service.servicers import audit_export
-from runtime_service.services.attestations import RunAttester
+from runtime_service.services.attestations import RunAttester, bundle_evidence
 from runtime_service.services.audit import AuditService, ProvenanceRecord, TargetKind
 from runtime_service.services.context import Runtime
 from runtime_service.services.usages import ModelMatch, QueryKind, Usage, UsageQuery, UsageService
@@ -39,10 +40,11 @@ _FORMAT_ENUM = {"json": pb.BUNDLE_FORMAT_JSON, "jsonl": pb.BUNDLE_FORMAT_JSONL}
 class AuditServicer(audit_service_pb2_grpc.AuditServiceServicer):
     """``agentrt.audit.v1.AuditService``."""
 
-    def __init__(self, runtime: Runtime, attester: RunAttester) -> None:
+    def __init__(self, runtime: Runtime, attester: RunAttester, log: RegistryLog) -> None:
         self._audit = AuditService(runtime)
         self._usages = UsageService(runtime)
         self._attester = attester
+        self._log = log
 
     async def GetRunAttestation(
         self, request: pb.GetRunAttestationRequest, context: Context
@@ -102,8 +104,11 @@ class AuditServicer(audit_service_pb2_grpc.AuditServiceServicer):
         name = enum_name(pb.BundleFormat, "BUNDLE_FORMAT_", request.format, "format")
         fmt = _FORMATS[name]
         contents = await self._audit.bundle_contents(request.run_id)
+        evidence = await bundle_evidence(
+            self._attester, self._log, contents.run.id, contents.run.agent_digest
+        )
         # Mapped and encoded on a worker thread, so a large bundle never blocks the loop.
-        bundle = await asyncio.to_thread(audit_export.export, contents, fmt)
+        bundle = await asyncio.to_thread(audit_export.export, contents, fmt, evidence)
         yield pb.ExportBundleResponse(
             info=pb.BundleInfo(
                 run_id=bundle.run_id,

@@ -34,7 +34,9 @@ class ExportedBundle:
     export_time: dt.datetime
 
 
-def export(contents: BundleContents, fmt: Format) -> ExportedBundle:
+def export(
+    contents: BundleContents, fmt: Format, evidence: dict[str, Any] | None = None
+) -> ExportedBundle:
     """The bundle of ``contents`` encoded as ``fmt``, with its digest. CPU work (a long run's
     bundle takes a while): the servicer runs it off the event loop."""
     rows = served_rows(contents)
@@ -52,6 +54,7 @@ def export(contents: BundleContents, fmt: Format) -> ExportedBundle:
         chain_head=(contents.run.last_event_sequence, contents.run.last_event_hash),
         agent=_agent_json(contents.agent, contents.tags_at_run_creation),
         components=[_component_json(c) for c in contents.components],
+        evidence=evidence,
     )
     data = audit_bundle.encode(document, fmt)
     return ExportedBundle(

@@ -17,13 +17,16 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.orm import Session
 
 from agentrt_base.db import utcnow
 from agentrt_base.signing_keys import SigningKeys
 from agentrt_core import dsse
+from agentrt_core.bundle_evidence import evidence_document
 from agentrt_core.errors import InvalidArgument, NotFound
+from registry.transparency import RegistryLog
 from runtime_service import run_provenance
 from runtime_service.lifecycle import TERMINAL
 from runtime_service.services.context import Runtime
@@ -123,3 +126,23 @@ class RunAttester:
         )
         envelope = dsse.sign(statement, self._keys.signer)
         return None, run.status in TERMINAL, json.dumps(envelope, separators=(",", ":"))
+
+
+async def bundle_evidence(
+    attester: RunAttester, log: RegistryLog, run_id: str, agent_digest: str
+) -> dict[str, Any]:
+    """What an audit bundle carries signed: the run's attestation, and its agent version's
+    entry in the registry log proven against a fresh checkpoint (``agentrt_core.bundle_evidence``
+    checks them offline)."""
+    attestation = await attester.attestation(run_id)
+    inclusion = await log.inclusion(index=None, digest=agent_digest, tree_size=0)
+    proof = inclusion.proof
+    return evidence_document(
+        envelope=json.loads(attestation.envelope),
+        final=attestation.final,
+        checkpoint_note=inclusion.checkpoint.note,
+        index=proof.index,
+        leaf=proof.leaf,
+        tree_size=proof.tree_size,
+        hashes=proof.hashes,
+    )

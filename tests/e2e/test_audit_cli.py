@@ -144,6 +144,59 @@ def test_usages(server_address: str, history: History) -> None:
     assert result.returncode == 2 and "not an ISO 8601 time" in result.stderr
 
 
+def test_verify_bundle_with_the_servers_key(
+    server_address: str, history: History, tmp_path: Path
+) -> None:
+    """Issue 31, item 5: the bundle's run attestation and its agent version's log entry are
+    checked offline with the key alone; a bundle rewritten and re-hashed by hand fails."""
+    h = history
+    key = stdout_of(server_address, "keys").split()[0]
+    bundle = tmp_path / "run_a.json"
+    run(server_address, "audit", "export", h.run_a, "-o", str(bundle)).check_returncode()
+    lines = bundle.with_suffix(".jsonl")
+    run(server_address, "audit", "export", h.run_a, "--jsonl", "-o", str(lines)).check_returncode()
+    for path in (bundle, lines):
+        report = stdout_of(NOWHERE, "audit", "verify-bundle", str(path), "--key", key)
+        assert "the run attestation, signed when the run ended" in report
+        assert "proven against its signed checkpoint" in report
+    # `audit verify FILE --key KEY` is the same check.
+    same = stdout_of(NOWHERE, "audit", "verify", str(bundle), "--key", key)
+    assert "the run attestation, signed when the run ended" in same
+
+    # Another key: nothing it signed is here.
+    other = tmp_path / "other.pem"
+    run(NOWHERE, "keygen", str(other)).check_returncode()
+    from agentrt_base.signing_keys import load
+
+    stranger = load([str(other)]).named(key.split("+")[0]).signer.verifier.encode()
+    message = failure(NOWHERE, "audit", "verify-bundle", str(bundle), "--key", stranger)
+    assert "none of the trusted keys" in message
+
+    # A changed attestation payload; an entry proven at another index; no evidence at all
+    # (the bundle alone still verifies, but not as the server's record).
+    document = json.loads(bundle.read_text())
+    document["evidence"]["attestation"]["envelope"]["payload"] = document["evidence"][
+        "attestation"
+    ]["envelope"]["payload"].replace("A", "B", 1)
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps(document))
+    assert "does not verify" in failure(
+        NOWHERE, "audit", "verify-bundle", str(forged), "--key", key
+    )
+    document = json.loads(bundle.read_text())
+    entry = document["evidence"]["registry_log"]["agent_version_entry"]
+    entry["index"] += 1
+    forged.write_text(json.dumps(document))
+    assert "registry log" in failure(NOWHERE, "audit", "verify-bundle", str(forged), "--key", key)
+    document = json.loads(bundle.read_text())
+    del document["evidence"]
+    forged.write_text(json.dumps(document))
+    assert "no signed evidence" in failure(
+        NOWHERE, "audit", "verify-bundle", str(forged), "--key", key
+    )
+    assert stdout_of(NOWHERE, "audit", "verify", str(forged)).startswith("bundle")
+
+
 def test_verify_run_and_bundles_offline(
     server_address: str, history: History, database_url: str, tmp_path: Path
 ) -> None:
