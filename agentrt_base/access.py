@@ -227,6 +227,7 @@ RULES: Mapping[str, Rule] = {
     _REG + "GetInclusionProof": _r("registry.read"),
     _REG + "GetConsistencyProof": _r("registry.read"),
     _REG + "GetLogEntries": _r("registry.read"),
+    _REG + "GetAgentCard": _r("registry.read"),
     _RUN + "CreateThread": _r("threads.create", (Kind.NAMESPACE, "namespace")),
     _RUN + "GetThread": _r("threads.read", (Kind.THREAD, "thread_id")),
     _RUN + "ListThreads": _r("threads.read", (Kind.NAMESPACE, "namespace"), lists=_NS),

@@ -259,3 +259,10 @@ class Registry:
             rpb.GetLogEntriesRequest(start=start, end=end),
             rpb.GetLogEntriesResponse,
         )
+
+    async def agent_card(self, ref: str) -> rpb.GetAgentCardResponse:
+        """The version ``ref`` names as a signed A2A Agent Card (``agentrt_core.agent_card``
+        verifies it)."""
+        return await self._c.unary(
+            "registry", "GetAgentCard", rpb.GetAgentCardRequest(ref=ref), rpb.GetAgentCardResponse
+        )

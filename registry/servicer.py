@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -204,6 +205,15 @@ class RegistryServicer(registry_service_pb2_grpc.RegistryServiceServicer):
 
     def _inclusion(self, proof: log_store.Proof) -> message_pb2.LogInclusion:
         return lm.inclusion_to_proto(self._log.signed(proof))
+
+    async def GetAgentCard(
+        self, request: pb.GetAgentCardRequest, context: Context
+    ) -> pb.GetAgentCardResponse:
+        version, _ = await self._service.get_agent_version(request.ref)
+        card = self._log.card(version)
+        return pb.GetAgentCardResponse(
+            card=json.dumps(card, ensure_ascii=False, sort_keys=True), digest=version.digest
+        )
 
     async def GetSigningKeys(
         self, request: pb.GetSigningKeysRequest, context: Context

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from agentrt_base.db import Database
 from agentrt_base.signing_keys import KeyFiles, SigningKeys
-from agentrt_core import merkle
+from agentrt_core import agent_card, merkle
 from agentrt_core.errors import InvalidArgument, NotFound, OutOfRange, ViolationCollector
 from agentrt_core.log_entries import Leaf, agent_version_leaf, component_leaf, tag_leaf
-from agentrt_core.model import TagEvent
+from agentrt_core.model import AgentVersion, TagEvent
 from agentrt_core.signed_note import Checkpoint, check_key_name, sign_note
 from registry import log_store, store
 from registry.service_common import digest_field
@@ -68,6 +69,19 @@ class RegistryLog:
     def sign(self, size: int, root: bytes) -> SignedCheckpoint:
         checkpoint = Checkpoint(self.origin, size, root)
         return SignedCheckpoint(sign_note(checkpoint.text(), self.keys.signer), checkpoint)
+
+    def card(self, version: AgentVersion) -> dict[str, Any]:
+        """The version as an A2A Agent Card signed with the log's key."""
+        unsigned = agent_card.card(
+            agent_id=version.agent_id,
+            version_label=version.version_label,
+            description=version.definition.description,
+            digest=version.digest,
+            closure=version.closure,
+            log_origin=self.origin,
+            url=f"urn:agentrt:{version.agent_id}@{version.digest}",
+        )
+        return agent_card.sign(unsigned, self.keys.signer)
 
     def signed(self, proof: log_store.Proof) -> Inclusion:
         """A proof made in a write transaction, with its checkpoint signed."""

@@ -1,16 +1,18 @@
-"""The registry log's commands: ``keys``, ``keygen``, ``checkpoint`` and ``verify``.
+"""The registry log's commands: ``keys``, ``keygen``, ``checkpoint``, ``verify`` and ``card``.
 
 ``keys`` prints the server's verifier keys, one a line, the signing one first; ``checkpoint``
 prints its current signed checkpoint, the note's exact bytes, so it can be piped to any C2SP
 note verifier; ``verify REF`` proves a reference against the log with
 :func:`agentrt_sdk.transparency.verify_version` (exit 1, one line naming what failed, when it
-does not verify); ``keygen FILE`` writes a new signing key, no server needed.
+does not verify); ``card REF`` prints the version as a signed A2A Agent Card; ``keygen FILE``
+writes a new signing key, no server needed.
 docs/audit.md says what each proves.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -86,6 +88,15 @@ def add_commands(commands: Subparsers[argparse.ArgumentParser]) -> None:
     )
     _client(verify, _verify)
 
+    card = commands.add_parser(
+        "card",
+        help="print an agent version as an A2A Agent Card signed by the server (JSON)",
+        description="Print the agent version REF names as an A2A Agent Card, with the "
+        "server's JWS signature over its RFC 8785 form (docs/audit.md, 'Signed agent cards').",
+    )
+    card.add_argument("ref", metavar="REF", help="coding_agent@agent_v7, …@sha256:…, agent:tag")
+    _client(card, _card)
+
     keygen = commands.add_parser(
         "keygen",
         help="write a new Ed25519 signing key for 'serve --signing-key' (no server needed)",
@@ -105,6 +116,12 @@ def _client(parser: argparse.ArgumentParser, body: Body) -> None:
 async def _keys(client: AgentrtClient, args: argparse.Namespace) -> int:
     for key in await client.registry.signing_keys():
         print(key.verifier_key)
+    return 0
+
+
+async def _card(client: AgentrtClient, args: argparse.Namespace) -> int:
+    response = await client.registry.agent_card(args.ref)
+    print(json.dumps(json.loads(response.card), indent=2, ensure_ascii=False))
     return 0
 
 

@@ -190,3 +190,15 @@ def test_start_refusals_name_what_to_fix(
 def test_run_without_a_server_fails_as_a_client(tmp_path: Path) -> None:
     result = run("127.0.0.1:9", "checkpoint", "--timeout", "2")
     assert result.returncode == 1 and "cannot reach" in result.stderr
+
+
+def test_card_prints_a_signed_agent_card(server_address: str) -> None:
+    import json
+
+    from agentrt_core import agent_card
+
+    ok(server_address, "publish", V7)
+    key = Verifier.parse(keys_of(server_address)[0])
+    card = json.loads(ok(server_address, "card", "coding_agent@agent_v7").stdout)
+    assert agent_card.verify(card, [key]) == [key]
+    assert "not found" in failure(server_address, "card", "coding_agent@nope").lower()

@@ -218,6 +218,10 @@ REQUESTS: dict[str, tuple[Call, set[str]]] = {
         lambda s, a, w: s.registry.GetConsistencyProof(rpb.GetConsistencyProofRequest(old_size=1)),
         set(),
     ),
+    "GetAgentCard": (
+        lambda s, a, w: s.registry.GetAgentCard(rpb.GetAgentCardRequest(ref=w.digest)),
+        set(),
+    ),
     "GetLogEntries": (
         lambda s, a, w: s.registry.GetLogEntries(rpb.GetLogEntriesRequest(start=0)),
         set(),

@@ -264,3 +264,57 @@ def test_concurrent_publishes_append_one_consistent_log(stub: Any) -> None:
         pb.GetConsistencyProofRequest(old_size=before.size, new_size=after.size), timeout=10
     )
     log_verify.consistency(before, after, list(proof.hashes))
+
+
+# -- signed agent cards (issue 31, item 8) -----------------------------------------------------
+
+
+def test_an_agent_card_is_signed_over_its_canonical_form(stub: Any) -> None:
+    """The card verifies with the published key by our check and by PyJWT's (an independent
+    JWS implementation: the compact form rebuilt from the card's detached signature); a card
+    changed after signing verifies with neither."""
+    import base64
+    import json
+
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from agentrt_core import agent_card
+    from agentrt_core.jcs import canonical_bytes
+
+    keys = trusted(stub)
+    agent = unique("card")
+    version = publish_agent(stub, agent, "v1")
+    moved = stub.SetTag(
+        pb.SetTagRequest(agent_id=agent, tag="prod", digest=version.agent_version.digest),
+        timeout=10,
+    )
+    assert moved.tag.digest == version.agent_version.digest
+    response = stub.GetAgentCard(pb.GetAgentCardRequest(ref=f"{agent}:prod"), timeout=10)
+    assert response.digest == version.agent_version.digest
+    card = json.loads(response.card)
+    assert agent_card.verify(card, keys) == keys
+    assert (card["name"], card["version"]) == (agent, "v1")
+    (extension,) = card["capabilities"]["extensions"]
+    assert extension["params"]["digest"] == version.agent_version.digest
+    assert extension["params"]["registry_log"] == keys[0].name
+
+    # A detached JWS (RFC 7515, appendix F): put the payload back, and it is a compact JWS.
+    (signature,) = card["signatures"]
+
+    def compact(document: dict[str, Any]) -> str:
+        payload = canonical_bytes({k: v for k, v in document.items() if k != "signatures"})
+        encoded = base64.urlsafe_b64encode(payload).rstrip(b"=").decode()
+        return f"{signature['protected']}.{encoded}.{signature['signature']}"
+
+    public = Ed25519PublicKey.from_public_bytes(keys[0].public_key)
+    decoded = jwt.api_jws.PyJWS().decode_complete(compact(card), public, algorithms=["EdDSA"])
+    assert decoded["header"]["kid"] == keys[0].key_id
+
+    card["description"] = "Approved by security."
+    with pytest.raises(agent_card.CardError, match="does not verify"):
+        agent_card.verify(card, keys)
+    with pytest.raises(jwt.InvalidSignatureError):
+        jwt.api_jws.PyJWS().decode_complete(compact(card), public, algorithms=["EdDSA"])
+    error = rpc_error(stub.GetAgentCard, pb.GetAgentCardRequest(ref=f"{agent}:absent"))
+    assert error.code() == grpc.StatusCode.NOT_FOUND

@@ -1003,3 +1003,47 @@ class GetLogEntriesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetLogEntriesResponse: _TypeAlias = GetLogEntriesResponse  # noqa: Y015
+
+@_typing.final
+class GetAgentCardRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REF_FIELD_NUMBER: _builtins.int
+    ref: _builtins.str
+    """Required. Any agent reference: label, digest or tag."""
+    def __init__(
+        self,
+        *,
+        ref: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ref", b"ref"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetAgentCardRequest: _TypeAlias = GetAgentCardRequest  # noqa: Y015
+
+@_typing.final
+class GetAgentCardResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CARD_FIELD_NUMBER: _builtins.int
+    DIGEST_FIELD_NUMBER: _builtins.int
+    card: _builtins.str
+    """The signed A2A Agent Card, as JSON."""
+    digest: _builtins.str
+    """The digest of the agent version it describes."""
+    def __init__(
+        self,
+        *,
+        card: _builtins.str = ...,
+        digest: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["card", b"card", "digest", b"digest"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetAgentCardResponse: _TypeAlias = GetAgentCardResponse  # noqa: Y015

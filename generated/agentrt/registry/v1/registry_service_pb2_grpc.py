@@ -131,6 +131,11 @@ class RegistryServiceStub:
                 request_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetLogEntriesRequest.SerializeToString,
                 response_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetLogEntriesResponse.FromString,
                 _registered_method=True)
+        self.GetAgentCard = channel.unary_unary(
+                '/agentrt.registry.v1.RegistryService/GetAgentCard',
+                request_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetAgentCardRequest.SerializeToString,
+                response_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetAgentCardResponse.FromString,
+                _registered_method=True)
 
 
 class RegistryServiceServicer:
@@ -343,6 +348,19 @@ class RegistryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetAgentCard(self, request, context):
+        """GetAgentCard renders the agent version a reference names as an A2A Agent
+        Card, signed by the server: a JWS (EdDSA, `kid` a key of GetSigningKeys)
+        over the card's RFC 8785 canonical form without its `signatures`, as the
+        A2A specification defines. The card's extension
+        `https://agentrt.dev/a2a/agent-version/v1` names the version's digest and
+        the registry log that recorded it (docs/audit.md, "Signed agent cards").
+        NOT_FOUND / INVALID_ARGUMENT for the reference as in GetAgentVersion.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RegistryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -430,6 +448,11 @@ def add_RegistryServiceServicer_to_server(servicer, server):
                     servicer.GetLogEntries,
                     request_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetLogEntriesRequest.FromString,
                     response_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetLogEntriesResponse.SerializeToString,
+            ),
+            'GetAgentCard': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAgentCard,
+                    request_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetAgentCardRequest.FromString,
+                    response_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetAgentCardResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -903,6 +926,33 @@ class RegistryService:
             '/agentrt.registry.v1.RegistryService/GetLogEntries',
             agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetLogEntriesRequest.SerializeToString,
             agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetLogEntriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAgentCard(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrt.registry.v1.RegistryService/GetAgentCard',
+            agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetAgentCardRequest.SerializeToString,
+            agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetAgentCardResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -171,6 +171,15 @@ class RegistryServiceStub:
     start is negative or end is not above start; OUT_OF_RANGE when start is at
     or past the log's current size.
     """
+    GetAgentCard: _grpc.UnaryUnaryMultiCallable[_registry_service_pb2.GetAgentCardRequest, _registry_service_pb2.GetAgentCardResponse]
+    """GetAgentCard renders the agent version a reference names as an A2A Agent
+    Card, signed by the server: a JWS (EdDSA, `kid` a key of GetSigningKeys)
+    over the card's RFC 8785 canonical form without its `signatures`, as the
+    A2A specification defines. The card's extension
+    `https://agentrt.dev/a2a/agent-version/v1` names the version's digest and
+    the registry log that recorded it (docs/audit.md, "Signed agent cards").
+    NOT_FOUND / INVALID_ARGUMENT for the reference as in GetAgentVersion.
+    """
 
 @_typing.type_check_only
 class RegistryServiceAsyncStub(RegistryServiceStub):
@@ -314,6 +323,15 @@ class RegistryServiceAsyncStub(RegistryServiceStub):
     root (docs/audit.md). INVALID_ARGUMENT (BadRequest on `start` or `end`) when
     start is negative or end is not above start; OUT_OF_RANGE when start is at
     or past the log's current size.
+    """
+    GetAgentCard: _aio.UnaryUnaryMultiCallable[_registry_service_pb2.GetAgentCardRequest, _registry_service_pb2.GetAgentCardResponse]  # type: ignore[assignment]
+    """GetAgentCard renders the agent version a reference names as an A2A Agent
+    Card, signed by the server: a JWS (EdDSA, `kid` a key of GetSigningKeys)
+    over the card's RFC 8785 canonical form without its `signatures`, as the
+    A2A specification defines. The card's extension
+    `https://agentrt.dev/a2a/agent-version/v1` names the version's digest and
+    the registry log that recorded it (docs/audit.md, "Signed agent cards").
+    NOT_FOUND / INVALID_ARGUMENT for the reference as in GetAgentVersion.
     """
 
 class RegistryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -557,6 +575,21 @@ class RegistryServiceServicer(metaclass=_abc_1.ABCMeta):
         root (docs/audit.md). INVALID_ARGUMENT (BadRequest on `start` or `end`) when
         start is negative or end is not above start; OUT_OF_RANGE when start is at
         or past the log's current size.
+        """
+
+    @_abc_1.abstractmethod
+    def GetAgentCard(
+        self,
+        request: _registry_service_pb2.GetAgentCardRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_registry_service_pb2.GetAgentCardResponse, _abc.Awaitable[_registry_service_pb2.GetAgentCardResponse]]:
+        """GetAgentCard renders the agent version a reference names as an A2A Agent
+        Card, signed by the server: a JWS (EdDSA, `kid` a key of GetSigningKeys)
+        over the card's RFC 8785 canonical form without its `signatures`, as the
+        A2A specification defines. The card's extension
+        `https://agentrt.dev/a2a/agent-version/v1` names the version's digest and
+        the registry log that recorded it (docs/audit.md, "Signed agent cards").
+        NOT_FOUND / INVALID_ARGUMENT for the reference as in GetAgentVersion.
         """
 
 def add_RegistryServiceServicer_to_server(servicer: RegistryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
