@@ -61,6 +61,7 @@ PERMISSIONS: Mapping[str, str] = {
     "registry.read": "read components, agent versions, tags and their history",
     "registry.publish": "publish components and agent versions",
     "registry.tag": "move and delete tags",
+    "registry.attest": "attach signed attestations to agent versions",
     "threads.create": "create threads",
     "threads.read": "read threads, their messages and events",
     "messages.append": "append messages to threads",
@@ -78,7 +79,7 @@ PERMISSIONS: Mapping[str, str] = {
 
 _ALL = frozenset(PERMISSIONS)
 ROLE_PERMISSIONS: Mapping[str, frozenset[str]] = {
-    "publisher": frozenset({"registry.read", "registry.publish"}),
+    "publisher": frozenset({"registry.read", "registry.publish", "registry.attest"}),
     # Separate from publishing: CI publishes while only release managers move `prod`.
     "tag-admin": frozenset({"registry.read", "registry.tag"}),
     "client": frozenset(
@@ -228,6 +229,8 @@ RULES: Mapping[str, Rule] = {
     _REG + "GetConsistencyProof": _r("registry.read"),
     _REG + "GetLogEntries": _r("registry.read"),
     _REG + "GetAgentCard": _r("registry.read"),
+    _REG + "AttachAttestation": _r("registry.attest", (Kind.NAME, "agent_id")),
+    _REG + "ListAttestations": _r("registry.read"),
     _RUN + "CreateThread": _r("threads.create", (Kind.NAMESPACE, "namespace")),
     _RUN + "GetThread": _r("threads.read", (Kind.THREAD, "thread_id")),
     _RUN + "ListThreads": _r("threads.read", (Kind.NAMESPACE, "namespace"), lists=_NS),

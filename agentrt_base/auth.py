@@ -10,6 +10,7 @@ read again on SIGHUP (a file that does not load is logged and the one in use kep
     roles = ["publisher"]
     scopes = ["coding_agent*"]      # agent id patterns
     namespaces = []
+    attestation_keys = []           # verifier keys its version attestations are signed with
 
     [[certificates]]                # mTLS: a client certificate's SAN (URI, DNS or e-mail)
     san = "spiffe://example.org/worker-1"
@@ -31,6 +32,10 @@ read again on SIGHUP (a file that does not load is logged and the one in use kep
     name = "prod-from-main"
     tags = ["prod", "release-*"]
     claims = { repository = "acme/agents", ref = "refs/heads/main" }
+    [[tag_policies.attestations]]   # and which attestations it must have
+    predicate_type = "https://agentrt.dev/eval/v1"
+    signer = "eval-bot"             # the attesting principal (a pattern)
+    condition = "passed = true"     # on the predicate: = != >= > <= <, a JSON value
 
     [console_sign_in]               # the console's sign-in with an OpenID Provider
     issuer = "https://sso.example.com"  # (agentrt_base.sign_in_config)
@@ -69,6 +74,8 @@ from agentrt_base import oidc, sign_in_config
 from agentrt_base.limits import LimitOverrides
 from agentrt_base.roles import ROLES
 from agentrt_base.sign_in_config import ConsoleSignIn
+from agentrt_core.attestation_policy import Condition, Requirement
+from agentrt_core.signed_note import Verifier
 from agentrt_core.tag_names import is_tag_spelling, tag_spelling
 
 #: A token's prefix: says what it is when one turns up in a log or a paste.
@@ -91,6 +98,9 @@ class Principal:
     #: For "oidc": the token's verified claims as text, sorted by name (pairs, so a principal
     #: stays immutable and hashable; :meth:`claim_map` reads them as a mapping).
     claims: tuple[tuple[str, str], ...] = ()
+    #: The verifier keys (C2SP form) its attestations may be signed with (``attestation_keys``
+    #: on its entry; ``registry/attestations.py``).
+    attestation_keys: tuple[str, ...] = ()
 
     def claim_map(self) -> dict[str, str]:
         return dict(self.claims)
@@ -188,6 +198,8 @@ class TagPolicy:
     tags: tuple[str, ...]
     agents: tuple[str, ...] = ("*",)
     claims: tuple[tuple[str, str], ...] = ()
+    #: Attestations the version must have (``[[tag_policies.attestations]]``).
+    attestations: tuple[Requirement, ...] = ()
 
     def covers(self, agent_id: str, tag: str) -> bool:
         return any(fnmatch.fnmatchcase(agent_id, p) for p in self.agents) and any(
@@ -395,8 +407,14 @@ def _issuer(entry: Any, where: str, relative_to: Path) -> tuple[oidc.OidcIssuer,
 
 
 def _tag_policy(entry: Any, where: str) -> TagPolicy:
-    if not isinstance(entry, dict) or set(entry) - {"name", "tags", "agents", "claims"}:
-        raise ValueError(f"{where}: a table of name, tags, agents, claims")
+    if not isinstance(entry, dict) or set(entry) - {
+        "name",
+        "tags",
+        "agents",
+        "claims",
+        "attestations",
+    }:
+        raise ValueError(f"{where}: a table of name, tags, agents, claims, attestations")
     tags = _list(entry, "tags", where)
     if not tags:
         raise ValueError(f"{where}: tags is required (tag name patterns)")
@@ -413,7 +431,32 @@ def _tag_policy(entry: Any, where: str) -> TagPolicy:
         tags,
         _list(entry, "agents", where) or ("*",),
         _claims(entry, where, required=False),
+        _requirements(entry.get("attestations", []), f"{where}.attestations"),
     )
+
+
+def _requirements(value: Any, where: str) -> tuple[Requirement, ...]:
+    """``[[tag_policies.attestations]]``: predicate_type, signer (a principal pattern,
+    default any), condition (``passed = true``; agentrt_core.attestation_policy)."""
+    if not isinstance(value, list):
+        raise ValueError(f"{where}: a list of tables")
+    out = []
+    for i, item in enumerate(value):
+        at = f"{where}[{i}]"
+        if not isinstance(item, dict) or set(item) - {"predicate_type", "signer", "condition"}:
+            raise ValueError(f"{at}: a table of predicate_type, signer, condition")
+        condition = item.get("condition")
+        if condition is not None and not isinstance(condition, str):
+            raise ValueError(f"{at}: condition must be a string")
+        try:
+            parsed = Condition.parse(condition) if condition else None
+        except ValueError as exc:
+            raise ValueError(f"{at}: {exc}") from None
+        signer = item.get("signer", "*")
+        if not isinstance(signer, str) or not signer:
+            raise ValueError(f"{at}: signer must be a principal name pattern")
+        out.append(Requirement(_text(item, "predicate_type", at), signer, parsed))
+    return tuple(out)
 
 
 def _scopes(entry: dict[str, Any], where: str) -> tuple[str, ...]:
@@ -431,6 +474,12 @@ def _principal(entry: dict[str, Any], where: str, method: str) -> Principal:
     roles = _roles(entry, where)
     scopes = _scopes(entry, where)
     limits = entry.get("limits")
+    keys = _list(entry, "attestation_keys", where)
+    for key in keys:
+        try:
+            Verifier.parse(key)
+        except ValueError as exc:
+            raise ValueError(f"{where}: attestation_keys: {exc}") from None
     return Principal(
         _text(entry, "principal", where),
         roles,
@@ -438,6 +487,7 @@ def _principal(entry: dict[str, Any], where: str, method: str) -> Principal:
         _list(entry, "namespaces", where),
         method,
         None if limits is None else LimitOverrides.parse(limits, where),
+        attestation_keys=keys,
     )
 
 

@@ -19,12 +19,14 @@ from agentrt_core.jcs import canonical_bytes
 COMPONENT = "component"
 AGENT_VERSION = "agent_version"
 TAG = "tag"
-TYPES = (COMPONENT, AGENT_VERSION, TAG)
+ATTESTATION = "attestation"
+TYPES = (COMPONENT, AGENT_VERSION, TAG, ATTESTATION)
 #: The fields each type's leaf has, besides ``type`` (a leaf with others is not one of ours).
 FIELDS = {
     COMPONENT: {"digest", "kind", "name", "version", "principal", "time"},
     AGENT_VERSION: {"digest", "agent_id", "version_label", "principal", "time"},
     TAG: {"event", "agent_id", "tag", "sequence", "from_digest", "to_digest", "principal", "time"},
+    ATTESTATION: {"digest", "predicate_type", "envelope_digest", "key_id", "principal", "time"},
 }
 
 
@@ -45,8 +47,8 @@ class Leaf:
 
     @property
     def subject_digest(self) -> str:
-        """The component or agent version it published; the tag's new target for a move
-        (empty for a deletion)."""
+        """The component or agent version it published (or an attestation is about); the
+        tag's new target for a move (empty for a deletion)."""
         return str(self.fields["digest"] if self.type != TAG else self.fields["to_digest"])
 
 
@@ -107,6 +109,30 @@ def tag_leaf(
             "sequence": sequence,
             "from_digest": from_digest,
             "to_digest": to_digest,
+            "principal": principal,
+            "time": format_time(time),
+        }
+    )
+
+
+def attestation_leaf(
+    *,
+    digest: str,
+    predicate_type: str,
+    envelope_digest: str,
+    key_id: str,
+    principal: str,
+    time: dt.datetime,
+) -> Leaf:
+    """An attestation attached to agent version ``digest`` (``envelope_digest``: SHA-256 of
+    the envelope as kept)."""
+    return _leaf(
+        {
+            "type": ATTESTATION,
+            "digest": digest,
+            "predicate_type": predicate_type,
+            "envelope_digest": envelope_digest,
+            "key_id": key_id,
             "principal": principal,
             "time": format_time(time),
         }

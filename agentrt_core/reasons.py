@@ -107,7 +107,14 @@ TAG_EXPECTATION_FAILED = _reason(
     _G + "DeleteTag",
 )
 TAG_POLICY = _reason(
-    "TAG_POLICY", "a tag policy refuses the version (provenance not verified)", _G + "SetTag"
+    "TAG_POLICY",
+    "a tag policy refuses the version (provenance not verified, an attestation missing)",
+    _G + "SetTag",
+)
+ATTESTATION_UNTRUSTED = _reason(
+    "ATTESTATION_UNTRUSTED",
+    "no key trusted for the caller signed the envelope, or the server may not sign for it",
+    _G + "AttachAttestation",
 )
 
 # -- runs ------------------------------------------------------------------------------------

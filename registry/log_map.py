@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from agentrt.registry.v1 import message_pb2
 from agentrt_base.signing_keys import SigningKeys
-from registry import log_store
+from agentrt_core import registry_map as pm
+from agentrt_core.proto_json import to_timestamp
+from registry import log_store, store
+from registry.attestation_store import AttestationRow
 from registry.transparency import Inclusion, SignedCheckpoint
 
 
@@ -39,3 +42,20 @@ def keys_to_proto(keys: SigningKeys) -> list[message_pb2.SigningKey]:
         )
         for v in keys.verifiers
     ]
+
+
+def attestation_to_proto(row: AttestationRow) -> message_pb2.VersionAttestation:
+    out = message_pb2.VersionAttestation(
+        id=row.id,
+        agent_digest=row.agent_digest,
+        predicate_type=row.predicate_type,
+        principal=row.principal,
+        key_id=row.key_id,
+        envelope=row.envelope,
+        attach_time=to_timestamp(row.attach_time),
+        log_index=row.log_index,
+    )
+    verified = store.verified(row.verified_json)
+    if verified is not None:
+        out.verified.CopyFrom(pm.verified_provenance_to_proto(verified))
+    return out

@@ -22,7 +22,9 @@ from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from agentrt_base.db import Base
 from agentrt_core import merkle
-from agentrt_core.log_entries import Leaf
+from agentrt_core.log_entries import AGENT_VERSION, COMPONENT, Leaf
+
+PUBLISHES = (COMPONENT, AGENT_VERSION)
 
 
 class LogHeadRow(Base):
@@ -125,7 +127,8 @@ def append(session: Session, *leaves: Leaf) -> list[Proof]:
             {
                 "position": size,
                 "type": leaf.type,
-                "subject_digest": None if leaf.type == "tag" else leaf.subject_digest,
+                # Publishes only: how a proof is asked for by the digest published.
+                "subject_digest": leaf.subject_digest if leaf.type in PUBLISHES else None,
                 "leaf": leaf.data,
             }
         )

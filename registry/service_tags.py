@@ -19,6 +19,7 @@ from agentrt_core.model import Provenance, Tag, TagEvent
 from agentrt_core.paging import cut_page, page_request
 from agentrt_core.tag_names import tag_spelling
 from registry import log_store, store
+from registry.attestations import attested
 from registry.service_common import Page, check_provenance, digest_field, write_retrying
 from registry.tag_policy import check_tag_policies
 from registry.transparency import tag_event_leaf
@@ -79,6 +80,7 @@ class TagsService:
                 tag_name,
                 digest,
                 store.verified(version.verified_provenance_json),
+                lambda: attested(session, digest),
             )
             _check_expectation(current, expected_digest, expect_absent)
             event = store.append_tag_event(

@@ -17,6 +17,7 @@ from agentrt_core.lru import LruCache
 from agentrt_core.model import AgentVersion
 from registry import log_map as lm
 from registry import log_store
+from registry.attestations import AttestationsService
 from registry.service import RegistryService
 from registry.service_tags import TagsService
 from registry.transparency import RegistryLog
@@ -35,6 +36,7 @@ class RegistryServicer(registry_service_pb2_grpc.RegistryServiceServicer):
     ) -> None:
         self._service = RegistryService(database)
         self._log = log
+        self._attestations = AttestationsService(database, log)
         self._tags = TagsService(database, tag_policies)
         # Serialised AgentVersion messages without their (mutable) tags, by digest: the
         # version itself never changes, and rebuilding ~60 closure entries per call was most
@@ -213,6 +215,29 @@ class RegistryServicer(registry_service_pb2_grpc.RegistryServiceServicer):
         card = self._log.card(version)
         return pb.GetAgentCardResponse(
             card=json.dumps(card, ensure_ascii=False, sort_keys=True), digest=version.digest
+        )
+
+    async def AttachAttestation(
+        self, request: pb.AttachAttestationRequest, context: Context
+    ) -> pb.AttachAttestationResponse:
+        attached = await self._attestations.attach(
+            request.agent_id, request.digest, request.envelope, request.statement
+        )
+        return pb.AttachAttestationResponse(
+            attestation=lm.attestation_to_proto(attached.row),
+            created=attached.created,
+            log_inclusion=self._inclusion(attached.proof),
+        )
+
+    async def ListAttestations(
+        self, request: pb.ListAttestationsRequest, context: Context
+    ) -> pb.ListAttestationsResponse:
+        page = await self._attestations.list(
+            request.digest, request.predicate_type, request.page_size, request.page_token
+        )
+        return pb.ListAttestationsResponse(
+            attestations=[lm.attestation_to_proto(r) for r in page.items],
+            next_page_token=page.next_page_token,
         )
 
     async def GetSigningKeys(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 import agentrt_base.installation  # noqa: F401  (registers its table)
+import registry.attestation_store
 import registry.log_store
 import registry.store  # noqa: F401
 import runtime_service.store.attestations

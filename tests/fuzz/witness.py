@@ -4,7 +4,8 @@ a refused call changed anything.
 The witness is a published agent (two versions, two tags), two threads with messages, and
 runs: one with a live attempt that has a turn, finished steps with usage, a blob, a
 checkpoint and artifacts (its fence is live, so fuzzed step calls pass the fence check), one
-whose first attempt failed and was retried (two attempts), one queued; and two saved views.
+whose first attempt failed and was retried (two attempts), one queued; two saved views; and two
+attestations of the agent version.
 Every List RPC has at least two items to page through, so it hands out a real page token to
 tamper with.
 """
@@ -12,6 +13,7 @@ tamper with.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,6 +185,24 @@ def build(stubs: Stubs) -> Witness:
         view = message_pb2.SavedView(name=name, query=message_pb2.RunsQuery(statuses=[status]))
         out.append(stubs.runtime.SaveView(pb.SaveViewRequest(view=view), timeout=T))
     out += threads + runs
+    # Two attestations of agent_v8 (the first digest the pool files; the server signs them:
+    # the fuzz server authenticates nobody), so ListAttestations pages.
+    attested = second.agent_version.digest
+    for passed in (True, False):
+        statement = {
+            "_type": "https://in-toto.io/Statement/v1",
+            "subject": [{"name": "coding_agent", "digest": {"sha256": attested[7:]}}],
+            "predicateType": "https://agentrt.dev/eval/v1",
+            "predicate": {"passed": passed},
+        }
+        out.append(
+            stubs.registry.AttachAttestation(
+                rpb.AttachAttestationRequest(
+                    agent_id="coding_agent", digest=attested, statement=json.dumps(statement)
+                ),
+                timeout=T,
+            )
+        )
     return Witness(run_id=runs[0].id, fence=fence, turn_id=turn.turn.id, responses=out)
 
 

@@ -218,6 +218,16 @@ REQUESTS: dict[str, tuple[Call, set[str]]] = {
         lambda s, a, w: s.registry.GetConsistencyProof(rpb.GetConsistencyProofRequest(old_size=1)),
         set(),
     ),
+    "AttachAttestation": (
+        lambda s, a, w: s.registry.AttachAttestation(
+            rpb.AttachAttestationRequest(agent_id="coding_agent", digest=w.digest, envelope="{}")
+        ),
+        {SCOPE},
+    ),
+    "ListAttestations": (
+        lambda s, a, w: s.registry.ListAttestations(rpb.ListAttestationsRequest(digest=w.digest)),
+        set(),
+    ),
     "GetAgentCard": (
         lambda s, a, w: s.registry.GetAgentCard(rpb.GetAgentCardRequest(ref=w.digest)),
         set(),

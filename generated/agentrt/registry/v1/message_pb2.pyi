@@ -1315,3 +1315,59 @@ class LogInclusion(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LogInclusion: _TypeAlias = LogInclusion  # noqa: Y015
+
+@_typing.final
+class VersionAttestation(_message.Message):
+    """A signed statement about an agent version, attached after its publish."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    AGENT_DIGEST_FIELD_NUMBER: _builtins.int
+    PREDICATE_TYPE_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    KEY_ID_FIELD_NUMBER: _builtins.int
+    VERIFIED_FIELD_NUMBER: _builtins.int
+    ENVELOPE_FIELD_NUMBER: _builtins.int
+    ATTACH_TIME_FIELD_NUMBER: _builtins.int
+    LOG_INDEX_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    agent_digest: _builtins.str
+    predicate_type: _builtins.str
+    """The statement's predicateType."""
+    principal: _builtins.str
+    """Who attested: the principal whose trusted key signed the envelope, or the
+    OIDC caller the server signed it for.
+    """
+    key_id: _builtins.str
+    """The key that signed the envelope (`name+hash`)."""
+    envelope: _builtins.str
+    """The DSSE envelope as attached (JSON)."""
+    log_index: _builtins.int
+    """Its entry in the registry log."""
+    @_builtins.property
+    def verified(self) -> Global___VerifiedProvenance:
+        """The caller's verified OIDC claims, when the server signed on its behalf."""
+
+    @_builtins.property
+    def attach_time(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        agent_digest: _builtins.str = ...,
+        predicate_type: _builtins.str = ...,
+        principal: _builtins.str = ...,
+        key_id: _builtins.str = ...,
+        verified: Global___VerifiedProvenance | None = ...,
+        envelope: _builtins.str = ...,
+        attach_time: _timestamp_pb2.Timestamp | None = ...,
+        log_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["attach_time", b"attach_time", "verified", b"verified"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_digest", b"agent_digest", "attach_time", b"attach_time", "envelope", b"envelope", "id", b"id", "key_id", b"key_id", "log_index", b"log_index", "predicate_type", b"predicate_type", "principal", b"principal", "verified", b"verified"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VersionAttestation: _TypeAlias = VersionAttestation  # noqa: Y015

@@ -1047,3 +1047,129 @@ class GetAgentCardResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetAgentCardResponse: _TypeAlias = GetAgentCardResponse  # noqa: Y015
+
+@_typing.final
+class AttachAttestationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    DIGEST_FIELD_NUMBER: _builtins.int
+    ENVELOPE_FIELD_NUMBER: _builtins.int
+    STATEMENT_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    """Required. The agent the version belongs to (a publisher's scope applies)."""
+    digest: _builtins.str
+    """Required. `sha256:…` of the agent version."""
+    envelope: _builtins.str
+    """A DSSE envelope (JSON) holding an in-toto Statement v1, signed by a key
+    trusted for the caller. At most 256 KiB.
+    """
+    statement: _builtins.str
+    """An in-toto Statement v1 (JSON) for the server to sign, for a caller
+    authenticated with OIDC. At most 256 KiB.
+    """
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        digest: _builtins.str = ...,
+        envelope: _builtins.str = ...,
+        statement: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "envelope", b"envelope", "statement", b"statement"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "content", b"content", "digest", b"digest", "envelope", b"envelope", "statement", b"statement"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_content: _TypeAlias = _typing.Literal["envelope", "statement"]  # noqa: Y015
+    _WhichOneofArgType_content: _TypeAlias = _typing.Literal["content", b"content"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_content) -> _WhichOneofReturnType_content | None: ...
+
+Global___AttachAttestationRequest: _TypeAlias = AttachAttestationRequest  # noqa: Y015
+
+@_typing.final
+class AttachAttestationResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ATTESTATION_FIELD_NUMBER: _builtins.int
+    CREATED_FIELD_NUMBER: _builtins.int
+    LOG_INCLUSION_FIELD_NUMBER: _builtins.int
+    created: _builtins.bool
+    """False when this envelope was attached to the version already."""
+    @_builtins.property
+    def attestation(self) -> _message_pb2.VersionAttestation: ...
+    @_builtins.property
+    def log_inclusion(self) -> _message_pb2.LogInclusion:
+        """The attachment's registry-log entry, proven against a fresh checkpoint."""
+
+    def __init__(
+        self,
+        *,
+        attestation: _message_pb2.VersionAttestation | None = ...,
+        created: _builtins.bool = ...,
+        log_inclusion: _message_pb2.LogInclusion | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["attestation", b"attestation", "log_inclusion", b"log_inclusion"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attestation", b"attestation", "created", b"created", "log_inclusion", b"log_inclusion"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AttachAttestationResponse: _TypeAlias = AttachAttestationResponse  # noqa: Y015
+
+@_typing.final
+class ListAttestationsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DIGEST_FIELD_NUMBER: _builtins.int
+    PREDICATE_TYPE_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    digest: _builtins.str
+    """Required. `sha256:…` of the agent version."""
+    predicate_type: _builtins.str
+    """Optional filter on the statement's predicate type."""
+    page_size: _builtins.int
+    """Maximum results per page; 0 means the server default (100), values above
+    1000 are treated as 1000.
+    """
+    page_token: _builtins.str
+    """next_page_token from a previous call with the same filters."""
+    def __init__(
+        self,
+        *,
+        digest: _builtins.str = ...,
+        predicate_type: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "page_size", b"page_size", "page_token", b"page_token", "predicate_type", b"predicate_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAttestationsRequest: _TypeAlias = ListAttestationsRequest  # noqa: Y015
+
+@_typing.final
+class ListAttestationsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ATTESTATIONS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty on the last page."""
+    @_builtins.property
+    def attestations(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.VersionAttestation]: ...
+    def __init__(
+        self,
+        *,
+        attestations: _abc.Iterable[_message_pb2.VersionAttestation] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attestations", b"attestations", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAttestationsResponse: _TypeAlias = ListAttestationsResponse  # noqa: Y015

@@ -136,6 +136,16 @@ class RegistryServiceStub:
                 request_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetAgentCardRequest.SerializeToString,
                 response_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetAgentCardResponse.FromString,
                 _registered_method=True)
+        self.AttachAttestation = channel.unary_unary(
+                '/agentrt.registry.v1.RegistryService/AttachAttestation',
+                request_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.AttachAttestationRequest.SerializeToString,
+                response_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.AttachAttestationResponse.FromString,
+                _registered_method=True)
+        self.ListAttestations = channel.unary_unary(
+                '/agentrt.registry.v1.RegistryService/ListAttestations',
+                request_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.ListAttestationsRequest.SerializeToString,
+                response_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.ListAttestationsResponse.FromString,
+                _registered_method=True)
 
 
 class RegistryServiceServicer:
@@ -361,6 +371,36 @@ class RegistryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AttachAttestation(self, request, context):
+        """AttachAttestation attaches a signed in-toto Statement v1 to an agent
+        version (an SLSA provenance, an evaluation result…), as OCI referrers
+        attach to an image. Either the caller sends a DSSE `envelope` signed by one
+        of the keys the auth config trusts for it (`attestation_keys` on its
+        entry), or, authenticated with an OIDC token, a `statement` the server
+        signs on its behalf, recording the token's verified claims (a server
+        without an auth config, which authenticates nobody, signs for any caller). The
+        statement's subjects must name the version's digest. Each attachment is
+        an entry of the registry log; the same envelope again returns the one
+        attached (created = false). Tag policies may require attestations
+        (docs/audit.md, "Attestations on versions"). INVALID_ARGUMENT (BadRequest
+        on `agent_id`, `digest`, `content`, `envelope` or `statement`) for a
+        malformed request; NOT_FOUND when agent_id has no version `digest`;
+        PERMISSION_DENIED (reason ATTESTATION_UNTRUSTED) when no key trusted for
+        the caller signed the envelope, or a statement comes from a caller that
+        did not authenticate with OIDC.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAttestations(self, request, context):
+        """ListAttestations lists a version's attestations in the order they were
+        attached. NOT_FOUND when no agent version has `digest`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RegistryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -453,6 +493,16 @@ def add_RegistryServiceServicer_to_server(servicer, server):
                     servicer.GetAgentCard,
                     request_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetAgentCardRequest.FromString,
                     response_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetAgentCardResponse.SerializeToString,
+            ),
+            'AttachAttestation': grpc.unary_unary_rpc_method_handler(
+                    servicer.AttachAttestation,
+                    request_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.AttachAttestationRequest.FromString,
+                    response_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.AttachAttestationResponse.SerializeToString,
+            ),
+            'ListAttestations': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAttestations,
+                    request_deserializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.ListAttestationsRequest.FromString,
+                    response_serializer=agentrt_dot_registry_dot_v1_dot_registry__service__pb2.ListAttestationsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -953,6 +1003,60 @@ class RegistryService:
             '/agentrt.registry.v1.RegistryService/GetAgentCard',
             agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetAgentCardRequest.SerializeToString,
             agentrt_dot_registry_dot_v1_dot_registry__service__pb2.GetAgentCardResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AttachAttestation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrt.registry.v1.RegistryService/AttachAttestation',
+            agentrt_dot_registry_dot_v1_dot_registry__service__pb2.AttachAttestationRequest.SerializeToString,
+            agentrt_dot_registry_dot_v1_dot_registry__service__pb2.AttachAttestationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAttestations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrt.registry.v1.RegistryService/ListAttestations',
+            agentrt_dot_registry_dot_v1_dot_registry__service__pb2.ListAttestationsRequest.SerializeToString,
+            agentrt_dot_registry_dot_v1_dot_registry__service__pb2.ListAttestationsResponse.FromString,
             options,
             channel_credentials,
             insecure,

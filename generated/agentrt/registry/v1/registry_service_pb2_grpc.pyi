@@ -180,6 +180,28 @@ class RegistryServiceStub:
     the registry log that recorded it (docs/audit.md, "Signed agent cards").
     NOT_FOUND / INVALID_ARGUMENT for the reference as in GetAgentVersion.
     """
+    AttachAttestation: _grpc.UnaryUnaryMultiCallable[_registry_service_pb2.AttachAttestationRequest, _registry_service_pb2.AttachAttestationResponse]
+    """AttachAttestation attaches a signed in-toto Statement v1 to an agent
+    version (an SLSA provenance, an evaluation result…), as OCI referrers
+    attach to an image. Either the caller sends a DSSE `envelope` signed by one
+    of the keys the auth config trusts for it (`attestation_keys` on its
+    entry), or, authenticated with an OIDC token, a `statement` the server
+    signs on its behalf, recording the token's verified claims (a server
+    without an auth config, which authenticates nobody, signs for any caller). The
+    statement's subjects must name the version's digest. Each attachment is
+    an entry of the registry log; the same envelope again returns the one
+    attached (created = false). Tag policies may require attestations
+    (docs/audit.md, "Attestations on versions"). INVALID_ARGUMENT (BadRequest
+    on `agent_id`, `digest`, `content`, `envelope` or `statement`) for a
+    malformed request; NOT_FOUND when agent_id has no version `digest`;
+    PERMISSION_DENIED (reason ATTESTATION_UNTRUSTED) when no key trusted for
+    the caller signed the envelope, or a statement comes from a caller that
+    did not authenticate with OIDC.
+    """
+    ListAttestations: _grpc.UnaryUnaryMultiCallable[_registry_service_pb2.ListAttestationsRequest, _registry_service_pb2.ListAttestationsResponse]
+    """ListAttestations lists a version's attestations in the order they were
+    attached. NOT_FOUND when no agent version has `digest`.
+    """
 
 @_typing.type_check_only
 class RegistryServiceAsyncStub(RegistryServiceStub):
@@ -332,6 +354,28 @@ class RegistryServiceAsyncStub(RegistryServiceStub):
     `https://agentrt.dev/a2a/agent-version/v1` names the version's digest and
     the registry log that recorded it (docs/audit.md, "Signed agent cards").
     NOT_FOUND / INVALID_ARGUMENT for the reference as in GetAgentVersion.
+    """
+    AttachAttestation: _aio.UnaryUnaryMultiCallable[_registry_service_pb2.AttachAttestationRequest, _registry_service_pb2.AttachAttestationResponse]  # type: ignore[assignment]
+    """AttachAttestation attaches a signed in-toto Statement v1 to an agent
+    version (an SLSA provenance, an evaluation result…), as OCI referrers
+    attach to an image. Either the caller sends a DSSE `envelope` signed by one
+    of the keys the auth config trusts for it (`attestation_keys` on its
+    entry), or, authenticated with an OIDC token, a `statement` the server
+    signs on its behalf, recording the token's verified claims (a server
+    without an auth config, which authenticates nobody, signs for any caller). The
+    statement's subjects must name the version's digest. Each attachment is
+    an entry of the registry log; the same envelope again returns the one
+    attached (created = false). Tag policies may require attestations
+    (docs/audit.md, "Attestations on versions"). INVALID_ARGUMENT (BadRequest
+    on `agent_id`, `digest`, `content`, `envelope` or `statement`) for a
+    malformed request; NOT_FOUND when agent_id has no version `digest`;
+    PERMISSION_DENIED (reason ATTESTATION_UNTRUSTED) when no key trusted for
+    the caller signed the envelope, or a statement comes from a caller that
+    did not authenticate with OIDC.
+    """
+    ListAttestations: _aio.UnaryUnaryMultiCallable[_registry_service_pb2.ListAttestationsRequest, _registry_service_pb2.ListAttestationsResponse]  # type: ignore[assignment]
+    """ListAttestations lists a version's attestations in the order they were
+    attached. NOT_FOUND when no agent version has `digest`.
     """
 
 class RegistryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -590,6 +634,40 @@ class RegistryServiceServicer(metaclass=_abc_1.ABCMeta):
         `https://agentrt.dev/a2a/agent-version/v1` names the version's digest and
         the registry log that recorded it (docs/audit.md, "Signed agent cards").
         NOT_FOUND / INVALID_ARGUMENT for the reference as in GetAgentVersion.
+        """
+
+    @_abc_1.abstractmethod
+    def AttachAttestation(
+        self,
+        request: _registry_service_pb2.AttachAttestationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_registry_service_pb2.AttachAttestationResponse, _abc.Awaitable[_registry_service_pb2.AttachAttestationResponse]]:
+        """AttachAttestation attaches a signed in-toto Statement v1 to an agent
+        version (an SLSA provenance, an evaluation result…), as OCI referrers
+        attach to an image. Either the caller sends a DSSE `envelope` signed by one
+        of the keys the auth config trusts for it (`attestation_keys` on its
+        entry), or, authenticated with an OIDC token, a `statement` the server
+        signs on its behalf, recording the token's verified claims (a server
+        without an auth config, which authenticates nobody, signs for any caller). The
+        statement's subjects must name the version's digest. Each attachment is
+        an entry of the registry log; the same envelope again returns the one
+        attached (created = false). Tag policies may require attestations
+        (docs/audit.md, "Attestations on versions"). INVALID_ARGUMENT (BadRequest
+        on `agent_id`, `digest`, `content`, `envelope` or `statement`) for a
+        malformed request; NOT_FOUND when agent_id has no version `digest`;
+        PERMISSION_DENIED (reason ATTESTATION_UNTRUSTED) when no key trusted for
+        the caller signed the envelope, or a statement comes from a caller that
+        did not authenticate with OIDC.
+        """
+
+    @_abc_1.abstractmethod
+    def ListAttestations(
+        self,
+        request: _registry_service_pb2.ListAttestationsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_registry_service_pb2.ListAttestationsResponse, _abc.Awaitable[_registry_service_pb2.ListAttestationsResponse]]:
+        """ListAttestations lists a version's attestations in the order they were
+        attached. NOT_FOUND when no agent version has `digest`.
         """
 
 def add_RegistryServiceServicer_to_server(servicer: RegistryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
