@@ -255,23 +255,27 @@ def main() -> None:
     parser.add_argument("--repetitions", type=int, default=5)
     parser.add_argument("--entries", type=int, default=1_000_000)
     parser.add_argument("--proof-calls", type=int, default=500)
+    parser.add_argument("--parts", default="publish,scale", help="which measurements to run")
     args = parser.parse_args()
+    parts = args.parts.split(",")
     engines = args.engines.split(",")
     header = (
         "| engine / call | calls/s | p50 ms | p99 ms | rate vs first | p50 vs first |\n"
         "|---|---|---|---|---|---|"
     )
-    print(f"## Publishing with the log, against {args.baseline} without it\n")
-    print(header)
-    with worktree(args.baseline) as baseline:
+    if "publish" in parts:
+        print(f"## Publishing with the log, against {args.baseline} without it\n")
+        print(header)
+        with worktree(args.baseline) as baseline:
+            for engine in engines:
+                for row in asyncio.run(publish_ab(engine, baseline, args.calls, args.repetitions)):
+                    print(row, flush=True)
+    if "scale" in parts:
+        print(f"\n## Checkpoint and inclusion proof over {args.entries:,} entries\n")
+        print(header)
         for engine in engines:
-            for row in asyncio.run(publish_ab(engine, baseline, args.calls, args.repetitions)):
+            for row in asyncio.run(proofs_at_scale(engine, args.entries, args.proof_calls)):
                 print(row, flush=True)
-    print(f"\n## Checkpoint and inclusion proof over {args.entries:,} entries\n")
-    print(header)
-    for engine in engines:
-        for row in asyncio.run(proofs_at_scale(engine, args.entries, args.proof_calls)):
-            print(row, flush=True)
 
 
 if __name__ == "__main__":

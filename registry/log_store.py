@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, Session, mapped_column
@@ -89,10 +90,26 @@ def _split(blob: bytes) -> tuple[bytes, ...]:
     return tuple(blob[i : i + size] for i in range(0, len(blob), size))
 
 
+# Statements built once: an append runs four of them in the writer's transaction, and
+# building (and ORM-executing) them per call was most of its cost.
+_HEAD_T, _ENTRY_T, _NODE_T = (
+    cast(sa.Table, row.__table__) for row in (LogHeadRow, LogEntryRow, LogNodeRow)
+)
+_READ_HEAD = sa.select(_HEAD_T.c.origin, _HEAD_T.c.size, _HEAD_T.c.frontier).where(
+    _HEAD_T.c.singleton == 1
+)
+_LOCK_HEAD = _READ_HEAD.with_for_update()
+_INSERT_ENTRIES = _ENTRY_T.insert()
+_INSERT_NODES = _NODE_T.insert()
+_MOVE_HEAD = (
+    _HEAD_T.update()
+    .where(_HEAD_T.c.singleton == 1)
+    .values(size=sa.bindparam("new_size"), frontier=sa.bindparam("new_frontier"))
+)
+
+
 def head(session: Session, *, for_update: bool = False) -> Head | None:
-    h = LogHeadRow
-    query = sa.select(h.origin, h.size, h.frontier).where(h.singleton == 1)
-    row = session.execute(query.with_for_update() if for_update else query).first()
+    row = session.connection().execute(_LOCK_HEAD if for_update else _READ_HEAD).first()
     return None if row is None else Head(row[0], row[1], _split(row[2]))
 
 
@@ -134,23 +151,32 @@ def append(session: Session, *leaves: Leaf) -> list[Proof]:
         )
         proofs.append(Proof(size, leaf.data, size + 1, tuple(reversed(frontier)), compact.root()))
         size, frontier = size + 1, compact.hashes
-    session.execute(sa.insert(LogEntryRow), entries)
-    session.execute(sa.insert(LogNodeRow), nodes)
-    session.execute(
-        sa.update(LogHeadRow)
-        .where(LogHeadRow.singleton == 1)
-        .values(size=size, frontier=b"".join(frontier))
-    )
+    conn = session.connection()
+    conn.execute(_INSERT_ENTRIES, entries)
+    conn.execute(_INSERT_NODES, nodes)
+    conn.execute(_MOVE_HEAD, {"new_size": size, "new_frontier": b"".join(frontier)})
     return proofs
 
 
 def nodes(session: Session, keys: Iterable[merkle.NodeKey]) -> dict[merkle.NodeKey, bytes]:
-    wanted = sorted(set(keys))
-    if not wanted:
+    """The stored hashes of ``keys``, in one query: ``level = ? AND position IN (…)`` per
+    level, OR-ed, which both engines answer from the primary key (SQLite scans the table for
+    a row-value ``(level, position) IN (…)``)."""
+    by_level: dict[int, list[int]] = {}
+    for level, position in set(keys):
+        by_level.setdefault(level, []).append(position)
+    if not by_level:
         return {}
     n = LogNodeRow
     rows = session.execute(
-        sa.select(n.level, n.position, n.hash).where(sa.tuple_(n.level, n.position).in_(wanted))
+        sa.select(n.level, n.position, n.hash).where(
+            sa.or_(
+                *(
+                    sa.and_(n.level == level, n.position.in_(sorted(positions)))
+                    for level, positions in sorted(by_level.items())
+                )
+            )
+        )
     ).all()
     return {(r[0], r[1]): r[2] for r in rows}
 
