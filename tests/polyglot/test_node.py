@@ -1,6 +1,7 @@
 """The contract from Node (issue 19): the TypeScript client and worker of tests/polyglot/node,
 generated from protos/ by protobuf-es and run by Node against a real ``agentrt serve``, and
-the cross-language vectors of tests/vectors/ recomputed in Node.
+the cross-language vectors of tests/vectors/ recomputed in Node; and the registry log (issue 31)
+verified by a Node verifier written from the specs (tests/polyglot/node/tlog.ts).
 
 The Node programs use node's own test runner; each one's output is shown when it fails.
 """
@@ -57,6 +58,14 @@ def test_vectors_recompute_in_node(node_build: Path) -> None:
     _node_test(node_build / "vectors.test.js")
 
 
+def test_log_verifier_checks_out_against_the_specs_vectors(node_build: Path) -> None:
+    """The registry-log verifier of tests/polyglot/node/tlog.ts (written from RFC 6962/9162
+    and C2SP signed-note/tlog-checkpoint, no code of this repository) against the specs'
+    vectors and small trees built from RFC 6962's definitions (every honest proof accepted,
+    every altered one refused), then against the worked example of tests/vectors/log/."""
+    _node_test(node_build / "tlog.test.js")
+
+
 @pytest.fixture
 def server(database_url: str, tmp_path: Path) -> Iterator[str]:
     address = f"127.0.0.1:{free_port()}"
@@ -80,3 +89,11 @@ def server(database_url: str, tmp_path: Path) -> Iterator[str]:
 
 def test_node_client_and_worker_against_a_real_server(node_build: Path, server: str) -> None:
     _node_test(node_build / "client.test.js", {**os.environ, "AGENTRT_TARGET": server})
+
+
+def test_node_verifies_the_registry_log(node_build: Path, server: str) -> None:
+    """Issue 31, item 5: a Node client trusting only the server's verifier key verifies the
+    inclusion proofs that come back with publishes and tag moves, GetInclusionProof,
+    GetConsistencyProof between two checkpoints and GetLogEntries over the whole log, and
+    refuses altered proofs, notes, roots and leaves."""
+    _node_test(node_build / "verify.test.js", {**os.environ, "AGENTRT_TARGET": server})
