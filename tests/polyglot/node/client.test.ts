@@ -13,6 +13,7 @@ import { anyUnpack } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
+import canonicalize from "canonicalize";
 import { AuditService } from "./gen/agentrt/audit/v1/audit_service_pb.js";
 import { ComponentKind, PermissionDecision } from "./gen/agentrt/registry/v1/enum_pb.js";
 import type { ComponentDraft } from "./gen/agentrt/registry/v1/message_pb.js";
@@ -36,6 +37,7 @@ import { WorkerService } from "./gen/agentrt/runtime/v1/worker_service_pb.js";
 import { BadRequestSchema, ErrorInfoSchema } from "./gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "./gen/google/rpc/status_pb.js";
 import { type JsonObject, digestOf, eventHash } from "./rules.js";
+import { VerificationError, openEnvelope, parseVerifierKey } from "./tlog.js";
 
 const target = process.env["AGENTRT_TARGET"];
 if (!target) throw new Error("AGENTRT_TARGET (host:port of a running agentrt serve) is not set");
@@ -527,6 +529,33 @@ test("a Node client and worker drive a run end to end", async () => {
   const recordedModel = record.steps.find((s) => s.id === model.step!.id)?.versions?.model;
   assert.equal(recordedModel?.requestedModelId, "claude-sonnet-4");
   assert.equal(recordedModel?.reportedModelId, "claude-sonnet-4-20250514");
+
+  // The run's attestation, signed when it ended (issue 31, item 3), checked from the DSSE
+  // and in-toto specs (tlog.ts) with the server's key alone: it names this chain head, this
+  // agent and these steps, and a changed payload no longer verifies.
+  const { keys } = await registry.getSigningKeys({}, { timeoutMs });
+  const trusted = [parseVerifierKey(keys[0]!.verifierKey)];
+  const attestation = await audit.getRunAttestation({ runId: run.id }, { timeoutMs });
+  assert.equal(attestation.final, true);
+  const text = new TextDecoder().decode(openEnvelope(attestation.envelope, trusted));
+  assert.equal(canonicalize(JSON.parse(text)), text);
+  const statement = JSON.parse(text);
+  assert.equal(statement._type, "https://in-toto.io/Statement/v1");
+  assert.equal(statement.predicateType, "https://agentrt.dev/run-provenance/v1");
+  const runSubject = statement.subject.find(
+    (s: { name: string }) => s.name === `agentrt-run:${run.id}`,
+  );
+  assert.equal(runSubject.digest.sha256, verified.headHash.replace("sha256:", ""));
+  assert.equal(statement.predicate.agent.digest, digest);
+  assert.deepEqual(
+    statement.predicate.steps.map((s: { id: string }) => s.id),
+    record.steps.map((s) => s.id),
+  );
+  const forged = JSON.parse(attestation.envelope);
+  forged.payload = Buffer.from(text.replace(digest, "sha256:" + "0".repeat(64))).toString("base64");
+  assert.throws(() => openEnvelope(JSON.stringify(forged), trusted), VerificationError);
+  const otherType = { ...JSON.parse(attestation.envelope), payloadType: "application/json" };
+  assert.throws(() => openEnvelope(JSON.stringify(otherType), trusted), VerificationError);
 });
 
 // A component whose name breaks the name grammar: INVALID_ARGUMENT with ErrorInfo and a

@@ -5,6 +5,7 @@
 //   - inclusion proofs: RFC 9162 section 2.1.3.2; consistency proofs: RFC 9162 section 2.1.4.2;
 //   - signed notes and verifier keys: C2SP signed-note (Ed25519, signature type 0x01);
 //   - checkpoints: C2SP tlog-checkpoint;
+//   - DSSE envelopes (run attestations): secure-systems-lab/dsse protocol.md and envelope.md;
 //   - leaves: RFC 8785 canonical JSON (the `canonicalize` package) of the documented fields.
 // Every check throws a VerificationError naming what failed; nothing here returns a boolean
 // that a caller could forget to test.
@@ -343,7 +344,9 @@ export function openCheckpoint(note: string, trusted: readonly VerifierKey[]): C
 // Leaves: RFC 8785 canonical JSON of one of the documented records
 
 type LeafValue = string | number;
-export type Leaf = Record<string, LeafValue> & { type: "component" | "agent_version" | "tag" };
+export type Leaf = Record<string, LeafValue> & {
+  type: "component" | "agent_version" | "tag" | "attestation";
+};
 
 const LEAF_FIELDS: Record<Leaf["type"], string[]> = {
   component: ["digest", "kind", "name", "principal", "time", "type", "version"],
@@ -359,6 +362,7 @@ const LEAF_FIELDS: Record<Leaf["type"], string[]> = {
     "to_digest",
     "type",
   ],
+  attestation: ["digest", "envelope_digest", "key_id", "predicate_type", "principal", "time", "type"],
 };
 const DIGEST = /^sha256:[0-9a-f]{64}$/;
 const UTC_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$/;
@@ -405,4 +409,55 @@ export function parseLeaf(bytes: Uint8Array): Leaf {
     fail(`leaf: digest ${String(leaf["digest"])}`);
   }
   return leaf as Leaf;
+}
+
+// ---------------------------------------------------------------------------------------------
+// DSSE envelopes (secure-systems-lab/dsse, protocol.md and envelope.md)
+
+/** PAE(type, body) = "DSSEv1" SP LEN(type) SP type SP LEN(body) SP body, lengths in ASCII
+ * decimal bytes. */
+export function pae(payloadType: string, payload: Uint8Array): Uint8Array {
+  const type = utf8.encode(payloadType);
+  const head = utf8.encode(`DSSEv1 ${type.length} ${payloadType} ${payload.length} `);
+  const out = new Uint8Array(head.length + payload.length);
+  out.set(head);
+  out.set(payload, head.length);
+  return out;
+}
+
+/** Verifies a DSSE envelope (JSON) whose signatures name their key by keyid
+ * `<name>+<hex key ID>`; returns its payload. Signatures by unknown keyids are ignored, one by
+ * a trusted key must verify, and at least one must. */
+export function openEnvelope(
+  json: string,
+  trusted: readonly VerifierKey[],
+  payloadType = "application/vnd.in-toto+json",
+): Uint8Array {
+  let envelope: unknown;
+  try {
+    envelope = JSON.parse(json);
+  } catch (error) {
+    fail(`envelope: not JSON: ${String(error)}`);
+  }
+  const e = envelope as Record<string, unknown>;
+  if (e["payloadType"] !== payloadType) fail(`envelope: payload type ${String(e["payloadType"])}`);
+  if (typeof e["payload"] !== "string") fail("envelope: no payload");
+  const payload = strictBase64(e["payload"]);
+  const signatures = e["signatures"];
+  if (!Array.isArray(signatures) || signatures.length === 0) fail("envelope: no signatures");
+  const message = pae(payloadType, payload);
+  let verified = 0;
+  for (const entry of signatures as Array<Record<string, unknown>>) {
+    const keyid = String(entry["keyid"] ?? "");
+    for (const key of trusted) {
+      if (keyid !== `${key.name}+${hex(key.id)}`) continue;
+      const signature = strictBase64(String(entry["sig"] ?? ""));
+      if (signature.length !== 64 || !verifySignature(null, message, key.key, signature)) {
+        fail(`envelope: the signature of ${keyid} does not verify`);
+      }
+      verified += 1;
+    }
+  }
+  if (verified === 0) fail("envelope: no signature by a trusted key");
+  return payload;
 }
