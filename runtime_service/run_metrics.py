@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 
 from sqlalchemy.orm import Session
 
@@ -60,6 +60,23 @@ log = logging.getLogger("agentrt.metrics")
 READ_EVERY: Final = 1.0
 
 
+class _Children:
+    """A metric's children by label values, each looked up in the metric once: the client
+    library's ``labels()`` validates its arguments and takes the metric's lock on every call,
+    and a busy server counts several series per step (issue 29: the metrics' cost on the step
+    path). The children are the metric's own, so what is scraped is unchanged."""
+
+    def __init__(self, metric: Any) -> None:
+        self._metric = metric
+        self._found: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self._found.get(values)
+        if child is None:
+            child = self._found[values] = self._metric.labels(*values)
+        return child
+
+
 class RunMetrics:
     """The :class:`~runtime_service.observations.Observer` the server gives its runtime."""
 
@@ -70,13 +87,16 @@ class RunMetrics:
         self._started = metrics.counter(ATTEMPTS_STARTED)
         self._lost = metrics.counter(LEASE_LOSSES)
         self._reaped = metrics.counter(REAPER_ACTIONS)
-        self._steps_started = metrics.counter(STEPS_STARTED)
-        self._steps_ended = metrics.counter(STEPS_ENDED)
-        self._fallbacks = metrics.counter(MODEL_FALLBACKS)
-        self._tokens = metrics.counter(MODEL_TOKENS)
-        self._cost = metrics.counter(MODEL_COST)
+        # Counted for every step: their children kept (_Children says why).
+        self._steps_started = _Children(metrics.counter(STEPS_STARTED))
+        self._steps_ended = _Children(metrics.counter(STEPS_ENDED))
+        self._fallbacks = _Children(metrics.counter(MODEL_FALLBACKS))
+        self._tokens = _Children(metrics.counter(MODEL_TOKENS))
+        self._cost = _Children(metrics.counter(MODEL_COST))
         self._approval_wait = metrics.histogram(APPROVAL_WAIT)
-        self._genai = {name: metrics.histogram(spec) for name, spec in genai.PROMETHEUS.items()}
+        self._genai = {
+            name: _Children(metrics.histogram(spec)) for name, spec in genai.PROMETHEUS.items()
+        }
         self._runtime = runtime
         self._active = _EverySecond(lambda: runtime.database.read_sync(_active_runs))
         self._stored = _EverySecond(lambda: runtime.database.read_sync(_stored_bytes))
@@ -114,28 +134,28 @@ class RunMetrics:
 
     def _step(self, seen: StepRecorded) -> None:
         if seen.begun:
-            self._steps_started.labels(seen.agent_id, seen.type).inc()
+            self._steps_started(seen.agent_id, seen.type).inc()
             if seen.type == "MODEL_CALL" and seen.candidate_reason not in ("", "PRIMARY"):
-                self._fallbacks.labels(seen.agent_id, seen.candidate_reason).inc()
+                self._fallbacks(seen.agent_id, seen.candidate_reason).inc()
         if not seen.ended:
             return
-        self._steps_ended.labels(seen.agent_id, seen.type, seen.status).inc()
+        self._steps_ended(seen.agent_id, seen.type, seen.status).inc()
         if seen.step is not None:
             self._measure(genai.step_measurements(seen.agent_id, seen.step))
         if seen.type == "MODEL_CALL":
             model = (seen.agent_id, seen.provider, seen.model)
             if seen.input_tokens:
-                self._tokens.labels(*model, "input").inc(seen.input_tokens)
+                self._tokens(*model, "input").inc(seen.input_tokens)
             if seen.output_tokens:
-                self._tokens.labels(*model, "output").inc(seen.output_tokens)
+                self._tokens(*model, "output").inc(seen.output_tokens)
             if seen.cost_usd > 0:
-                self._cost.labels(*model).inc(seen.cost_usd)
+                self._cost(*model).inc(seen.cost_usd)
 
     def _measure(self, measurements: Sequence[genai.Measurement]) -> None:
         """The GenAI metrics' Prometheus equivalents: each attribute a label (empty when a
         measurement has none)."""
         for series, value in measurements:
-            self._genai[series.metric].labels(*series.labels).observe(value)
+            self._genai[series.metric](*series.labels).observe(value)
 
     def blob_bytes(self) -> Mapping[tuple[str, ...], float]:
         # A list first: the set changes on the event loop's thread meanwhile.
