@@ -46,6 +46,9 @@ class LogState:
 
     path: Path
     logs: dict[str, dict[str, object]] = field(default_factory=dict)
+    #: The log origin each target served: a server may not turn into another log (and so
+    #: have its keys pinned afresh on first use).
+    targets: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> LogState:
@@ -56,9 +59,10 @@ class LogState:
         except (OSError, ValueError) as exc:
             raise VerificationError(f"the state file {path} cannot be read: {exc}") from None
         logs = data.get("logs") if isinstance(data, dict) else None
-        if not isinstance(logs, dict):
+        targets = data.get("targets", {}) if isinstance(data, dict) else None
+        if not isinstance(logs, dict) or not isinstance(targets, dict):
             raise VerificationError(f"the state file {path} is not one agentrt wrote")
-        return cls(path, logs)
+        return cls(path, logs, {str(k): str(v) for k, v in targets.items()})
 
     def keys(self, origin: str) -> list[Verifier]:
         entry = self.logs.get(origin, {})
@@ -71,11 +75,14 @@ class LogState:
         note = self.logs.get(origin, {}).get("checkpoint")
         return log_verify.checkpoint(str(note), keys, origin) if note else None
 
-    def remember(self, origin: str, keys: list[Verifier], note: str) -> None:
+    def remember(self, origin: str, keys: list[Verifier], note: str, target: str = "") -> None:
         self.logs[origin] = {"keys": [k.encode() for k in keys], "checkpoint": note}
+        if target:
+            self.targets[target] = origin
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_name(self.path.name + ".tmp")
-        temporary.write_text(json.dumps({"logs": self.logs}, indent=2, sort_keys=True) + "\n")
+        document = {"logs": self.logs, "targets": self.targets}
+        temporary.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
         temporary.replace(self.path)  # whole or not at all: a crash never leaves half a file
 
 
@@ -94,11 +101,23 @@ class VerifiedVersion:
 
 
 async def verify_version(
-    registry: Registry, ref: str, state: LogState, keys: list[Verifier] | None = None
+    registry: Registry,
+    ref: str,
+    state: LogState,
+    keys: list[Verifier] | None = None,
+    target: str = "",
 ) -> VerifiedVersion:
-    """Prove what ``ref`` resolves to, or raise :class:`VerificationError` saying what fails."""
+    """Prove what ``ref`` resolves to, or raise :class:`VerificationError` saying what fails.
+    ``target``: where the server was reached, remembered with the log it served."""
     current = await registry.checkpoint()
     origin = current.origin
+    known = state.targets.get(target) if target else None
+    if known is not None and known != origin:
+        raise VerificationError(
+            f"the server at {target} served the log {known!r} before and now says it is "
+            f"{origin!r}: a server does not become another log (if it was reinstalled, "
+            "start a new state file)"
+        )
     trusted, pinned_now = keys or state.keys(origin), False
     if not trusted:
         trusted = [Verifier.parse(k.verifier_key) for k in await registry.signing_keys()]
@@ -140,7 +159,7 @@ async def verify_version(
     tag_entry = None
     if resolution.kind == enum_pb2.REFERENCE_KIND_TAG:
         tag_entry = await _check_tag(registry, version, resolution, proven.index, signed)
-    state.remember(origin, trusted, inclusion.checkpoint.note)
+    state.remember(origin, trusted, inclusion.checkpoint.note, target)
     return VerifiedVersion(
         ref=ref,
         digest=version.digest,

@@ -154,7 +154,9 @@ async def _verify(client: AgentrtClient, args: argparse.Namespace) -> int:
     keys = trusted_keys(args.key)
     state = LogState.load(args.state or default_state_path())
     try:
-        result = await verify_version(client.registry, args.ref, state, keys or None)
+        result = await verify_version(
+            client.registry, args.ref, state, keys or None, target=client.target
+        )
     except VerificationError as exc:
         raise CommandFailed(
             f"{args.ref}: NOT VERIFIED: {one_line(str(exc))}", EXIT_FAILED

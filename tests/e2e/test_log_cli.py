@@ -202,3 +202,20 @@ def test_card_prints_a_signed_agent_card(server_address: str) -> None:
     card = json.loads(ok(server_address, "card", "coding_agent@agent_v7").stdout)
     assert agent_card.verify(card, [key]) == [key]
     assert "not found" in failure(server_address, "card", "coding_agent@nope").lower()
+
+
+def test_a_server_may_not_turn_into_another_log(server_address: str, tmp_path: Path) -> None:
+    """The state file remembers which log each target served: a server that later claims to
+    be another log (to have its keys pinned afresh on first use) is refused."""
+    import json
+
+    ok(server_address, "publish", V7)
+    state = tmp_path / "state.json"
+    ok(server_address, "verify", "coding_agent@agent_v7", "--state", str(state))
+    document = json.loads(state.read_text())
+    (origin,) = document["logs"]
+    assert document["targets"] == {server_address: origin}
+    document["targets"][server_address] = "registry.example/another"
+    state.write_text(json.dumps(document))
+    line = failure(server_address, "verify", "coding_agent@agent_v7", "--state", str(state))
+    assert "served the log 'registry.example/another' before" in line
